@@ -1,0 +1,35 @@
+#!/usr/bin/env node
+import { loadSidecarConfig, type SidecarConfig, sidecarHelp } from '../config/sidecar-config.ts'
+import { ConfigError } from '../errors.ts'
+import { startSidecar } from '../sidecar/sidecar.ts'
+
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  process.stdout.write(sidecarHelp())
+  process.exit(0)
+}
+
+let config: SidecarConfig
+try {
+  config = loadSidecarConfig()
+} catch (error) {
+  if (!(error instanceof ConfigError)) throw error
+  process.stderr.write(`app-sidecar: invalid configuration: ${error.message}\n`)
+  process.exit(2)
+}
+
+const sidecar = await startSidecar(config).catch((error: NodeJS.ErrnoException) => {
+  process.stderr.write(`app-sidecar: cannot start: ${error.code ?? ''} ${error.message}\n`)
+  process.exit(1)
+})
+
+let stopping = false
+async function stop (signal: string): Promise<void> {
+  if (stopping) return
+  stopping = true
+  sidecar.logger.info({ signal }, 'stopping')
+  const clean = await sidecar.drain(config.responseGracePeriodSeconds)
+  sidecar.logger.info({ clean }, 'stopped')
+  sidecar.logger.flush(() => { process.exit(0) })
+}
+process.once('SIGTERM', () => { void stop('SIGTERM') })
+process.once('SIGINT', () => { void stop('SIGINT') })

@@ -1,0 +1,130 @@
+import { ConfigError } from '../errors.ts'
+import {
+  type Cidr, type EnvParser, integerIn, numberUpTo, oneOf, parseBoolean, parseCidrList,
+  parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort
+} from './env-parsers.ts'
+
+export type Runtime = 'cortex' | 'custom'
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+export type LogLevel = typeof LOG_LEVELS[number]
+
+/** The sidecar's whole configuration, validated. */
+export interface SidecarConfig {
+  port: number
+  adminPort: number
+  host: string
+  appUrl: URL
+  storeUrl: URL
+  projectId: string | undefined
+  appName: string | undefined
+  runtime: Runtime
+  disableAuth: boolean
+  authJwksUrl: URL
+  replicaConcurrency: number
+  queueDepth: number
+  maxBodyBytes: number
+  deadlineSeconds: number
+  responseGracePeriodSeconds: number
+  readycheckPath: string | undefined
+  healthcheckPath: string | undefined
+  allowQueryToken: boolean
+  sseHeartbeatSeconds: number
+  webhookAttempts: number
+  webhookMaxDelayMs: number
+  webhookTimeoutMs: number
+  webhookMaxBodyBytes: number
+  webhookHeaderBrand: string
+  webhookAllowedCidrs: Cidr[]
+  logLevel: LogLevel
+}
+
+interface Variable<K extends keyof SidecarConfig> {
+  name: string
+  key: K
+  /** Shown in --help; `undefined` means unset by default. */
+  defaultText: string | undefined
+  meaning: string
+  parse: EnvParser<SidecarConfig[K]>
+  /** The default, computed from the values parsed before it. */
+  fallback: (partial: Partial<SidecarConfig>) => SidecarConfig[K]
+}
+
+const MAX_SECONDS = 31_536_000 // one year
+const GIB = 1024 ** 3
+
+function variable<K extends keyof SidecarConfig> (v: Variable<K>): Variable<K> { return v }
+const fixed = <T>(value: T) => () => value
+const optionalString = (parse: EnvParser<string>): EnvParser<string | undefined> => parse
+
+/** Every sidecar variable, in parse order: a default may depend on the values above it. */
+export const SIDECAR_VARIABLES = [
+  variable({ name: 'PORT', key: 'port', defaultText: '8000', meaning: 'public listener; 0 picks a free port', parse: parsePort, fallback: fixed(8000) }),
+  variable({ name: 'ADMIN_PORT', key: 'adminPort', defaultText: '9090', meaning: '/livez /healthz /readyz /metrics listener', parse: parsePort, fallback: fixed(9090) }),
+  variable({ name: 'HOST', key: 'host', defaultText: '0.0.0.0', meaning: 'bind address for both listeners', parse: (_n, raw) => raw.trim(), fallback: fixed('0.0.0.0') }),
+  variable({ name: 'APP_URL', key: 'appUrl', defaultText: 'http://127.0.0.1:8192', meaning: 'the app container', parse: parseHttpUrl, fallback: () => new URL('http://127.0.0.1:8192') }),
+  variable({ name: 'STORE_URL', key: 'storeUrl', defaultText: 'http://127.0.0.1:7070', meaning: 'the central build store (/v2 reads, token keys)', parse: parseHttpUrl, fallback: () => new URL('http://127.0.0.1:7070') }),
+  variable({ name: 'PROJECT_ID', key: 'projectId', defaultText: undefined, meaning: 'when set, /v4 calls for other projects get 404', parse: optionalString(parseId), fallback: fixed(undefined) }),
+  variable({ name: 'APP_NAME', key: 'appName', defaultText: undefined, meaning: 'when set, /v4 calls for other apps get 404', parse: optionalString(parseId), fallback: fixed(undefined) }),
+  variable({ name: 'RUNTIME', key: 'runtime', defaultText: 'cortex', meaning: 'cortex (wrap 2xx bodies) or custom (pass through)', parse: oneOf(['cortex', 'custom'] as const), fallback: fixed<Runtime>('cortex') }),
+  variable({ name: 'DISABLE_AUTH', key: 'disableAuth', defaultText: 'false', meaning: 'no token needed on /v4', parse: parseBoolean, fallback: fixed(false) }),
+  variable({ name: 'AUTH_JWKS_URL', key: 'authJwksUrl', defaultText: '$STORE_URL/.well-known/jwks.json', meaning: 'token-verification keys', parse: parseHttpUrl, fallback: p => new URL('.well-known/jwks.json', withSlash(p.storeUrl)) }),
+  variable({ name: 'REPLICA_CONCURRENCY', key: 'replicaConcurrency', defaultText: '0', meaning: 'most requests in flight to the app; 0 = no limit', parse: integerIn(0, 1_000_000), fallback: fixed(0) }),
+  variable({ name: 'QUEUE_DEPTH', key: 'queueDepth', defaultText: '10 x concurrency, or 1000', meaning: 'requests allowed to wait; beyond it 503', parse: integerIn(0, 10_000_000), fallback: p => p.replicaConcurrency !== undefined && p.replicaConcurrency > 0 ? 10 * p.replicaConcurrency : 1000 }),
+  variable({ name: 'MAX_BODY_BYTES', key: 'maxBodyBytes', defaultText: '67108864', meaning: 'largest request body; beyond it 413', parse: integerIn(0, 64 * GIB), fallback: fixed(67_108_864) }),
+  variable({ name: 'DEADLINE_SECONDS', key: 'deadlineSeconds', defaultText: '0', meaning: 'longest a request may run; 0 = none', parse: numberUpTo(MAX_SECONDS), fallback: fixed(0) }),
+  variable({ name: 'RESPONSE_GRACE_PERIOD_SECONDS', key: 'responseGracePeriodSeconds', defaultText: '900', meaning: 'on SIGTERM, how long in-flight work may finish', parse: numberUpTo(MAX_SECONDS), fallback: fixed(900) }),
+  variable({ name: 'READYCHECK_PATH', key: 'readycheckPath', defaultText: undefined, meaning: 'app path probed for readiness; unset = TCP connect', parse: optionalString(parseHttpPath), fallback: fixed(undefined) }),
+  variable({ name: 'HEALTHCHECK_PATH', key: 'healthcheckPath', defaultText: undefined, meaning: 'app path probed for health; unset = TCP connect', parse: optionalString(parseHttpPath), fallback: fixed(undefined) }),
+  variable({ name: 'ALLOW_QUERY_TOKEN', key: 'allowQueryToken', defaultText: 'false', meaning: 'also accept the token as ?access_token=', parse: parseBoolean, fallback: fixed(false) }),
+  variable({ name: 'SSE_HEARTBEAT_SECONDS', key: 'sseHeartbeatSeconds', defaultText: '15', meaning: 'idle time before an SSE keep-alive comment', parse: numberUpTo(86_400), fallback: fixed(15) }),
+  variable({ name: 'WEBHOOK_ATTEMPTS', key: 'webhookAttempts', defaultText: '3', meaning: 'webhook delivery attempts in total', parse: integerIn(1, 100), fallback: fixed(3) }),
+  variable({ name: 'WEBHOOK_MAX_DELAY_MS', key: 'webhookMaxDelayMs', defaultText: '5000', meaning: 'longest pause between webhook attempts', parse: integerIn(0, 3_600_000), fallback: fixed(5000) }),
+  variable({ name: 'WEBHOOK_TIMEOUT_MS', key: 'webhookTimeoutMs', defaultText: '10000', meaning: "one webhook attempt's time limit", parse: integerIn(1, 3_600_000), fallback: fixed(10_000) }),
+  variable({ name: 'WEBHOOK_MAX_BODY_BYTES', key: 'webhookMaxBodyBytes', defaultText: '10485760', meaning: 'largest response kept for a webhook', parse: integerIn(0, GIB), fallback: fixed(10_485_760) }),
+  variable({ name: 'WEBHOOK_HEADER_BRAND', key: 'webhookHeaderBrand', defaultText: 'Service', meaning: 'the word in X-<Brand>-Webhook-* headers', parse: parseHeaderBrand, fallback: fixed('Service') }),
+  variable({ name: 'WEBHOOK_ALLOWED_CIDRS', key: 'webhookAllowedCidrs', defaultText: undefined, meaning: 'private ranges webhooks may reach, comma-separated', parse: parseCidrList, fallback: () => [] }),
+  variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') })
+] as const
+
+function withSlash (url: URL | undefined): URL {
+  const base = new URL((url ?? new URL('http://127.0.0.1:7070')).href)
+  if (!base.pathname.endsWith('/')) base.pathname += '/'
+  return base
+}
+
+/**
+ * Reads every sidecar variable from `env`. An empty value counts as unset.
+ * Throws a ConfigError naming the first invalid variable.
+ */
+export function loadSidecarConfig (env: NodeJS.ProcessEnv = process.env): SidecarConfig {
+  const partial: Record<string, unknown> = {}
+  for (const v of SIDECAR_VARIABLES) {
+    const raw = env[v.name]
+    partial[v.key] = raw === undefined || raw === ''
+      ? v.fallback(partial as Partial<SidecarConfig>)
+      : (v.parse as EnvParser<unknown>)(v.name, raw)
+  }
+  const config = partial as unknown as SidecarConfig
+  if (config.port !== 0 && config.port === config.adminPort) {
+    throw new ConfigError('ADMIN_PORT', `must differ from PORT (${config.port})`)
+  }
+  return config
+}
+
+/** The `--help` text: every variable with its default and meaning. */
+export function sidecarHelp (): string {
+  const rows = SIDECAR_VARIABLES.map(v =>
+    `  ${v.name.padEnd(32)}${(v.defaultText ?? 'unset').padEnd(34)}${v.meaning}`)
+  return [
+    'app-sidecar: reverse-proxy sidecar beside one app replica.',
+    '',
+    'Usage: app-sidecar [--help]        (configured by environment variables)',
+    '',
+    `  ${'VARIABLE'.padEnd(32)}${'DEFAULT'.padEnd(34)}MEANING`,
+    ...rows,
+    '',
+    'Public routes: /v4/{project_id}/{app_name}/{path...} (HTTP and WebSocket), GET|HEAD /v2/...',
+    'Admin routes:  /livez /healthz /readyz /metrics on ADMIN_PORT',
+    ''
+  ].join('\n')
+}

@@ -1,0 +1,67 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { pathToFileURL } from 'node:url'
+import { WebSocketServer } from 'ws'
+
+/**
+ * The example app behind the demo sidecar: what a user's deployed function looks like to it.
+ *   POST /run      {"name": "Ada"} → {"greeting": "Hello, Ada!"} (a function's raw return value)
+ *   GET  /health   200
+ *   WS   /ws       echoes every message back, text or binary
+ */
+export interface ExampleApp {
+  readonly port: number
+  readonly server: Server
+  close: () => Promise<void>
+}
+
+async function readJson (req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = []
+  for await (const chunk of req) chunks.push(chunk as Buffer)
+  const text = Buffer.concat(chunks).toString('utf8')
+  return text === '' ? {} : JSON.parse(text)
+}
+
+function json (res: ServerResponse, status: number, value: unknown): void {
+  const body = JSON.stringify(value)
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) })
+  res.end(body)
+}
+
+async function route (req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const path = (req.url ?? '/').split('?', 1)[0]
+  if (path === '/health') return json(res, 200, { status: 'ok' })
+  if (path === '/run' && req.method === 'POST') {
+    const input = await readJson(req) as { name?: unknown }
+    const name = typeof input.name === 'string' ? input.name : 'world'
+    return json(res, 200, { greeting: `Hello, ${name}!` })
+  }
+  json(res, 404, { message: `no function at ${path}` })
+}
+
+export async function startExampleApp (port = 0, host = '127.0.0.1'): Promise<ExampleApp> {
+  const server = createServer((req, res) => {
+    route(req, res).catch(() => { json(res, 400, { message: 'request body is not JSON' }) })
+  })
+  const wss = new WebSocketServer({ server, path: '/ws' })
+  wss.on('connection', socket => {
+    socket.on('message', (data, isBinary) => { socket.send(data, { binary: isBinary }) })
+  })
+  await new Promise<void>(resolve => server.listen(port, host, resolve))
+  return {
+    port: (server.address() as AddressInfo).port,
+    server,
+    close: async () => {
+      for (const client of wss.clients) client.terminate()
+      wss.close()
+      server.closeAllConnections()
+      await new Promise(resolve => server.close(resolve))
+    }
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const app = await startExampleApp(Number(process.env.PORT ?? 8192), process.env.HOST ?? '127.0.0.1')
+  process.stdout.write(`example app listening on ${app.port}\n`)
+  process.once('SIGTERM', () => { void app.close().then(() => process.exit(0)) })
+}

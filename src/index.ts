@@ -1,0 +1,3 @@
+export { loadSidecarConfig, sidecarHelp, type SidecarConfig, type Runtime } from './config/sidecar-config.ts'
+export { startSidecar, type RunningSidecar, type SidecarOptions } from './sidecar/sidecar.ts'
+export * from './errors.ts'

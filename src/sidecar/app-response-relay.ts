@@ -1,0 +1,90 @@
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
+import type { Dispatcher } from 'undici'
+import { AppUnreachableError, SidecarError } from '../errors.ts'
+import { sendError } from './error-response.ts'
+import type { ResponseSink, SinkContext } from './response-sinks.ts'
+
+/** Picks the sink for an app response once its status and headers are known. */
+export type SinkChooser = (ctx: SinkContext, status: number, headers: IncomingHttpHeaders) => ResponseSink
+
+/** Raised into the app request when the caller goes away, so undici drops it at once. */
+export class CallerGoneError extends Error {
+  constructor () { super('caller disconnected') }
+}
+
+/**
+ * An undici dispatch handler that relays one upstream response to one caller: it picks a sink
+ * when headers arrive, pauses the upstream when the caller cannot keep up, and aborts the
+ * upstream when the caller disconnects.
+ */
+export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext {
+  readonly res: ServerResponse
+  readonly runId: string
+  forwardedAt = 0
+  #controller: Dispatcher.DispatchController | undefined
+  #sink: ResponseSink | undefined
+  #callerGone = false
+  readonly #choose: SinkChooser
+  readonly #unreachable: (detail: string) => SidecarError
+  readonly #resume = (): void => { this.#controller?.resume() }
+
+  constructor (res: ServerResponse, runId: string, choose: SinkChooser,
+    unreachable: (detail: string) => SidecarError = detail => new AppUnreachableError(detail)) {
+    this.res = res
+    this.runId = runId
+    this.#choose = choose
+    this.#unreachable = unreachable
+  }
+
+  /** The caller disconnected before the response was complete. */
+  callerGone (): void {
+    this.#callerGone = true
+    this.#controller?.abort(new CallerGoneError())
+  }
+
+  onRequestStart (controller: Dispatcher.DispatchController): void {
+    this.#controller = controller
+    if (this.#callerGone) controller.abort(new CallerGoneError())
+  }
+
+  onResponseStart (_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    this.#sink = this.#choose(this, status, headers)
+  }
+
+  onResponseData (controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!(this.#sink as ResponseSink).write(chunk) && !this.#callerGone) {
+      controller.pause()
+      this.res.once('drain', this.#resume)
+    }
+  }
+
+  onResponseEnd (): void {
+    (this.#sink as ResponseSink).end()
+  }
+
+  onResponseError (_controller: Dispatcher.DispatchController, error: Error): void {
+    if (error instanceof CallerGoneError || this.#callerGone) {
+      this.res.destroy()
+    } else if (this.#sink !== undefined) {
+      this.#sink.fail(error)
+    } else if (error instanceof SidecarError) {
+      sendError(this.res, this.runId, error, true)
+    } else {
+      sendError(this.res, this.runId, this.#unreachable(describeNetworkError(error)))
+    }
+  }
+}
+
+/** A short, secret-free description of why an upstream call failed. */
+export function describeNetworkError (error: Error): string {
+  const code = (error as NodeJS.ErrnoException).code
+  switch (code) {
+    case 'ECONNREFUSED': return 'connection refused'
+    case 'ECONNRESET': case 'UND_ERR_SOCKET': return 'connection reset'
+    case 'ETIMEDOUT': case 'UND_ERR_CONNECT_TIMEOUT': return 'connect timeout'
+    case 'UND_ERR_HEADERS_TIMEOUT': return 'response headers timeout'
+    case 'UND_ERR_BODY_TIMEOUT': return 'response body timeout'
+    case 'ENOTFOUND': case 'EAI_AGAIN': return 'host not found'
+    default: return code ?? error.message
+  }
+}

@@ -1,0 +1,83 @@
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http'
+import type { TLSSocket } from 'node:tls'
+
+/** Hop-by-hop headers (RFC 9110 §7.6.1) and the ones the sidecar sets or consumes itself. */
+const ALWAYS_DROPPED = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'te', 'trailer',
+  'transfer-encoding', 'upgrade', 'host', 'expect', 'http2-settings',
+  'x-webhook-secret', 'x-request-id', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host'
+])
+
+const RESPONSE_DROPPED = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'te', 'trailer',
+  'transfer-encoding', 'upgrade', 'x-request-id'
+])
+
+export interface RequestHeaderRules {
+  /** The sidecar checked `Authorization`, so it must not reach the app. */
+  readonly dropAuthorization: boolean
+  /** Ask the app for an unencoded body (the cortex envelope needs to read it). */
+  readonly dropAcceptEncoding: boolean
+  /** A WebSocket handshake: keep `Connection: Upgrade` and `Upgrade`. */
+  readonly upgrade: boolean
+}
+
+/**
+ * The headers sent to the app, as a flat [name, value, …] list: the caller's end-to-end headers
+ * in their order, then `X-Forwarded-For/-Proto/-Host` and `X-Request-Id`.
+ */
+export function appRequestHeaders (req: IncomingMessage, runId: string, rules: RequestHeaderRules): string[] {
+  const raw = req.rawHeaders
+  const named = connectionTokens(req.headers.connection)
+  const out: string[] = []
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i] as string
+    const lower = name.toLowerCase()
+    if (ALWAYS_DROPPED.has(lower) || (named !== undefined && named.has(lower))) continue
+    if (rules.dropAuthorization && lower === 'authorization') continue
+    if (rules.dropAcceptEncoding && lower === 'accept-encoding') continue
+    out.push(name, raw[i + 1] as string)
+  }
+  if (rules.upgrade) out.push('connection', 'Upgrade', 'upgrade', String(req.headers.upgrade))
+  const callerAddress = req.socket.remoteAddress ?? ''
+  const priorFor = req.headers['x-forwarded-for']
+  out.push(
+    'x-forwarded-for', priorFor === undefined || priorFor === '' ? callerAddress : `${priorFor}, ${callerAddress}`,
+    'x-forwarded-proto', (req.socket as TLSSocket).encrypted === true ? 'https' : 'http',
+    'x-request-id', runId
+  )
+  if (req.headers.host !== undefined) out.push('x-forwarded-host', req.headers.host)
+  return out
+}
+
+/** The same headers as an object (for the WebSocket handshake, which http-proxy sends from one). */
+export function headerListToObject (list: string[]): IncomingHttpHeaders {
+  const headers: IncomingHttpHeaders = {}
+  for (let i = 0; i < list.length; i += 2) {
+    const name = (list[i] as string).toLowerCase()
+    const value = list[i + 1] as string
+    const prior = headers[name]
+    headers[name] = prior === undefined ? value : `${String(prior)}, ${value}`
+  }
+  return headers
+}
+
+/** The app's response headers minus hop-by-hop ones, with the run id set. */
+export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: string): OutgoingHttpHeaders {
+  const named = connectionTokens(appHeaders.connection)
+  const out: OutgoingHttpHeaders = {}
+  for (const name in appHeaders) {
+    if (RESPONSE_DROPPED.has(name) || (named !== undefined && named.has(name))) continue
+    out[name] = appHeaders[name]
+  }
+  out['x-request-id'] = runId
+  return out
+}
+
+function connectionTokens (connection: string | string[] | undefined): Set<string> | undefined {
+  if (connection === undefined) return undefined
+  const text = Array.isArray(connection) ? connection.join(',') : connection
+  const lower = text.toLowerCase()
+  if (lower === 'keep-alive' || lower === 'close' || lower === 'upgrade') return undefined
+  return new Set(lower.split(',').map(token => token.trim()).filter(token => token !== ''))
+}

@@ -1,0 +1,97 @@
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
+import { performance } from 'node:perf_hooks'
+import type { Pool } from 'undici'
+import type { SidecarConfig } from '../config/sidecar-config.ts'
+import { readBearerToken } from '../auth/bearer-token.ts'
+import type { TokenVerifier } from '../auth/token-verifier.ts'
+import { RouteNotFoundError } from '../errors.ts'
+import { AppResponseRelay } from './app-response-relay.ts'
+import { type CallRecorder, recordCall } from './call-record.ts'
+import { sendError } from './error-response.ts'
+import { appRequestHeaders } from './forward-headers.ts'
+import { type InvokeRoute, parseInvokeRoute, splitQuery, type SplitQuery } from './invoke-route.ts'
+import { requestBodyFor } from './request-body.ts'
+import { envelopeSink, passthroughSink, type ResponseSink, type SinkContext } from './response-sinks.ts'
+import { runIdFor } from './run-id.ts'
+
+export interface InvokeDeps extends CallRecorder {
+  readonly config: SidecarConfig
+  /** Undefined when auth is disabled. */
+  readonly verifier: TokenVerifier | undefined
+  readonly app: Pool
+}
+
+/** One `/v4` call as it walks the pipeline. */
+interface InvokeCall {
+  readonly req: IncomingMessage
+  readonly res: ServerResponse
+  readonly runId: string
+  route: InvokeRoute
+  query: SplitQuery
+}
+
+/**
+ * The `/v4/{project}/{app}/{path…}` pipeline, in the SPEC's order of checks:
+ * route (404) → auth (401/403) → the request itself (400/413) → the app (502).
+ */
+export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
+  const { config } = deps
+  const basePath = config.appUrl.pathname.replace(/\/$/, '')
+
+  function matchRoute (call: InvokeCall): void {
+    const route = parseInvokeRoute(call.req.url as string)
+    if (route === undefined ||
+        (config.projectId !== undefined && route.projectId !== config.projectId) ||
+        (config.appName !== undefined && route.appName !== config.appName)) {
+      throw new RouteNotFoundError('no such app')
+    }
+    call.route = route
+    call.query = splitQuery(route.query, config.allowQueryToken)
+  }
+
+  function authorize (call: InvokeCall): Promise<void> | undefined {
+    if (deps.verifier === undefined) return undefined
+    const token = readBearerToken(call.req.headers, call.query.accessToken)
+    return deps.verifier.authorize(token, call.route.projectId)
+  }
+
+  function forwardToApp (call: InvokeCall): void {
+    const { req, res } = call
+    const body = requestBodyFor(req, config.maxBodyBytes)
+    const relay = new AppResponseRelay(res, call.runId, chooseSink)
+    res.once('close', () => { if (!res.writableFinished) relay.callerGone() })
+    const headers = appRequestHeaders(req, call.runId, {
+      dropAuthorization: deps.verifier !== undefined,
+      dropAcceptEncoding: config.runtime === 'cortex',
+      upgrade: false
+    })
+    const query = call.query.forwarded
+    relay.forwardedAt = performance.now()
+    deps.app.dispatch({
+      method: req.method as string,
+      path: basePath + call.route.appPath + (query === '' ? '' : '?' + query),
+      headers,
+      body
+    }, relay)
+  }
+
+  function chooseSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): ResponseSink {
+    const wrap = config.runtime === 'cortex' && status >= 200 && status < 300 && status !== 204 && status !== 205 &&
+      ctx.res.req.method !== 'HEAD' && (headers['content-encoding'] === undefined || headers['content-encoding'] === 'identity')
+    return wrap ? envelopeSink(ctx, status, headers) : passthroughSink(ctx, status, headers)
+  }
+
+  async function run (call: InvokeCall): Promise<void> {
+    matchRoute(call)
+    const pending = authorize(call)
+    if (pending !== undefined) await pending
+    forwardToApp(call)
+  }
+
+  return function handleInvoke (req, res) {
+    const runId = runIdFor(req.headers['x-request-id'])
+    recordCall(deps, 'invoke', req, res, runId)
+    const call = { req, res, runId } as InvokeCall
+    run(call).catch(error => { sendError(res, runId, error, (error as { status?: number }).status === 413) })
+  }
+}

@@ -1,0 +1,32 @@
+/** The cortex runtime's response body: the app's raw value wrapped with the run's facts. */
+export interface ResponseEnvelope {
+  run_id: string
+  result: unknown
+  run_time_ms: number
+  timestamp: string
+}
+
+/**
+ * Serialises the envelope for a 2xx body. A body that parses as JSON is embedded as it was sent
+ * (it is valid JSON, so no re-serialisation is needed); any other body becomes a JSON string.
+ */
+export function envelopeJson (runId: string, body: Buffer, runTimeMs: number, timestamp: string): string {
+  const text = body.toString('utf8')
+  return `{"run_id":${JSON.stringify(runId)},"result":${resultJson(text)},"run_time_ms":${runTimeMs},"timestamp":"${timestamp}"}`
+}
+
+function resultJson (text: string): string {
+  const trimmed = text.trim()
+  if (trimmed !== '') {
+    try {
+      JSON.parse(trimmed)
+      return trimmed
+    } catch {}
+  }
+  return JSON.stringify(text)
+}
+
+/** Milliseconds with microsecond precision, as a JSON number. */
+export function roundedMs (ms: number): number {
+  return Math.round(ms * 1000) / 1000
+}

@@ -1,0 +1,130 @@
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import type { JWTVerifyGetKey } from 'jose'
+import type { DestinationStream, Logger } from 'pino'
+import { Pool } from 'undici'
+import { TokenVerifier } from '../auth/token-verifier.ts'
+import type { SidecarConfig } from '../config/sidecar-config.ts'
+import { RouteNotFoundError } from '../errors.ts'
+import { AppProbe } from '../lifecycle/app-probe.ts'
+import { InflightTracker } from '../lifecycle/inflight-tracker.ts'
+import { createLogger } from './access-log.ts'
+import { createAdminServer } from './admin-server.ts'
+import { sendError } from './error-response.ts'
+import { createInvokeHandler } from './invoke-pipeline.ts'
+import { createManagementHandler } from './management-forward.ts'
+import { SidecarMetrics } from './metrics.ts'
+import { runIdFor } from './run-id.ts'
+import { createWebSocketPassthrough } from './websocket-passthrough.ts'
+
+export interface SidecarOptions {
+  /** Where log lines go (default: stdout). */
+  logDestination?: DestinationStream
+  /** Token keys to use instead of fetching AUTH_JWKS_URL (tests). */
+  tokenKeys?: JWTVerifyGetKey
+  /** Probe intervals in ms (tests shorten the slow one). */
+  probeIntervals?: { fast: number, slow: number }
+}
+
+export interface RunningSidecar {
+  readonly port: number
+  readonly adminPort: number
+  readonly logger: Logger
+  readonly metrics: SidecarMetrics
+  readonly inflight: InflightTracker
+  /** SIGTERM: /readyz turns 503, in-flight work gets `graceSeconds`, then everything closes. True when nothing was cut. */
+  drain: (graceSeconds: number) => Promise<boolean>
+  /** Closes everything at once. */
+  close: () => Promise<void>
+}
+
+const pathPrefix = (url: URL): string => url.pathname.replace(/\/$/, '')
+
+/** Starts the public and admin listeners of one sidecar. */
+export async function startSidecar (config: SidecarConfig, options: SidecarOptions = {}): Promise<RunningSidecar> {
+  const logger = createLogger(config.logLevel, options.logDestination)
+  const metrics = new SidecarMetrics()
+  const inflight = new InflightTracker()
+  const verifier = config.disableAuth
+    ? undefined
+    : new TokenVerifier({ jwksUrl: config.authJwksUrl, ...(options.tokenKeys === undefined ? {} : { keys: options.tokenKeys }) })
+  const app = new Pool(config.appUrl.origin, { keepAliveTimeout: 30_000, headersTimeout: 0, bodyTimeout: 0 })
+  const store = new Pool(config.storeUrl.origin, { keepAliveTimeout: 30_000 })
+  const intervals = { fastIntervalMs: options.probeIntervals?.fast ?? 100, slowIntervalMs: options.probeIntervals?.slow ?? 5000 }
+  const readiness = new AppProbe({ appUrl: config.appUrl, path: config.readycheckPath, ...intervals })
+  const health = config.healthcheckPath === config.readycheckPath
+    ? readiness
+    : new AppProbe({ appUrl: config.appUrl, path: config.healthcheckPath, ...intervals })
+  let draining = false
+
+  const recorder = { logger, metrics, inflight }
+  const invoke = createInvokeHandler({ ...recorder, config, verifier, app })
+  const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl) })
+  const websockets = createWebSocketPassthrough({ ...recorder, config, verifier })
+
+  const server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 60_000, requestTimeout: 0 }, (req, res) => {
+    const url = req.url as string
+    if (url.startsWith('/v4/')) invoke(req, res)
+    else if (url.startsWith('/v2/') || url === '/v2' || url.startsWith('/v2?')) management(req, res)
+    else sendError(res, runIdFor(req.headers['x-request-id']), new RouteNotFoundError())
+  })
+  server.on('upgrade', (req, socket, head) => {
+    if ((req.url as string).startsWith('/v4/')) {
+      websockets.handleUpgrade(req, socket, head)
+    } else {
+      socket.on('error', () => {})
+      socket.end('HTTP/1.1 404 Not Found\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 27\r\nconnection: close\r\n\r\n{"message":"no such route"}')
+    }
+  })
+  server.on('clientError', (_error, socket) => {
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 31\r\nconnection: close\r\n\r\n{"message":"malformed request"}')
+    else socket.destroy()
+  })
+  const admin = createAdminServer({ metrics, readiness, health, draining: () => draining })
+
+  await listen(server, config.port, config.host)
+  await listen(admin, config.adminPort, config.host)
+  readiness.start()
+  if (health !== readiness) health.start()
+  const port = (server.address() as AddressInfo).port
+  const adminPort = (admin.address() as AddressInfo).port
+  logger.info({ port, adminPort, appUrl: config.appUrl.href, storeUrl: config.storeUrl.href, runtime: config.runtime, auth: !config.disableAuth }, 'sidecar listening')
+
+  async function close (): Promise<void> {
+    readiness.stop()
+    health.stop()
+    websockets.closeAll()
+    server.closeAllConnections()
+    admin.closeAllConnections()
+    await Promise.all([closeServer(server), closeServer(admin)])
+    await Promise.all([app.destroy(), store.destroy()])
+  }
+
+  async function drain (graceSeconds: number): Promise<boolean> {
+    draining = true
+    logger.info({ inflight: inflight.count, graceSeconds }, 'draining')
+    let timer: NodeJS.Timeout | undefined
+    const graceOver = new Promise<false>(resolve => { timer = setTimeout(resolve, graceSeconds * 1000, false) })
+    const finished = await Promise.race([inflight.idle().then(() => true), graceOver])
+    clearTimeout(timer)
+    if (!finished) logger.warn({ inflight: inflight.count }, 'grace period over; cutting what is left')
+    await close()
+    return finished
+  }
+
+  return { port, adminPort, logger, metrics, inflight, drain, close }
+}
+
+function listen (server: Server, port: number, host: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, () => {
+      server.off('error', reject)
+      resolve()
+    })
+  })
+}
+
+function closeServer (server: Server): Promise<void> {
+  return new Promise(resolve => { server.close(() => { resolve() }) })
+}

@@ -1,0 +1,144 @@
+import { type IncomingMessage, STATUS_CODES } from 'node:http'
+import type { Duplex } from 'node:stream'
+import { performance } from 'node:perf_hooks'
+import httpProxy from 'http-proxy'
+import type { Logger } from 'pino'
+import { readBearerToken } from '../auth/bearer-token.ts'
+import type { TokenVerifier } from '../auth/token-verifier.ts'
+import type { SidecarConfig } from '../config/sidecar-config.ts'
+import { AppUnreachableError, RouteNotFoundError, SidecarError } from '../errors.ts'
+import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
+import { describeNetworkError } from './app-response-relay.ts'
+import { appRequestHeaders, headerListToObject } from './forward-headers.ts'
+import { parseInvokeRoute, splitQuery } from './invoke-route.ts'
+import type { SidecarMetrics } from './metrics.ts'
+import { runIdFor } from './run-id.ts'
+
+export interface WebSocketDeps {
+  readonly config: SidecarConfig
+  readonly verifier: TokenVerifier | undefined
+  readonly logger: Logger
+  readonly metrics: SidecarMetrics
+  readonly inflight: InflightTracker
+}
+
+/** One upgrade as it is proxied: what its log line and metrics need. */
+interface UpgradeState {
+  readonly runId: string
+  readonly method: string
+  /** The caller's path, without the query string. */
+  readonly path: string
+  readonly startedAt: number
+  status: number
+  upgraded: boolean
+}
+
+export interface WebSocketPassthrough {
+  handleUpgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void
+  /** Ends every open WebSocket (the drain's grace period is over). */
+  closeAll: () => void
+}
+
+/**
+ * WebSocket upgrades on `/v4/…`: route and auth like an HTTP call, then the handshake and every
+ * frame pass to and from the app untouched (http-proxy's `ws` pass pipes the raw sockets).
+ */
+export function createWebSocketPassthrough (deps: WebSocketDeps): WebSocketPassthrough {
+  const { config } = deps
+  const basePath = config.appUrl.pathname.replace(/\/$/, '')
+  const states = new WeakMap<IncomingMessage, UpgradeState>()
+  const open = new Set<Duplex>()
+  const proxy = httpProxy.createProxyServer({ target: config.appUrl.origin, ws: true, xfwd: false, changeOrigin: true })
+
+  proxy.on('proxyReqWs', (proxyReq, req, socket) => {
+    const state = states.get(req) as UpgradeState
+    proxyReq.on('response', response => { state.status = response.statusCode ?? 502 })
+    proxyReq.on('upgrade', () => {
+      state.status = 101
+      state.upgraded = true
+      open.add(socket)
+      deps.metrics.websocketConnections.inc()
+      socket.once('close', () => {
+        open.delete(socket)
+        deps.metrics.websocketConnections.dec()
+      })
+    })
+  })
+  proxy.on('error', (error, req, socket) => {
+    const state = states.get(req)
+    if (state === undefined || state.upgraded || !('write' in socket)) {
+      socket.destroy()
+      return
+    }
+    state.status = 502
+    rejectUpgrade(socket as Duplex, state.runId, new AppUnreachableError(describeNetworkError(error)))
+  })
+
+  function finish (state: UpgradeState): void {
+    deps.inflight.end()
+    const seconds = (performance.now() - state.startedAt) / 1000
+    deps.metrics.recordRequest('websocket', state.status, seconds)
+    deps.logger.info({
+      method: state.method,
+      path: state.path,
+      status: state.status,
+      duration: Math.round(seconds * 1e6) / 1e3,
+      runId: state.runId
+    }, 'websocket')
+  }
+
+  async function handleUpgrade (req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    socket.on('error', ignoreSocketError)
+    const callerUrl = req.url as string
+    const state: UpgradeState = {
+      runId: runIdFor(req.headers['x-request-id']),
+      method: req.method as string,
+      path: callerUrl.split('?', 1)[0] as string,
+      startedAt: performance.now(),
+      status: 0,
+      upgraded: false
+    }
+    states.set(req, state)
+    deps.inflight.begin()
+    socket.once('close', () => { finish(state) })
+    try {
+      const route = parseInvokeRoute(callerUrl)
+      if (route === undefined ||
+          (config.projectId !== undefined && route.projectId !== config.projectId) ||
+          (config.appName !== undefined && route.appName !== config.appName)) {
+        throw new RouteNotFoundError('no such app')
+      }
+      const query = splitQuery(route.query, config.allowQueryToken)
+      if (deps.verifier !== undefined) {
+        await deps.verifier.authorize(readBearerToken(req.headers, query.accessToken), route.projectId)
+      }
+      if (socket.destroyed) return
+      req.headers = headerListToObject(appRequestHeaders(req, state.runId, {
+        dropAuthorization: deps.verifier !== undefined, dropAcceptEncoding: false, upgrade: true
+      }))
+      req.url = basePath + route.appPath + (query.forwarded === '' ? '' : '?' + query.forwarded)
+      proxy.ws(req, socket, head)
+    } catch (error) {
+      state.status = error instanceof SidecarError ? error.status : 500
+      rejectUpgrade(socket, state.runId, error)
+    }
+  }
+
+  return {
+    handleUpgrade: (req, socket, head) => { void handleUpgrade(req, socket, head) },
+    closeAll: () => { for (const socket of open) socket.destroy() }
+  }
+}
+
+function ignoreSocketError (): void {}
+
+/** Answers a refused upgrade with the sidecar's JSON error and closes the socket. */
+function rejectUpgrade (socket: Duplex, runId: string, error: unknown): void {
+  const known = error instanceof SidecarError ? error : new SidecarError(500, 'SIDECAR_INTERNAL', 'internal error')
+  const body = known.body()
+  const extra = known.headers === undefined ? '' : Object.entries(known.headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')
+  socket.end(`HTTP/1.1 ${known.status} ${STATUS_CODES[known.status] ?? ''}\r\n` +
+    'content-type: application/json; charset=utf-8\r\n' +
+    `content-length: ${Buffer.byteLength(body)}\r\n` +
+    `x-request-id: ${runId}\r\n${extra}connection: close\r\n\r\n${body}`)
+}

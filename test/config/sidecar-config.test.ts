@@ -1,0 +1,102 @@
+import t from 'tap'
+import { loadSidecarConfig, sidecarHelp, SIDECAR_VARIABLES } from '../../src/config/sidecar-config.ts'
+import { ConfigError } from '../../src/errors.ts'
+
+t.test('defaults match the SPEC table', async t => {
+  const c = loadSidecarConfig({})
+  t.equal(c.port, 8000)
+  t.equal(c.adminPort, 9090)
+  t.equal(c.host, '0.0.0.0')
+  t.equal(c.appUrl.href, 'http://127.0.0.1:8192/')
+  t.equal(c.storeUrl.href, 'http://127.0.0.1:7070/')
+  t.equal(c.projectId, undefined)
+  t.equal(c.appName, undefined)
+  t.equal(c.runtime, 'cortex')
+  t.equal(c.disableAuth, false)
+  t.equal(c.authJwksUrl.href, 'http://127.0.0.1:7070/.well-known/jwks.json')
+  t.equal(c.replicaConcurrency, 0)
+  t.equal(c.queueDepth, 1000)
+  t.equal(c.maxBodyBytes, 67108864)
+  t.equal(c.deadlineSeconds, 0)
+  t.equal(c.responseGracePeriodSeconds, 900)
+  t.equal(c.readycheckPath, undefined)
+  t.equal(c.healthcheckPath, undefined)
+  t.equal(c.allowQueryToken, false)
+  t.equal(c.sseHeartbeatSeconds, 15)
+  t.equal(c.webhookAttempts, 3)
+  t.equal(c.webhookMaxDelayMs, 5000)
+  t.equal(c.webhookTimeoutMs, 10000)
+  t.equal(c.webhookMaxBodyBytes, 10485760)
+  t.equal(c.webhookHeaderBrand, 'Service')
+  t.same(c.webhookAllowedCidrs, [])
+  t.equal(c.logLevel, 'info')
+})
+
+t.test('derived defaults follow the values they depend on', async t => {
+  t.equal(loadSidecarConfig({ REPLICA_CONCURRENCY: '4' }).queueDepth, 40)
+  t.equal(loadSidecarConfig({ REPLICA_CONCURRENCY: '4', QUEUE_DEPTH: '7' }).queueDepth, 7)
+  t.equal(loadSidecarConfig({ STORE_URL: 'http://store:7070/base' }).authJwksUrl.href, 'http://store:7070/base/.well-known/jwks.json')
+  t.equal(loadSidecarConfig({ AUTH_JWKS_URL: 'https://keys.example/jwks' }).authJwksUrl.href, 'https://keys.example/jwks')
+})
+
+t.test('every value is parsed to its type', async t => {
+  const c = loadSidecarConfig({
+    PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', APP_URL: 'https://app.internal:8443/prefix',
+    PROJECT_ID: 'p-1', APP_NAME: 'my.app', RUNTIME: 'custom', DISABLE_AUTH: 'TRUE',
+    REPLICA_CONCURRENCY: '8', MAX_BODY_BYTES: '1024', DEADLINE_SECONDS: '2.5',
+    RESPONSE_GRACE_PERIOD_SECONDS: '30', READYCHECK_PATH: '/ready', HEALTHCHECK_PATH: '/health',
+    ALLOW_QUERY_TOKEN: '1', SSE_HEARTBEAT_SECONDS: '0.5', WEBHOOK_ATTEMPTS: '5', WEBHOOK_MAX_DELAY_MS: '0',
+    WEBHOOK_TIMEOUT_MS: '250', WEBHOOK_MAX_BODY_BYTES: '0', WEBHOOK_HEADER_BRAND: 'Acme-Cloud',
+    WEBHOOK_ALLOWED_CIDRS: ' 127.0.0.0/8 , fd00::/8,', LOG_LEVEL: 'silent'
+  })
+  t.equal(c.appUrl.href, 'https://app.internal:8443/prefix')
+  t.equal(c.runtime, 'custom')
+  t.equal(c.disableAuth, true)
+  t.equal(c.deadlineSeconds, 2.5)
+  t.equal(c.allowQueryToken, true)
+  t.equal(c.queueDepth, 80)
+  t.same(c.webhookAllowedCidrs, [{ address: '127.0.0.0', prefix: 8, family: 4 }, { address: 'fd00::', prefix: 8, family: 6 }])
+  t.equal(c.webhookHeaderBrand, 'Acme-Cloud')
+  t.equal(c.logLevel, 'silent')
+})
+
+t.test('an empty value counts as unset', async t => {
+  t.equal(loadSidecarConfig({ PORT: '', RUNTIME: '' }).port, 8000)
+})
+
+const invalid: Array<[string, string]> = [
+  ['PORT', 'abc'], ['PORT', '70000'], ['PORT', '-1'], ['PORT', '80.5'], ['ADMIN_PORT', '1e3'],
+  ['APP_URL', 'not a url'], ['APP_URL', 'ftp://x'], ['APP_URL', 'http://user:pw@app'], ['APP_URL', 'http://app/?q=1'],
+  ['STORE_URL', 'localhost:7070'], ['AUTH_JWKS_URL', 'file:///etc/keys'],
+  ['PROJECT_ID', '../etc'], ['APP_NAME', 'a/b'], ['APP_NAME', '.hidden'],
+  ['RUNTIME', 'python'], ['DISABLE_AUTH', 'maybe'], ['ALLOW_QUERY_TOKEN', 'yes please'],
+  ['REPLICA_CONCURRENCY', '-2'], ['QUEUE_DEPTH', 'ten'], ['MAX_BODY_BYTES', '1.5'],
+  ['DEADLINE_SECONDS', '-1'], ['DEADLINE_SECONDS', 'soon'], ['RESPONSE_GRACE_PERIOD_SECONDS', '1e9'],
+  ['READYCHECK_PATH', 'ready'], ['HEALTHCHECK_PATH', '/he alth'], ['SSE_HEARTBEAT_SECONDS', 'x'],
+  ['WEBHOOK_ATTEMPTS', '0'], ['WEBHOOK_MAX_DELAY_MS', '-5'], ['WEBHOOK_TIMEOUT_MS', '0'],
+  ['WEBHOOK_MAX_BODY_BYTES', 'big'], ['WEBHOOK_HEADER_BRAND', 'Bad Brand'], ['WEBHOOK_HEADER_BRAND', '-x'],
+  ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/33'], ['WEBHOOK_ALLOWED_CIDRS', 'fd00::/129'],
+  ['WEBHOOK_ALLOWED_CIDRS', 'example.com/8'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/8/1'], ['LOG_LEVEL', 'verbose']
+]
+for (const [name, value] of invalid) {
+  t.test(`${name}=${JSON.stringify(value)} is refused with an error naming it`, async t => {
+    let caught: unknown
+    try { loadSidecarConfig({ [name]: value }) } catch (error) { caught = error }
+    t.type(caught, ConfigError)
+    t.equal((caught as ConfigError).variable, name)
+    t.ok((caught as Error).message.startsWith(`${name}: `), (caught as Error).message)
+    t.equal((caught as Error).message.split('\n').length, 1, 'one line')
+  })
+}
+
+t.test('PORT and ADMIN_PORT must differ', async t => {
+  t.throws(() => loadSidecarConfig({ PORT: '9000', ADMIN_PORT: '9000' }), { variable: 'ADMIN_PORT' })
+  t.doesNotThrow(() => loadSidecarConfig({ PORT: '0', ADMIN_PORT: '0' }))
+})
+
+t.test('--help lists every variable with its default', async t => {
+  const help = sidecarHelp()
+  for (const v of SIDECAR_VARIABLES) {
+    t.match(help, new RegExp(`^  ${v.name} +${(v.defaultText ?? 'unset').replace(/[$.*+?()[\]{}|\\^]/g, '\\$&')} `, 'm'), v.name)
+  }
+})

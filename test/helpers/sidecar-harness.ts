@@ -1,0 +1,102 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { loadSidecarConfig, type SidecarConfig } from '../../src/config/sidecar-config.ts'
+import { createTokenIssuer, serveJwks, type JwksServer, type TokenIssuer } from '../../src/demo/demo-token-issuer.ts'
+import { type RunningSidecar, startSidecar } from '../../src/sidecar/sidecar.ts'
+
+/** A log line as pino wrote it. */
+export type LogLine = Record<string, unknown>
+
+/** A real HTTP server on loopback port 0, for playing the app or the store in tests. */
+export interface TestServer {
+  readonly server: Server
+  readonly port: number
+  readonly url: string
+  /** Every request seen, in arrival order, with its body. */
+  readonly requests: Array<{ method: string, url: string, headers: IncomingMessage['headers'], rawHeaders: string[], body: Buffer }>
+  close: () => Promise<void>
+}
+
+export type TestHandler = (req: IncomingMessage, res: ServerResponse, body: Buffer) => void | Promise<void>
+
+/** Starts a server that records each request (body read in full) and hands it to `handler`. */
+export async function startTestServer (handler: TestHandler): Promise<TestServer> {
+  const requests: TestServer['requests'] = []
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (chunk: Buffer) => chunks.push(chunk))
+    req.on('error', () => {})
+    req.on('end', () => {
+      const body = Buffer.concat(chunks)
+      requests.push({ method: req.method as string, url: req.url as string, headers: req.headers, rawHeaders: req.rawHeaders, body })
+      void handler(req, res, body)
+    })
+  })
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  const port = (server.address() as AddressInfo).port
+  return {
+    server,
+    port,
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    close: async () => {
+      server.closeAllConnections()
+      await new Promise(resolve => server.close(resolve))
+    }
+  }
+}
+
+export interface Harness {
+  readonly sidecar: RunningSidecar
+  readonly config: SidecarConfig
+  readonly issuer: TokenIssuer
+  readonly jwks: JwksServer
+  /** `http://127.0.0.1:<public port>` */
+  readonly base: string
+  /** `http://127.0.0.1:<admin port>` */
+  readonly admin: string
+  readonly logs: LogLine[]
+  /** A valid token for `projectId` (default `proj`). */
+  token: (projectId?: string) => Promise<string>
+  close: () => Promise<void>
+}
+
+/**
+ * A sidecar in this process, in front of `appUrl`, with its own key pair and JWKS server,
+ * its log lines captured in `logs`. `env` overrides any sidecar variable.
+ */
+export async function startHarness (appUrl: string, env: Record<string, string> = {}): Promise<Harness> {
+  const issuer = await createTokenIssuer()
+  const jwks = await serveJwks([issuer])
+  const config = loadSidecarConfig({
+    PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', APP_URL: appUrl, AUTH_JWKS_URL: jwks.url.href, LOG_LEVEL: 'info', ...env
+  })
+  const logs: LogLine[] = []
+  const sidecar = await startSidecar(config, {
+    logDestination: { write: (line: string) => { logs.push(JSON.parse(line) as LogLine) } },
+    probeIntervals: { fast: 20, slow: 200 }
+  })
+  return {
+    sidecar,
+    config,
+    issuer,
+    jwks,
+    base: `http://127.0.0.1:${sidecar.port}`,
+    admin: `http://127.0.0.1:${sidecar.adminPort}`,
+    logs,
+    token: async (projectId = 'proj') => await issuer.sign(projectId),
+    close: async () => {
+      await sidecar.close()
+      await jwks.close()
+    }
+  }
+}
+
+/** Waits until `check` is true, polling every 10 ms, failing after `ms`. */
+export async function eventually (check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
+  const until = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > until) throw new Error('condition not met in time')
+    await new Promise(resolve => setTimeout(resolve, 10))
+  }
+}
