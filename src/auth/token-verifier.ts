@@ -5,7 +5,7 @@ import { ForbiddenProjectError, InvalidTokenError, SidecarError, StoreUnreachabl
 export interface VerifiedToken {
   readonly projectId: string | undefined
   readonly jti: string | undefined
-  /** Expiry in epoch milliseconds (Infinity when the token has no `exp`). */
+  /** Expiry in epoch milliseconds (`exp` is required). */
   readonly expiresAtMs: number
 }
 
@@ -33,11 +33,7 @@ export class TokenVerifier {
 
   constructor (options: TokenVerifierOptions) {
     this.#cacheSize = options.cacheSize ?? 10_000
-    this.#keys = options.keys ?? createRemoteJWKSet(options.jwksUrl, {
-      cooldownDuration: options.refetchCooldownMs ?? 30_000,
-      cacheMaxAge: 10 * 60_000,
-      timeoutDuration: 5_000
-    })
+    this.#keys = options.keys ?? remoteKeys(options.jwksUrl, options.refetchCooldownMs ?? 30_000)
   }
 
   /**
@@ -59,14 +55,14 @@ export class TokenVerifier {
   async #verify (token: string): Promise<VerifiedToken> {
     let payload
     try {
-      ({ payload } = await jwtVerify(token, this.#keys, { algorithms: ACCEPTED_ALGORITHMS }))
+      ({ payload } = await jwtVerify(token, this.#keys, { algorithms: ACCEPTED_ALGORITHMS, requiredClaims: ['exp'] }))
     } catch (error) {
       throw tokenError(error)
     }
     const verified: VerifiedToken = {
       projectId: typeof payload.projectId === 'string' ? payload.projectId : undefined,
       jti: payload.jti,
-      expiresAtMs: payload.exp === undefined ? Infinity : payload.exp * 1000
+      expiresAtMs: (payload.exp as number) * 1000
     }
     if (this.#cache.size >= this.#cacheSize) {
       const oldest = this.#cache.keys().next().value
@@ -80,13 +76,41 @@ export class TokenVerifier {
   get cachedTokens (): number { return this.#cache.size }
 }
 
+/**
+ * The remote JWKS, refetched when a token names an unknown `kid`, at most once per `cooldownMs`.
+ * jose's own cooldown counts from any fetch (the first one, the periodic refresh), which would
+ * refuse a key rotated shortly after one; here only refetches caused by an unknown `kid` count.
+ */
+function remoteKeys (url: URL, cooldownMs: number): JWTVerifyGetKey {
+  const remote = createRemoteJWKSet(url, { cooldownDuration: Infinity, cacheMaxAge: 10 * 60_000, timeoutDuration: 5_000 })
+  let lastRefetch = -Infinity
+  let refetching: Promise<void> | undefined // shared by the concurrent calls that asked for it
+  return async (header, token) => {
+    const fetchesNow = !remote.fresh // no keys yet, or stale: this very call fetches them
+    try {
+      return await remote(header, token)
+    } catch (error) {
+      if (!(error instanceof joseErrors.JWKSNoMatchingKey) || fetchesNow) throw error
+      if (refetching === undefined) {
+        if (Date.now() < lastRefetch + cooldownMs) throw error
+        lastRefetch = Date.now()
+        refetching = remote.reload().finally(() => { refetching = undefined })
+      }
+      await refetching
+      return await remote(header, token)
+    }
+  }
+}
+
 function tokenError (error: unknown): SidecarError {
   if (error instanceof joseErrors.JWTExpired) return new InvalidTokenError('expired')
   if (error instanceof joseErrors.JWSSignatureVerificationFailed) return new InvalidTokenError('bad signature')
   if (error instanceof joseErrors.JOSEAlgNotAllowed) return new InvalidTokenError('algorithm not allowed')
   if (error instanceof joseErrors.JWKSNoMatchingKey) return new InvalidTokenError('unknown signing key')
   if (error instanceof joseErrors.JWTClaimValidationFailed) return new InvalidTokenError(`claim ${error.claim} rejected`)
+  // a bare JOSEError (ERR_JOSE_GENERIC) is jose's "non-200 or non-JSON JWKS response"
   if (error instanceof joseErrors.JWKSTimeout || error instanceof joseErrors.JWKSInvalid ||
+      (error instanceof joseErrors.JOSEError && error.code === 'ERR_JOSE_GENERIC') ||
       (error instanceof Error && !(error instanceof joseErrors.JOSEError))) {
     return new StoreUnreachableError('token keys could not be fetched')
   }

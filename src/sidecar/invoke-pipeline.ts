@@ -59,7 +59,11 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     const { req, res } = call
     const body = requestBodyFor(req, config.maxBodyBytes)
     const relay = new AppResponseRelay(res, call.runId, chooseSink)
-    res.once('close', () => { if (!res.writableFinished) relay.callerGone() })
+    deps.metrics.inflight.inc()
+    res.once('close', () => {
+      deps.metrics.inflight.dec()
+      if (!res.writableFinished) relay.callerGone()
+    })
     const headers = appRequestHeaders(req, call.runId, {
       dropAuthorization: deps.verifier !== undefined,
       dropAcceptEncoding: config.runtime === 'cortex',

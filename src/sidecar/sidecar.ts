@@ -76,8 +76,9 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
       socket.end('HTTP/1.1 404 Not Found\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 27\r\nconnection: close\r\n\r\n{"message":"no such route"}')
     }
   })
-  server.on('clientError', (_error, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 31\r\nconnection: close\r\n\r\n{"message":"malformed request"}')
+  server.on('clientError', (error: NodeJS.ErrnoException, socket) => {
+    // bytes after a `Connection: close` request belong to no request: nothing to answer
+    if (socket.writable && error.code !== 'HPE_CLOSED_CONNECTION' && error.code !== 'ECONNRESET') socket.end('HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 31\r\nconnection: close\r\n\r\n{"message":"malformed request"}')
     else socket.destroy()
   })
   const admin = createAdminServer({ metrics, readiness, health, draining: () => draining })

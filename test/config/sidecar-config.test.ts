@@ -90,7 +90,7 @@ for (const [name, value] of invalid) {
 }
 
 t.test('PORT and ADMIN_PORT must differ', async t => {
-  t.throws(() => loadSidecarConfig({ PORT: '9000', ADMIN_PORT: '9000' }), { variable: 'ADMIN_PORT' })
+  t.throws(() => loadSidecarConfig({ PORT: '9000', ADMIN_PORT: '9000' }), { name: 'ConfigError', message: 'ADMIN_PORT: must differ from PORT (9000)' })
   t.doesNotThrow(() => loadSidecarConfig({ PORT: '0', ADMIN_PORT: '0' }))
 })
 

@@ -1,0 +1,99 @@
+import { request } from 'node:http'
+import t from 'tap'
+import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
+import { runBin } from '../helpers/child-process.ts'
+import { send } from '../helpers/http-client.ts'
+import { eventually, startTestServer } from '../helpers/sidecar-harness.ts'
+
+const BASE_ENV = { PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1' }
+
+t.test('--help lists the variables and exits 0', async t => {
+  const child = runBin('app-sidecar', {}, ['--help'])
+  t.equal(await child.exited, 0)
+  t.match(child.stdout, /^app-sidecar: /)
+  for (const name of ['PORT', 'ADMIN_PORT', 'APP_URL', 'STORE_URL', 'DISABLE_AUTH', 'WEBHOOK_ALLOWED_CIDRS', 'LOG_LEVEL']) {
+    t.match(child.stdout, new RegExp(`^  ${name} `, 'm'))
+  }
+})
+
+t.test('an invalid value stops start-up with one line naming the variable', async t => {
+  for (const [name, value] of [['PORT', 'eighty'], ['APP_URL', 'ftp://app'], ['RUNTIME', 'python'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/40']]) {
+    const child = runBin('app-sidecar', { [name as string]: value as string })
+    t.equal(await child.exited, 2, name)
+    const lines = child.stderr.trim().split('\n')
+    t.equal(lines.length, 1, 'one line')
+    t.match(lines[0], new RegExp(`^app-sidecar: invalid configuration: ${name}: `))
+    t.equal(child.stdout, '')
+  }
+})
+
+t.test('a port in use: a clear error and a non-zero exit', async t => {
+  const busy = await startTestServer((req, res) => { res.end() })
+  t.teardown(() => busy.close())
+  const child = runBin('app-sidecar', { ...BASE_ENV, PORT: String(busy.port) })
+  t.equal(await child.exited, 1)
+  t.match(child.stderr, /^app-sidecar: cannot start: EADDRINUSE/)
+})
+
+t.test('SIGTERM: readyz turns 503 at once, in-flight and new calls finish, then exit 0', async t => {
+  const held: Array<() => void> = []
+  const app = await startTestServer((req, res) => {
+    if (req.url === '/slow') held.push(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"slow":true}'))
+    else res.writeHead(200, { 'content-type': 'application/json' }).end('{"fast":true}')
+  })
+  const issuer = await createTokenIssuer()
+  const jwks = await serveJwks([issuer])
+  t.teardown(async () => { await app.close(); await jwks.close() })
+  const child = runBin('app-sidecar', { ...BASE_ENV, APP_URL: app.url, AUTH_JWKS_URL: jwks.url.href, RESPONSE_GRACE_PERIOD_SECONDS: '30' })
+  const started = await child.waitForLine(line => line.msg === 'sidecar listening')
+  const base = `http://127.0.0.1:${started.port as number}`
+  const admin = `http://127.0.0.1:${started.adminPort as number}`
+  await eventually(async () => (await send(`${admin}/readyz`)).status === 200)
+  const token = await issuer.sign('proj')
+  const secret = 'whsec_never_logged'
+
+  const slow = send(`${base}/v4/proj/app/slow`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'x-webhook-secret': secret }, body: '{}' })
+  await eventually(() => held.length === 1)
+  child.process.kill('SIGTERM')
+  await child.waitForLine(line => line.msg === 'draining')
+  t.equal((await send(`${admin}/readyz`)).status, 503, 'not ready while draining')
+  const during = await send(`${base}/v4/proj/app/fast`, { headers: { authorization: `Bearer ${token}` } })
+  t.equal(during.status, 200, 'new calls are still served while draining')
+  t.equal(child.process.exitCode, null, 'still running while a call is in flight')
+  held[0]?.()
+  const slowResponse = await slow
+  t.equal(slowResponse.status, 200)
+  t.same((slowResponse.json() as { result: unknown }).result, { slow: true })
+  t.equal(await child.exited, 0)
+  t.ok(child.lines.some(line => line.msg === 'stopped' && line.clean === true))
+  const requestLines = child.lines.filter(line => line.msg === 'request')
+  t.equal(requestLines.length, 2, 'one line per request')
+  t.notOk(child.stdout.includes(token) || child.stdout.includes(secret), 'no token or secret in the logs')
+  t.notOk(child.stderr.includes(token) || child.stderr.includes(secret))
+})
+
+t.test('SIGTERM with nothing in flight exits 0 at once', async t => {
+  const child = runBin('app-sidecar', { ...BASE_ENV, DISABLE_AUTH: 'true' })
+  await child.waitForLine(line => line.msg === 'sidecar listening')
+  const sentAt = Date.now()
+  child.process.kill('SIGTERM')
+  t.equal(await child.exited, 0)
+  t.ok(Date.now() - sentAt < 3000, 'no fixed sleep')
+})
+
+t.test('the grace period ends what is left, and the process still exits 0', async t => {
+  const app = await startTestServer(() => { /* never answers */ })
+  t.teardown(() => app.close())
+  const child = runBin('app-sidecar', { ...BASE_ENV, APP_URL: app.url, DISABLE_AUTH: 'true', RESPONSE_GRACE_PERIOD_SECONDS: '0.5' })
+  const started = await child.waitForLine(line => line.msg === 'sidecar listening')
+  const outcome = new Promise<string>(resolve => {
+    const req = request(`http://127.0.0.1:${started.port as number}/v4/p/a/hang`, { agent: false }, res => { resolve(`status ${res.statusCode}`) })
+    req.on('error', error => { resolve((error as NodeJS.ErrnoException).code ?? 'error') })
+    req.end()
+  })
+  await eventually(() => app.requests.length === 1)
+  child.process.kill('SIGTERM')
+  t.equal(await child.exited, 0)
+  t.equal(await outcome, 'ECONNRESET', 'the caller sees the connection cut')
+  t.ok(child.lines.some(line => line.msg === 'stopped' && line.clean === false))
+})

@@ -1,0 +1,60 @@
+import { type ChildProcess, spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+
+export interface Child {
+  readonly process: ChildProcess
+  readonly lines: Array<Record<string, unknown>>
+  stdout: string
+  stderr: string
+  /** Resolves with the exit code (or signal name). */
+  readonly exited: Promise<number | string>
+  /** Resolves with the first JSON log line that matches. */
+  waitForLine: (match: (line: Record<string, unknown>) => boolean, ms?: number) => Promise<Record<string, unknown>>
+}
+
+/** Runs one of the package's bins from source (`src/bin/<name>.ts`) as a real child process. */
+export function runBin (name: string, env: Record<string, string>, args: string[] = []): Child {
+  const child = spawn(process.execPath, ['--import', 'tsx', `src/bin/${name}.ts`, ...args], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  const state: Child = {
+    process: child,
+    lines: [],
+    stdout: '',
+    stderr: '',
+    exited: new Promise(resolve => { child.once('exit', (code, signal) => { resolve(code ?? signal ?? -1) }) }),
+    waitForLine: (match, ms = 10_000) => new Promise((resolve, reject) => {
+      const found = state.lines.find(match)
+      if (found !== undefined) { resolve(found); return }
+      const timer = setTimeout(() => { reject(new Error(`no matching log line; stdout: ${state.stdout} stderr: ${state.stderr}`)) }, ms)
+      const onLine = (line: Record<string, unknown>): void => {
+        if (!match(line)) return
+        clearTimeout(timer)
+        listeners.delete(onLine)
+        resolve(line)
+      }
+      listeners.add(onLine)
+    })
+  }
+  const listeners = new Set<(line: Record<string, unknown>) => void>()
+  let partial = ''
+  child.stdout.setEncoding('utf8').on('data', (text: string) => {
+    state.stdout += text
+    partial += text
+    const parts = partial.split('\n')
+    partial = parts.pop() as string
+    for (const part of parts) {
+      if (part.trim() === '') continue
+      let line: Record<string, unknown>
+      try { line = JSON.parse(part) as Record<string, unknown> } catch { continue }
+      state.lines.push(line)
+      for (const listener of [...listeners]) listener(line)
+    }
+  })
+  child.stderr.setEncoding('utf8').on('data', (text: string) => { state.stderr += text })
+  return state
+}
