@@ -15,7 +15,7 @@ import { createInvokeHandler } from './invoke-pipeline.ts'
 import { createManagementHandler } from './management-forward.ts'
 import { SidecarMetrics } from './metrics.ts'
 import { runIdFor } from './run-id.ts'
-import { createWebSocketPassthrough } from './websocket-passthrough.ts'
+import { createWebSocketPassthrough, rejectUpgrade } from './websocket-passthrough.ts'
 
 export interface SidecarOptions {
   /** Where log lines go (default: stdout). */
@@ -73,7 +73,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
       websockets.handleUpgrade(req, socket, head)
     } else {
       socket.on('error', () => {})
-      socket.end('HTTP/1.1 404 Not Found\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 27\r\nconnection: close\r\n\r\n{"message":"no such route"}')
+      rejectUpgrade(socket, runIdFor(req.headers['x-request-id']), new RouteNotFoundError())
     }
   })
   server.on('clientError', (error: NodeJS.ErrnoException, socket) => {

@@ -52,8 +52,16 @@ export function createWebSocketPassthrough (deps: WebSocketDeps): WebSocketPasst
 
   proxy.on('proxyReqWs', (proxyReq, req, socket) => {
     const state = states.get(req) as UpgradeState
+    // The caller went away before the app answered: abandon the handshake to the app.
+    socket.once('close', () => { if (!state.upgraded) proxyReq.destroy() })
     proxyReq.on('response', response => { state.status = response.statusCode ?? 502 })
-    proxyReq.on('upgrade', () => {
+    proxyReq.on('upgrade', (response, proxySocket) => {
+      // runs before http-proxy writes the 101 from these headers
+      response.headers['x-request-id'] = state.runId
+      if (socket.destroyed) {
+        proxySocket.destroy()
+        return
+      }
       state.status = 101
       state.upgraded = true
       open.add(socket)
@@ -66,7 +74,7 @@ export function createWebSocketPassthrough (deps: WebSocketDeps): WebSocketPasst
   })
   proxy.on('error', (error, req, socket) => {
     const state = states.get(req)
-    if (state === undefined || state.upgraded || !('write' in socket)) {
+    if (state === undefined || state.upgraded || !('write' in socket) || socket.destroyed) {
       socket.destroy()
       return
     }
@@ -77,6 +85,8 @@ export function createWebSocketPassthrough (deps: WebSocketDeps): WebSocketPasst
   function finish (state: UpgradeState): void {
     deps.inflight.end()
     const seconds = (performance.now() - state.startedAt) / 1000
+    // 0: the caller left before any answer (499, as for HTTP calls)
+    if (state.status === 0) state.status = 499
     deps.metrics.recordRequest('websocket', state.status, seconds)
     deps.logger.info({
       method: state.method,
@@ -117,6 +127,8 @@ export function createWebSocketPassthrough (deps: WebSocketDeps): WebSocketPasst
         dropAuthorization: deps.verifier !== undefined, dropAcceptEncoding: false, upgrade: true
       }))
       req.url = basePath + route.appPath + (query.forwarded === '' ? '' : '?' + query.forwarded)
+      deps.metrics.inflight.inc()
+      socket.once('close', () => { deps.metrics.inflight.dec() })
       proxy.ws(req, socket, head)
     } catch (error) {
       state.status = error instanceof SidecarError ? error.status : 500
@@ -133,7 +145,7 @@ export function createWebSocketPassthrough (deps: WebSocketDeps): WebSocketPasst
 function ignoreSocketError (): void {}
 
 /** Answers a refused upgrade with the sidecar's JSON error and closes the socket. */
-function rejectUpgrade (socket: Duplex, runId: string, error: unknown): void {
+export function rejectUpgrade (socket: Duplex, runId: string, error: unknown): void {
   const known = error instanceof SidecarError ? error : new SidecarError(500, 'SIDECAR_INTERNAL', 'internal error')
   const body = known.body()
   const extra = known.headers === undefined ? '' : Object.entries(known.headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')

@@ -17,8 +17,9 @@ t.test('--help lists the variables and exits 0', async t => {
 })
 
 t.test('an invalid value stops start-up with one line naming the variable', async t => {
-  for (const [name, value] of [['PORT', 'eighty'], ['APP_URL', 'ftp://app'], ['RUNTIME', 'python'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/40']]) {
-    const child = runBin('app-sidecar', { [name as string]: value as string })
+  const cases: Array<[string, string]> = [['PORT', 'eighty'], ['APP_URL', 'ftp://app'], ['RUNTIME', 'python'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/40']]
+  for (const [name, value] of cases) {
+    const child = runBin('app-sidecar', { [name]: value })
     t.equal(await child.exited, 2, name)
     const lines = child.stderr.trim().split('\n')
     t.equal(lines.length, 1, 'one line')

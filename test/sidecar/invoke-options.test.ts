@@ -174,3 +174,42 @@ t.test('one log line per finished request, with no secrets in any line', async t
   t.match(metrics.text, /^sidecar_requests_total\{route="invoke",code="401"\} 1$/m)
   t.match(metrics.text, /^sidecar_request_duration_seconds_count\{route="invoke"\} 2$/m)
 })
+
+t.test('a slow reader pauses the app instead of buffering: every byte arrives in order', async t => {
+  const total = 16 * 1024 * 1024
+  const pattern = Buffer.alloc(64 * 1024)
+  for (let i = 0; i < pattern.length; i++) pattern[i] = i % 251
+  const app = await startTestServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/octet-stream' })
+    let sent = 0
+    const pump = (): void => {
+      while (sent < total) {
+        sent += pattern.length
+        if (!res.write(pattern)) { res.once('drain', pump); return }
+      }
+      res.end()
+    }
+    pump()
+  })
+  const h = await startHarness(app.url, { DISABLE_AUTH: 'true', RUNTIME: 'custom' })
+  t.teardown(async () => { await h.close(); await app.close() })
+  const received = await new Promise<{ bytes: number, ok: boolean }>((resolve, reject) => {
+    const req = request(`${h.base}/v4/p/a/big`, { agent: false }, res => {
+      res.pause()
+      let bytes = 0
+      let ok = true
+      setTimeout(() => {
+        res.on('data', (chunk: Buffer) => {
+          for (let i = 0; i < chunk.length; i += 4099) if (chunk[i] !== (bytes + i) % pattern.length % 251) ok = false
+          bytes += chunk.length
+        })
+        res.on('end', () => { resolve({ bytes, ok }) })
+        res.resume()
+      }, 300)
+    })
+    req.on('error', reject)
+    req.end()
+  })
+  t.equal(received.bytes, total)
+  t.ok(received.ok, 'bytes arrive in order')
+})
