@@ -6,6 +6,8 @@ import { WebSocketServer } from 'ws'
 /**
  * The example app behind the demo sidecar: what a user's deployed function looks like to it.
  *   POST /run      {"name": "Ada"} → {"greeting": "Hello, Ada!"} (a function's raw return value)
+ *   POST /generate {"prompt": "…", "delay_ms": 200} → NDJSON, one {"token": …} line per word (a generator)
+ *   GET  /events   ?count=5&delay_ms=200 → text/event-stream, numbered events (an SSE app)
  *   GET  /health   200
  *   WS   /ws       echoes every message back, text or binary
  */
@@ -36,7 +38,36 @@ async function route (req: IncomingMessage, res: ServerResponse): Promise<void> 
     const name = typeof input.name === 'string' ? input.name : 'world'
     return json(res, 200, { greeting: `Hello, ${name}!` })
   }
+  if (path === '/generate' && req.method === 'POST') {
+    const input = await readJson(req) as { prompt?: unknown, delay_ms?: unknown }
+    const prompt = typeof input.prompt === 'string' ? input.prompt : 'the quick brown fox jumps over the lazy dog'
+    const words = prompt.split(/\s+/).filter(word => word !== '')
+    res.writeHead(200, { 'content-type': 'application/x-ndjson' })
+    await paced(res, words.length, delayOf(input.delay_ms, 200), i => JSON.stringify({ token: words[i], index: i }) + '\n')
+    return
+  }
+  if (path === '/events') {
+    const query = new URL(req.url ?? '/', 'http://app').searchParams
+    const count = Math.min(Number(query.get('count') ?? 5) || 5, 10_000)
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
+    await paced(res, count, delayOf(query.get('delay_ms'), 200), i => `id: ${i}\ndata: ${JSON.stringify({ n: i, at: new Date().toISOString() })}\n\n`)
+    return
+  }
   json(res, 404, { message: `no function at ${path}` })
+}
+
+function delayOf (value: unknown, fallback: number): number {
+  const ms = Number(value ?? fallback)
+  return Number.isFinite(ms) && ms >= 0 ? Math.min(ms, 60_000) : fallback
+}
+
+/** Writes `count` pieces, one every `delayMs`, as a generator would yield them; stops if the caller leaves. */
+async function paced (res: ServerResponse, count: number, delayMs: number, piece: (i: number) => string): Promise<void> {
+  for (let i = 0; i < count && !res.destroyed; i++) {
+    if (i > 0 && delayMs > 0) await new Promise(resolve => setTimeout(resolve, delayMs))
+    res.write(piece(i))
+  }
+  res.end()
 }
 
 export async function startExampleApp (port = 0, host = '127.0.0.1'): Promise<ExampleApp> {

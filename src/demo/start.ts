@@ -38,6 +38,12 @@ TOKEN=${token}
 # call the app's function through the sidecar (the cortex envelope wraps its return value)
 curl -s -X POST ${base}/v4/${PROJECT}/${APP}/run -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d '{"name":"Ada"}'
 
+# a generator: NDJSON from the app becomes server-sent events, one per token, as each is yielded
+curl -N -X POST ${base}/v4/${PROJECT}/${APP}/generate -H "Authorization: Bearer $TOKEN" -d '{"prompt":"streams arrive one token at a time","delay_ms":300}'
+
+# an SSE app: its event stream passes through byte for byte, flushed as it arrives
+curl -N "${base}/v4/${PROJECT}/${APP}/events?count=5&delay_ms=500" -H "Authorization: Bearer $TOKEN"
+
 # no token: 401; another app: 404
 curl -s -X POST ${base}/v4/${PROJECT}/${APP}/run -d '{}'
 curl -s ${base}/v4/${PROJECT}/other/run -H "Authorization: Bearer $TOKEN"

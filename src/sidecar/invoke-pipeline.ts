@@ -13,6 +13,17 @@ import { type InvokeRoute, parseInvokeRoute, splitQuery, type SplitQuery } from 
 import { requestBodyFor } from './request-body.ts'
 import { envelopeSink, passthroughSink, type ResponseSink, type SinkContext } from './response-sinks.ts'
 import { runIdFor } from './run-id.ts'
+import { createStreamSinks } from '../stream/stream-sinks.ts'
+
+function mediaType (contentType: string | undefined): string {
+  if (contentType === undefined) return ''
+  const semicolon = contentType.indexOf(';')
+  return (semicolon === -1 ? contentType : contentType.slice(0, semicolon)).trim().toLowerCase()
+}
+
+function acceptsEventStream (accept: string | undefined): boolean {
+  return accept !== undefined && accept.toLowerCase().includes('text/event-stream')
+}
 
 export interface InvokeDeps extends CallRecorder {
   readonly config: SidecarConfig
@@ -37,6 +48,7 @@ interface InvokeCall {
 export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config } = deps
   const basePath = config.appUrl.pathname.replace(/\/$/, '')
+  const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs: config.sseHeartbeatSeconds * 1000 })
 
   function matchRoute (call: InvokeCall): void {
     const route = parseInvokeRoute(call.req.url as string)
@@ -79,10 +91,18 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     }, relay)
   }
 
+  /** The SPEC's response table: three kinds of stream, then the runtime's rule. */
   function chooseSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): ResponseSink {
-    const wrap = config.runtime === 'cortex' && status >= 200 && status < 300 && status !== 204 && status !== 205 &&
-      ctx.res.req.method !== 'HEAD' && (headers['content-encoding'] === undefined || headers['content-encoding'] === 'identity')
-    return wrap ? envelopeSink(ctx, status, headers) : passthroughSink(ctx, status, headers)
+    const hasBody = status >= 200 && status < 300 && status !== 204 && status !== 205 && ctx.res.req.method !== 'HEAD'
+    const readable = headers['content-encoding'] === undefined || headers['content-encoding'] === 'identity'
+    if (hasBody && readable) {
+      const type = mediaType(headers['content-type'])
+      if (type === 'text/event-stream') return streams.eventStream(ctx)
+      if (type === 'application/x-ndjson' || type === 'application/jsonl') return streams.ndjson(ctx)
+      if (headers['content-length'] === undefined && acceptsEventStream(ctx.res.req.headers.accept)) return streams.chunks(ctx)
+      if (config.runtime === 'cortex') return envelopeSink(ctx, status, headers)
+    }
+    return passthroughSink(ctx, status, headers)
   }
 
   async function run (call: InvokeCall): Promise<void> {

@@ -1,0 +1,91 @@
+import { StringDecoder } from 'node:string_decoder'
+import { createParser } from 'eventsource-parser'
+import { describeNetworkError } from '../sidecar/app-response-relay.ts'
+import type { SidecarMetrics } from '../sidecar/metrics.ts'
+import type { ResponseSink, SinkContext } from '../sidecar/response-sinks.ts'
+import { NdjsonSplitter } from './ndjson-splitter.ts'
+import { SseWriter } from './sse-writer.ts'
+
+export interface StreamSinkDeps {
+  readonly metrics: SidecarMetrics
+  readonly heartbeatMs: number
+}
+
+/** What the caller's stream tells anyone watching it (the webhook tee): each event's data, in order. */
+export type EventObserver = (data: string) => void
+
+/** The three ways an app response becomes a server-sent event stream. */
+export interface StreamSinks {
+  /** `text/event-stream` from the app: the same bytes, flushed as they arrive. */
+  eventStream: (ctx: SinkContext, observe?: EventObserver) => ResponseSink
+  /** `application/x-ndjson` / `application/jsonl`: one event per non-empty line. */
+  ndjson: (ctx: SinkContext, observe?: EventObserver) => ResponseSink
+  /** Any chunked body for a caller that accepts SSE: one event per chunk read. */
+  chunks: (ctx: SinkContext, observe?: EventObserver) => ResponseSink
+}
+
+const failure = (error: Error): string => `app failed mid-stream: ${describeNetworkError(error)}`
+
+export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
+  const open = (ctx: SinkContext): SseWriter => new SseWriter(ctx.res, ctx.runId, deps.heartbeatMs, deps.metrics)
+
+  return {
+    eventStream (ctx, observe) {
+      const writer = open(ctx)
+      const decoder = new StringDecoder('utf8')
+      let events = 0
+      const parser = createParser({ onEvent: event => { events++; observe?.(event.data) } })
+      return {
+        write: chunk => {
+          events = 0
+          parser.feed(decoder.write(chunk))
+          return writer.raw(chunk, events)
+        },
+        end: () => { writer.end() },
+        fail: error => { writer.fail(failure(error)) }
+      }
+    },
+
+    ndjson (ctx, observe) {
+      const writer = open(ctx)
+      const splitter = new NdjsonSplitter()
+      let writable = true
+      const onLine = (line: string): void => {
+        observe?.(line)
+        writable = writer.event(line) && writable
+      }
+      return {
+        write: chunk => {
+          writable = true
+          splitter.push(chunk, onLine)
+          return writable
+        },
+        end: () => {
+          splitter.flush(onLine)
+          writer.end()
+        },
+        fail: error => {
+          writer.fail(failure(error))
+        }
+      }
+    },
+
+    chunks (ctx, observe) {
+      const writer = open(ctx)
+      const decoder = new StringDecoder('utf8')
+      const emit = (text: string): boolean => {
+        if (text === '') return true
+        observe?.(text)
+        return writer.event(text)
+      }
+      return {
+        write: chunk => emit(decoder.write(chunk)),
+        end: () => {
+          emit(decoder.end())
+          writer.end()
+        },
+        fail: error => { writer.fail(failure(error)) }
+      }
+    }
+  }
+}

@@ -1,0 +1,205 @@
+import { performance } from 'node:perf_hooks'
+import { EventSource } from 'eventsource'
+import t from 'tap'
+import { type Harness, startHarness } from '../helpers/sidecar-harness.ts'
+import { metric, openStream, type ScriptedApp, sleep, startScriptedApp, type Step } from './sse-test-kit.ts'
+
+// When bytes reach the caller: headers at once, every event as soon as the app made it,
+// keep-alive comments only where the stream is idle (and never inside a line), and nothing lost
+// when the caller reads slowly. Timing bounds are deliberately wide: busy CI machines.
+
+let app: ScriptedApp
+let h: Harness
+let hb: Harness
+let token: string
+
+t.before(async () => {
+  app = await startScriptedApp()
+  h = await startHarness(app.url, { RUNTIME: 'custom' })
+  hb = await startHarness(app.url, { SSE_HEARTBEAT_SECONDS: '0.2' })
+  token = await h.token('proj')
+})
+t.teardown(async () => {
+  await h.close()
+  await hb.close()
+  await app.close()
+})
+
+type TestLike = Parameters<ScriptedApp['route']>[0]
+const SSE = 'text/event-stream'
+const auth = (h: Harness): Promise<Record<string, string>> => h.token('proj').then(tk => ({ authorization: `Bearer ${tk}` }))
+
+/** The three SSE modes: what the app sends for an event with value `v`, and what the caller reads. */
+const MODES = [
+  { name: 'passthrough', headers: { 'content-type': SSE }, accept: undefined, unit: (v: string) => `data: ${v}\n\n` },
+  { name: 'NDJSON', headers: { 'content-type': 'application/x-ndjson' }, accept: undefined, unit: (v: string) => `${v}\n` },
+  { name: 'chunks', headers: { 'content-type': 'text/plain' }, accept: SSE, unit: (v: string) => v }
+] as const
+type Mode = typeof MODES[number]
+
+/** A route that sends headers at once, plays `steps` (with `at` recording when each write happened), and ends. */
+function timedRoute (t: TestLike, mode: Mode, steps: Step[]): { path: string, writes: number[], endedAt: () => number } {
+  const writes: number[] = []
+  let endedAt = 0
+  const path = app.route(t, async (_req, res) => {
+    res.writeHead(200, mode.headers)
+    res.flushHeaders()
+    for (const step of steps) {
+      if (res.destroyed) return
+      if (typeof step === 'number') await sleep(step)
+      else { res.write(step); writes.push(performance.now()) }
+    }
+    res.end()
+    endedAt = performance.now()
+  })
+  return { path, writes, endedAt: () => endedAt }
+}
+
+t.test('headers are flushed before the first event (eventsource client)', async t => {
+  await Promise.all(MODES.map(async mode => {
+    const route = timedRoute(t, mode, [1000, mode.unit('{"n":1}'), 100, mode.unit('{"n":2}')])
+    const started = performance.now()
+    const authorization = `Bearer ${token}`
+    const source = new EventSource(`${h.base}/v4/proj/app${route.path}`, {
+      fetch: (url, init) => fetch(url, { ...init, headers: { ...init.headers, authorization } })
+    })
+    t.teardown(() => { source.close() })
+    let openedAt = 0
+    const messages: Array<{ data: string, at: number }> = []
+    await new Promise<void>((resolve, reject) => {
+      source.onopen = () => { openedAt = performance.now() }
+      source.onmessage = event => {
+        messages.push({ data: event.data as string, at: performance.now() })
+        if (messages.length === 2) { source.close(); resolve() }
+      }
+      source.onerror = event => { reject(new Error(`EventSource error: ${String(event.message)}`)) }
+    })
+    t.ok(openedAt > 0, `${mode.name}: opened`)
+    t.ok(openedAt - started < 700, `${mode.name}: open after ${Math.round(openedAt - started)} ms, before the app's first event at 1000 ms`)
+    t.same(messages.map(m => m.data), ['{"n":1}', '{"n":2}'], `${mode.name}: data in order`)
+    const first = messages[0] as { at: number }
+    t.ok(first.at - openedAt >= 500, `${mode.name}: first event ${Math.round(first.at - openedAt)} ms after the headers`)
+    t.ok(first.at >= (route.writes[0] as number), `${mode.name}: the first event left the app before it arrived`)
+  }))
+})
+
+t.test('headers are flushed before the first event (raw http response event)', async t => {
+  const route = timedRoute(t, MODES[1], [1000, '"late"\n'])
+  const s = await openStream(`${h.base}/v4/proj/app${route.path}`, await auth(h))
+  t.teardown(() => { s.req.destroy() })
+  t.equal(s.status, 200)
+  t.equal(s.headers['content-type'], 'text/event-stream; charset=utf-8')
+  t.ok(s.headersAt - s.sentAt < 700, `status and headers after ${Math.round(s.headersAt - s.sentAt)} ms`)
+  t.equal(s.chunks.length, 0, 'no body bytes yet')
+  await s.done
+  t.same(s.events.map(e => e.data), ['"late"'])
+})
+
+t.test('no batching: each event reaches the caller as soon as the app produced it', async t => {
+  await Promise.all(MODES.map(async mode => {
+    const steps: Step[] = []
+    for (let i = 0; i < 6; i++) steps.push(...(i === 0 ? [] : [200]), mode.unit(`{"i":${i}}`))
+    const route = timedRoute(t, mode, steps)
+    const s = await openStream(`${h.base}/v4/proj/app${route.path}`, { ...await auth(h), ...(mode.accept === undefined ? {} : { accept: mode.accept }) })
+    await s.done
+    t.same(s.events.map(e => e.data), [0, 1, 2, 3, 4, 5].map(i => `{"i":${i}}`), `${mode.name}: six events in order`)
+    const appTook = route.endedAt() - s.sentAt
+    const firstAt = (s.events[0]?.at ?? Infinity) - s.sentAt
+    t.ok(appTook >= 1000, `${mode.name}: the app took ${Math.round(appTook)} ms`)
+    t.ok(firstAt < 600, `${mode.name}: first event after ${Math.round(firstAt)} ms`)
+    const gaps = s.events.slice(1).map((e, i) => Math.round(e.at - (s.events[i] as { at: number }).at))
+    t.ok(gaps.every(gap => gap >= 100 && gap <= 600), `${mode.name}: gaps between events ${gaps.join(', ')} ms`)
+    for (let i = 0; i < 6; i++) {
+      const lag = (s.events[i] as { at: number }).at - (route.writes[i] as number)
+      if (lag > 400) t.fail(`${mode.name}: event ${i} arrived ${Math.round(lag)} ms after the app wrote it`)
+    }
+  }))
+})
+
+t.test('an idle stream gets keep-alive comments between events; the parser sees only the events', async t => {
+  await Promise.all(MODES.map(async mode => {
+    const route = timedRoute(t, mode, [mode.unit('first'), 700, mode.unit('second')])
+    const s = await openStream(`${hb.base}/v4/proj/app${route.path}`, { ...await auth(hb), ...(mode.accept === undefined ? {} : { accept: mode.accept }) })
+    await s.done
+    t.same(s.events.map(e => e.data), ['first', 'second'], `${mode.name}: only the real events`)
+    t.match(s.raw(), /^data: first\n\n(: keep-alive\n\n){2,5}data: second\n\n$/, `${mode.name}: comments between the events`)
+    t.ok(s.comments.length >= 2 && s.comments.every(c => c === 'keep-alive'), `${mode.name}: ${s.comments.length} keep-alive comments`)
+  }))
+})
+
+t.test('a stream idle from the start gets keep-alive comments before its first event', async t => {
+  const route = timedRoute(t, MODES[1], [500, '1\n'])
+  const s = await openStream(`${hb.base}/v4/proj/app${route.path}`, await auth(hb))
+  await s.done
+  t.match(s.raw(), /^(: keep-alive\n\n){1,4}data: 1\n\n$/)
+  t.same(s.events.map(e => e.data), ['1'])
+})
+
+t.test('passthrough: a keep-alive comment is never inserted inside a line', async t => {
+  const cases: Array<{ steps: Step[], raw: RegExp, events: string[] }> = [
+    // mid-line: nothing may be inserted at all
+    { steps: ['data: par', 700, 'tial\n\n'], raw: /^data: partial\n\n$/, events: ['partial'] },
+    // a CR at a read boundary may be half of a CRLF: a comment after it could end the event early
+    { steps: ['data: a\r', 700, '\ndata: b\r\n\r\n'], raw: /^data: a\r\ndata: b\r\n\r\n$/, events: ['a\nb'] },
+    // after a whole line inside an event: only a comment line, no blank line (that would end the event)
+    { steps: ['data: a\n', 700, 'data: b\n\n'], raw: /^data: a\n(: keep-alive\n){2,5}data: b\n\n$/, events: ['a\nb'] },
+    { steps: ['data: a\r\n', 700, 'data: b\r\n\r\n'], raw: /^data: a\r\n(: keep-alive\n){2,5}data: b\r\n\r\n$/, events: ['a\nb'] },
+    // the blank line ending an event arrives on its own
+    { steps: ['data: a\n', 50, '\n', 700, 'data: b\n\n'], raw: /^data: a\n\n(: keep-alive\n\n){2,5}data: b\n\n$/, events: ['a', 'b'] }
+  ]
+  await Promise.all(cases.map(async (c, i) => {
+    const route = timedRoute(t, MODES[0], c.steps)
+    const s = await openStream(`${hb.base}/v4/proj/app${route.path}`, await auth(hb))
+    await s.done
+    t.match(s.raw(), c.raw, `case ${i}: ${JSON.stringify(s.raw())}`)
+    t.same(s.events.map(e => e.data), c.events, `case ${i}: events`)
+  }))
+})
+
+t.test('backpressure: a caller that pauses reading loses nothing', async t => {
+  // ~26 MB: more than loopback socket buffers hold (about 7 MB here), so the pause must reach the app
+  const LINES = 120_000
+  const pad = 'x'.repeat(200)
+  const line = (i: number): string => `{"i":${i},"pad":"${pad}"}`
+  let appWrittenWhilePaused = -1
+  let written = 0
+  let appSawBackpressure = 0
+  const path = app.route(t, async (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/jsonl' })
+    while (written < LINES && !res.destroyed) {
+      let batch = ''
+      for (let k = 0; k < 500 && written < LINES; k++) batch += line(written++) + '\n'
+      if (!res.write(batch)) {
+        appSawBackpressure++
+        await new Promise(resolve => res.once('drain', resolve))
+      }
+    }
+    res.end()
+  })
+  const warnings: string[] = []
+  const onWarning = (w: Error): void => { warnings.push(w.name) }
+  process.on('warning', onWarning)
+  t.teardown(() => { process.off('warning', onWarning) })
+
+  const before = await metric(h, 'sidecar_sse_events_total')
+  const s = await openStream(`${h.base}/v4/proj/app${path}`, await auth(h))
+  t.teardown(() => { s.req.destroy() })
+  await s.waitForEvents(1)
+  s.res.pause()
+  await sleep(500)
+  appWrittenWhilePaused = written
+  const eventsWhilePaused = s.events.length
+  s.res.resume()
+  await s.done
+  t.ok(eventsWhilePaused < LINES, `the caller had ${eventsWhilePaused} events when it resumed`)
+  t.ok(appWrittenWhilePaused < LINES, `the app was held back at ${appWrittenWhilePaused} lines while the caller paused`)
+  t.ok(appSawBackpressure > 0, `the app waited for drain ${appSawBackpressure} times`)
+  t.equal(s.events.length, LINES, 'every line arrived')
+  let outOfOrder = -1
+  for (let i = 0; i < LINES; i++) {
+    if (s.events[i]?.data !== line(i)) { outOfOrder = i; break }
+  }
+  t.equal(outOfOrder, -1, 'each event is its line, in order')
+  t.equal(await metric(h, 'sidecar_sse_events_total') - before, LINES)
+  t.same(warnings, [], 'no process warnings (e.g. MaxListenersExceeded from drain listeners)')
+})
