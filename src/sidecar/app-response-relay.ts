@@ -3,6 +3,7 @@ import type { Dispatcher } from 'undici'
 import { AppUnreachableError, SidecarError } from '../errors.ts'
 import { sendError } from './error-response.ts'
 import type { ResponseSink, SinkContext } from './response-sinks.ts'
+import type { WebhookTee } from '../webhook/webhook-tee.ts'
 
 /** Picks the sink for an app response once its status and headers are known. */
 export type SinkChooser = (ctx: SinkContext, status: number, headers: IncomingHttpHeaders) => ResponseSink
@@ -20,6 +21,7 @@ export class CallerGoneError extends Error {
 export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext {
   readonly res: ServerResponse
   readonly runId: string
+  readonly tee: WebhookTee | undefined
   forwardedAt = 0
   #controller: Dispatcher.DispatchController | undefined
   #sink: ResponseSink | undefined
@@ -29,9 +31,10 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   readonly #resume = (): void => { this.#controller?.resume() }
 
   constructor (res: ServerResponse, runId: string, choose: SinkChooser,
-    unreachable: (detail: string) => SidecarError = detail => new AppUnreachableError(detail)) {
+    unreachable: (detail: string) => SidecarError = detail => new AppUnreachableError(detail), tee?: WebhookTee) {
     this.res = res
     this.runId = runId
+    this.tee = tee
     this.#choose = choose
     this.#unreachable = unreachable
   }
@@ -60,17 +63,27 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
 
   onResponseEnd (): void {
     (this.#sink as ResponseSink).end()
+    this.tee?.finish()
   }
 
   onResponseError (_controller: Dispatcher.DispatchController, error: Error): void {
+    const sink = this.#sink
     if (error instanceof CallerGoneError || this.#callerGone) {
       this.res.destroy()
-    } else if (this.#sink !== undefined) {
-      this.#sink.fail(error)
+      // a stream reports the events sent; a plain call had no answer to report
+      if (sink?.streaming === true) this.tee?.finish()
+      else this.tee?.finishWith(499, '{"message":"caller disconnected"}')
+    } else if (sink !== undefined) {
+      sink.fail(error)
+      if (sink.streaming) this.tee?.finish()
+      else this.tee?.finishWith(502, this.#unreachable(describeNetworkError(error)).body())
     } else if (error instanceof SidecarError) {
       sendError(this.res, this.runId, error, true)
+      this.tee?.cancel()
     } else {
-      sendError(this.res, this.runId, this.#unreachable(describeNetworkError(error)))
+      const answer = this.#unreachable(describeNetworkError(error))
+      sendError(this.res, this.runId, answer)
+      this.tee?.finishWith(answer.status, answer.body())
     }
   }
 }

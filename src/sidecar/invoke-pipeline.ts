@@ -14,6 +14,9 @@ import { requestBodyFor } from './request-body.ts'
 import { envelopeSink, passthroughSink, type ResponseSink, type SinkContext } from './response-sinks.ts'
 import { runIdFor } from './run-id.ts'
 import { createStreamSinks } from '../stream/stream-sinks.ts'
+import { parseWebhookEndpoint } from '../webhook/webhook-endpoint.ts'
+import type { WebhookSender } from '../webhook/webhook-sender.ts'
+import { WebhookTee } from '../webhook/webhook-tee.ts'
 
 function mediaType (contentType: string | undefined): string {
   if (contentType === undefined) return ''
@@ -30,6 +33,7 @@ export interface InvokeDeps extends CallRecorder {
   /** Undefined when auth is disabled. */
   readonly verifier: TokenVerifier | undefined
   readonly app: Pool
+  readonly webhooks: WebhookSender
 }
 
 /** One `/v4` call as it walks the pipeline. */
@@ -39,11 +43,14 @@ interface InvokeCall {
   readonly runId: string
   route: InvokeRoute
   query: SplitQuery
+  /** Where to deliver this call's webhook, when it asked for one. */
+  webhook: URL | undefined
 }
 
 /**
  * The `/v4/{project}/{app}/{path…}` pipeline, in the SPEC's order of checks:
- * route (404) → auth (401/403) → the request itself (400/413) → the app (502).
+ * route (404) → auth (401/403) → the request itself (400 webhookEndpoint, 413 body) → the app (502),
+ * with the response teed to the webhook sender when the call asked for one.
  */
 export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config } = deps
@@ -67,10 +74,16 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     return deps.verifier.authorize(token, call.route.projectId)
   }
 
+  function checkRequest (call: InvokeCall): void {
+    const endpoint = call.query.webhookEndpoint
+    call.webhook = endpoint === undefined ? undefined : parseWebhookEndpoint(endpoint)
+  }
+
   function forwardToApp (call: InvokeCall): void {
     const { req, res } = call
     const body = requestBodyFor(req, config.maxBodyBytes)
-    const relay = new AppResponseRelay(res, call.runId, chooseSink)
+    const tee = call.webhook === undefined ? undefined : teeFor(call, call.webhook)
+    const relay = new AppResponseRelay(res, call.runId, chooseSink, undefined, tee)
     deps.metrics.inflight.inc()
     res.once('close', () => {
       deps.metrics.inflight.dec()
@@ -83,12 +96,19 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     })
     const query = call.query.forwarded
     relay.forwardedAt = performance.now()
+    tee?.forwarded()
     deps.app.dispatch({
       method: req.method as string,
       path: basePath + call.route.appPath + (query === '' ? '' : '?' + query),
       headers,
       body
     }, relay)
+  }
+
+  function teeFor (call: InvokeCall, url: URL): WebhookTee {
+    const secret = call.req.headers['x-webhook-secret']
+    return new WebhookTee(url, call.runId, typeof secret === 'string' && secret !== '' ? secret : undefined,
+      config.webhookMaxBodyBytes, deps.webhooks)
   }
 
   /** The SPEC's response table: three kinds of stream, then the runtime's rule. */
@@ -109,6 +129,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     matchRoute(call)
     const pending = authorize(call)
     if (pending !== undefined) await pending
+    checkRequest(call)
     forwardToApp(call)
   }
 

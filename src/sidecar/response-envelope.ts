@@ -15,7 +15,8 @@ export function envelopeJson (runId: string, body: Buffer, runTimeMs: number, ti
   return `{"run_id":${JSON.stringify(runId)},"result":${resultJson(text)},"run_time_ms":${runTimeMs},"timestamp":"${timestamp}"}`
 }
 
-function resultJson (text: string): string {
+/** A body as a JSON value: embedded as sent when it parses as JSON, else a JSON string. */
+export function resultJson (text: string): string {
   const trimmed = text.trim()
   if (trimmed !== '') {
     try {

@@ -4,6 +4,7 @@ import { AppUnreachableError } from '../errors.ts'
 import { sendError } from './error-response.ts'
 import { callerResponseHeaders } from './forward-headers.ts'
 import { envelopeJson, roundedMs } from './response-envelope.ts'
+import type { WebhookTee } from '../webhook/webhook-tee.ts'
 
 /** Where an app response goes: each kind of response the caller can get is one sink. */
 export interface ResponseSink {
@@ -13,6 +14,8 @@ export interface ResponseSink {
   end: () => void
   /** The app failed after its response began. */
   fail: (error: Error) => void
+  /** A server-sent event stream (its webhook reports the events sent, with status 200). */
+  readonly streaming: boolean
 }
 
 /** What a sink needs to know of the call it answers. */
@@ -21,16 +24,23 @@ export interface SinkContext {
   readonly runId: string
   /** When the request was forwarded (performance.now()). */
   readonly forwardedAt: number
+  /** The call's webhook, when it asked for one: sinks feed it what the caller gets. */
+  readonly tee: WebhookTee | undefined
 }
 
 /** Status, headers and body as the app sent them (hop-by-hop headers aside). */
 export function passthroughSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): ResponseSink {
-  const { res } = ctx
+  const { res, tee } = ctx
   res.writeHead(status, callerResponseHeaders(headers, ctx.runId))
+  if (tee !== undefined) tee.capture.status = status
   return {
-    write: chunk => res.write(chunk),
+    write: chunk => {
+      tee?.capture.body(chunk)
+      return res.write(chunk)
+    },
     end: () => { res.end() },
-    fail: () => { res.destroy() }
+    fail: () => { res.destroy() },
+    streaming: false
   }
 }
 
@@ -42,8 +52,12 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
   const chunks: Buffer[] = []
   let size = 0
   let failed = false
+  const { tee } = ctx
+  if (tee !== undefined) tee.capture.status = status
   return {
+    streaming: false,
     write: chunk => {
+      tee?.capture.body(chunk)
       size += chunk.length
       if (size > MAX_ENVELOPE_BYTES) {
         if (!failed) sendError(ctx.res, ctx.runId, new AppUnreachableError('response too large to wrap'))

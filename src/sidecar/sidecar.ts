@@ -16,6 +16,9 @@ import { createManagementHandler } from './management-forward.ts'
 import { SidecarMetrics } from './metrics.ts'
 import { runIdFor } from './run-id.ts'
 import { createWebSocketPassthrough, rejectUpgrade } from './websocket-passthrough.ts'
+import { AddressGuard } from '../webhook/address-guard.ts'
+import { WebhookDelivery } from '../webhook/webhook-delivery.ts'
+import { WebhookSender, type WebhookSenderLimits } from '../webhook/webhook-sender.ts'
 
 export interface SidecarOptions {
   /** Where log lines go (default: stdout). */
@@ -24,6 +27,8 @@ export interface SidecarOptions {
   tokenKeys?: JWTVerifyGetKey
   /** Probe intervals in ms (tests shorten the slow one). */
   probeIntervals?: { fast: number, slow: number }
+  /** Bounds of pending webhook deliveries (tests make them small). */
+  webhookLimits?: WebhookSenderLimits
 }
 
 export interface RunningSidecar {
@@ -32,6 +37,7 @@ export interface RunningSidecar {
   readonly logger: Logger
   readonly metrics: SidecarMetrics
   readonly inflight: InflightTracker
+  readonly webhooks: WebhookSender
   /** SIGTERM: /readyz turns 503, in-flight work gets `graceSeconds`, then everything closes. True when nothing was cut. */
   drain: (graceSeconds: number) => Promise<boolean>
   /** Closes everything at once. */
@@ -57,8 +63,19 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     : new AppProbe({ appUrl: config.appUrl, path: config.healthcheckPath, ...intervals })
   let draining = false
 
+  const delivery = new WebhookDelivery({
+    attempts: config.webhookAttempts,
+    maxDelayMs: config.webhookMaxDelayMs,
+    timeoutMs: config.webhookTimeoutMs,
+    brand: config.webhookHeaderBrand,
+    guard: new AddressGuard(config.webhookAllowedCidrs),
+    metrics,
+    logger
+  })
+  const webhooks = new WebhookSender(delivery, metrics, logger, options.webhookLimits)
+
   const recorder = { logger, metrics, inflight }
-  const invoke = createInvokeHandler({ ...recorder, config, verifier, app })
+  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks })
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl) })
   const websockets = createWebSocketPassthrough({ ...recorder, config, verifier })
 
@@ -92,6 +109,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   logger.info({ port, adminPort, appUrl: config.appUrl.href, storeUrl: config.storeUrl.href, runtime: config.runtime, auth: !config.disableAuth }, 'sidecar listening')
 
   async function close (): Promise<void> {
+    await webhooks.drain(Promise.resolve())
     readiness.stop()
     health.stop()
     websockets.closeAll()
@@ -103,17 +121,19 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
 
   async function drain (graceSeconds: number): Promise<boolean> {
     draining = true
-    logger.info({ inflight: inflight.count, graceSeconds }, 'draining')
+    logger.info({ inflight: inflight.count, webhooks: webhooks.pending, graceSeconds }, 'draining')
     let timer: NodeJS.Timeout | undefined
     const graceOver = new Promise<false>(resolve => { timer = setTimeout(resolve, graceSeconds * 1000, false) })
-    const finished = await Promise.race([inflight.idle().then(() => true), graceOver])
+    const requestsDone = await Promise.race([inflight.idle().then(() => true), graceOver])
+    if (!requestsDone) logger.warn({ inflight: inflight.count }, 'grace period over; cutting what is left')
+    // the last calls' webhooks were handed over as they ended; they get what is left of the grace period
+    const webhooksDone = await webhooks.drain(requestsDone ? graceOver : Promise.resolve())
     clearTimeout(timer)
-    if (!finished) logger.warn({ inflight: inflight.count }, 'grace period over; cutting what is left')
     await close()
-    return finished
+    return requestsDone && webhooksDone
   }
 
-  return { port, adminPort, logger, metrics, inflight, drain, close }
+  return { port, adminPort, logger, metrics, inflight, webhooks, drain, close }
 }
 
 function listen (server: Server, port: number, host: string): Promise<void> {

@@ -11,30 +11,31 @@ export interface StreamSinkDeps {
   readonly heartbeatMs: number
 }
 
-/** What the caller's stream tells anyone watching it (the webhook tee): each event's data, in order. */
-export type EventObserver = (data: string) => void
-
 /** The three ways an app response becomes a server-sent event stream. */
 export interface StreamSinks {
   /** `text/event-stream` from the app: the same bytes, flushed as they arrive. */
-  eventStream: (ctx: SinkContext, observe?: EventObserver) => ResponseSink
+  eventStream: (ctx: SinkContext) => ResponseSink
   /** `application/x-ndjson` / `application/jsonl`: one event per non-empty line. */
-  ndjson: (ctx: SinkContext, observe?: EventObserver) => ResponseSink
+  ndjson: (ctx: SinkContext) => ResponseSink
   /** Any chunked body for a caller that accepts SSE: one event per chunk read. */
-  chunks: (ctx: SinkContext, observe?: EventObserver) => ResponseSink
+  chunks: (ctx: SinkContext) => ResponseSink
 }
 
 const failure = (error: Error): string => `app failed mid-stream: ${describeNetworkError(error)}`
 
 export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
-  const open = (ctx: SinkContext): SseWriter => new SseWriter(ctx.res, ctx.runId, deps.heartbeatMs, deps.metrics)
+  const open = (ctx: SinkContext): SseWriter => {
+    if (ctx.tee !== undefined) ctx.tee.capture.status = 200
+    return new SseWriter(ctx.res, ctx.runId, deps.heartbeatMs, deps.metrics)
+  }
 
   return {
-    eventStream (ctx, observe) {
+    eventStream (ctx) {
+      const tee = ctx.tee
       const writer = open(ctx)
       const decoder = new StringDecoder('utf8')
       let events = 0
-      const parser = createParser({ onEvent: event => { events++; observe?.(event.data) } })
+      const parser = createParser({ onEvent: event => { events++; tee?.capture.event(event.data) } })
       return {
         write: chunk => {
           events = 0
@@ -42,16 +43,18 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
           return writer.raw(chunk, events)
         },
         end: () => { writer.end() },
-        fail: error => { writer.fail(failure(error)) }
+        fail: error => { writer.fail(failure(error)) },
+        streaming: true
       }
     },
 
-    ndjson (ctx, observe) {
+    ndjson (ctx) {
+      const tee = ctx.tee
       const writer = open(ctx)
       const splitter = new NdjsonSplitter()
       let writable = true
       const onLine = (line: string): void => {
-        observe?.(line)
+        tee?.capture.event(line)
         writable = writer.event(line) && writable
       }
       return {
@@ -66,16 +69,18 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
         },
         fail: error => {
           writer.fail(failure(error))
-        }
+        },
+        streaming: true
       }
     },
 
-    chunks (ctx, observe) {
+    chunks (ctx) {
+      const tee = ctx.tee
       const writer = open(ctx)
       const decoder = new StringDecoder('utf8')
       const emit = (text: string): boolean => {
         if (text === '') return true
-        observe?.(text)
+        tee?.capture.event(text)
         return writer.event(text)
       }
       return {
@@ -84,7 +89,8 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
           emit(decoder.end())
           writer.end()
         },
-        fail: error => { writer.fail(failure(error)) }
+        fail: error => { writer.fail(failure(error)) },
+        streaming: true
       }
     }
   }

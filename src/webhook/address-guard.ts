@@ -1,0 +1,60 @@
+import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions, type LookupOneOptions } from 'node:dns'
+import { isIP } from 'node:net'
+import ipaddr from 'ipaddr.js'
+import type { Cidr } from '../config/env-parsers.ts'
+
+type Address = ipaddr.IPv4 | ipaddr.IPv6
+
+/** A webhook destination whose address is not public (and not explicitly allowed). */
+export class AddressRefusedError extends Error {
+  readonly code = 'WEBHOOK_ADDRESS_REFUSED'
+  constructor (address: string) { super(`address refused: ${address}`) }
+}
+
+/**
+ * Decides which addresses a webhook may reach: public unicast only, unless inside one of the
+ * operator's allowed ranges. IPv4-mapped IPv6 is judged as the IPv4 it carries; IPv6 forms that
+ * embed or translate IPv4 (6to4, Teredo, NAT64) are refused, since their real target is hidden.
+ */
+export class AddressGuard {
+  readonly #allowed: Array<[Address, number]>
+
+  constructor (allowedCidrs: readonly Cidr[]) {
+    this.#allowed = allowedCidrs.map(cidr => [ipaddr.parse(cidr.address), cidr.prefix])
+  }
+
+  allows (address: string): boolean {
+    if (!ipaddr.isValid(address)) return false
+    let parsed: Address = ipaddr.parse(address)
+    if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
+      parsed = (parsed as ipaddr.IPv6).toIPv4Address()
+    }
+    for (const [range, prefix] of this.#allowed) {
+      if (range.kind() === parsed.kind() && parsed.match(range, prefix)) return true
+    }
+    return parsed.range() === 'unicast'
+  }
+
+  /** Throws AddressRefusedError for a literal IP host that is not allowed; hostnames pass (checked at connect). */
+  checkLiteralHost (hostname: string): void {
+    const bare = hostname.startsWith('[') ? hostname.slice(1, -1) : hostname
+    if (isIP(bare) !== 0 && !this.allows(bare)) throw new AddressRefusedError(bare)
+  }
+
+  /**
+   * A `lookup` for net.connect that resolves as usual and refuses the connection when any
+   * resolved address is not allowed: the check happens on the connection itself, so a name
+   * that resolves differently later (DNS rebinding) cannot slip past.
+   */
+  readonly lookup = (hostname: string, options: LookupOneOptions | LookupAllOptions,
+    callback: (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void): void => {
+    dnsLookup(hostname, { ...options, all: true }, (error, addresses) => {
+      if (error !== null) { callback(error, []); return }
+      const refused = addresses.find(entry => !this.allows(entry.address))
+      if (refused !== undefined) { callback(new AddressRefusedError(refused.address), []); return }
+      if (options.all === true) { callback(null, addresses); return }
+      const first = addresses[0] as LookupAddress
+      callback(null, first.address, first.family)
+    })
+  }
+}

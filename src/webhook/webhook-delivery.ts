@@ -1,0 +1,150 @@
+import pRetry, { AbortError } from 'p-retry'
+import type { Logger } from 'pino'
+import { Agent } from 'undici'
+import type { SidecarMetrics, WebhookAttemptOutcome } from '../sidecar/metrics.ts'
+import { AddressGuard, AddressRefusedError } from './address-guard.ts'
+import { signatureHeaderNames, signWebhook } from './webhook-signature.ts'
+
+/** One webhook to deliver. */
+export interface WebhookJob {
+  readonly url: URL
+  readonly runId: string
+  readonly body: string
+  /** The caller's `X-Webhook-Secret`, when it sent one: each attempt is then signed. */
+  readonly secret: string | undefined
+}
+
+export interface DeliverySettings {
+  readonly attempts: number
+  readonly maxDelayMs: number
+  readonly timeoutMs: number
+  readonly brand: string
+  readonly guard: AddressGuard
+  readonly metrics: SidecarMetrics
+  readonly logger: Logger
+}
+
+/** How one attempt ended: its metrics label, the words for the log, and whether to try again. */
+class AttemptOutcome extends Error {
+  readonly outcome: WebhookAttemptOutcome
+  readonly retry: boolean
+  constructor (outcome: WebhookAttemptOutcome, detail: string, retry: boolean) {
+    super(detail)
+    this.outcome = outcome
+    this.retry = retry
+  }
+}
+
+/** The seed's retry table: what a status means for the next step. */
+function outcomeOfStatus (status: number): AttemptOutcome {
+  const detail = `status ${status}`
+  if (status >= 200 && status < 300) return new AttemptOutcome('2xx', detail, false)
+  if (status === 404) return new AttemptOutcome('404', detail, true)
+  if (status >= 400 && status < 500) return new AttemptOutcome('4xx', detail, false)
+  if (status >= 500) return new AttemptOutcome('5xx', detail, false)
+  return new AttemptOutcome('other', detail, true) // 1xx, 3xx: redirects are never followed
+}
+
+export type DeliveryResult = 'delivered' | 'failed' | 'shutdown'
+
+/**
+ * Delivers webhooks: POSTs with undici through an agent whose connections check the destination
+ * address, retried with p-retry by the seed's rules, each attempt signed afresh.
+ */
+export class WebhookDelivery {
+  readonly #settings: DeliverySettings
+  readonly #agent: Agent
+  readonly #names: { timestamp: string, signature: string }
+
+  constructor (settings: DeliverySettings) {
+    this.#settings = settings
+    this.#names = signatureHeaderNames(settings.brand)
+    this.#agent = new Agent({
+      connect: { lookup: settings.guard.lookup, timeout: settings.timeoutMs },
+      headersTimeout: settings.timeoutMs,
+      bodyTimeout: settings.timeoutMs,
+      keepAliveTimeout: 10_000
+    })
+  }
+
+  /** Delivers one job; never rejects. `signal` aborts it (the drain's grace period is over). */
+  async deliver (job: WebhookJob, signal: AbortSignal): Promise<DeliveryResult> {
+    const { attempts, maxDelayMs, metrics, logger } = this.#settings
+    let made = 0
+    let last: AttemptOutcome | undefined
+    try {
+      await pRetry(async () => {
+        made++
+        const outcome = await this.#attempt(job, signal)
+        metrics.webhookAttempts.labels(outcome.outcome).inc()
+        if (outcome.outcome === '2xx') return
+        last = outcome
+        throw outcome.retry ? outcome : new AbortError(outcome)
+      }, {
+        retries: attempts - 1,
+        factor: 2,
+        minTimeout: Math.min(250, maxDelayMs),
+        maxTimeout: maxDelayMs,
+        randomize: maxDelayMs > 0,
+        signal
+      })
+      metrics.webhookDeliveries.labels('delivered').inc()
+      return 'delivered'
+    } catch {
+      const shutdown = signal.aborted
+      metrics.webhookDeliveries.labels('failed').inc()
+      logger.warn({
+        runId: job.runId,
+        host: job.url.host,
+        attempts: made,
+        outcome: shutdown ? 'shutdown' : (last?.message ?? 'unknown')
+      }, 'webhook failed')
+      return shutdown ? 'shutdown' : 'failed'
+    }
+  }
+
+  async #attempt (job: WebhookJob, signal: AbortSignal): Promise<AttemptOutcome> {
+    const headers: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': job.runId, 'user-agent': 'app-sidecar-webhook' }
+    if (job.secret !== undefined) {
+      const timestamp = Math.floor(Date.now() / 1000)
+      headers[this.#names.timestamp] = String(timestamp)
+      headers[this.#names.signature] = signWebhook(job.secret, job.runId, timestamp, job.body)
+    }
+    const timeout = AbortSignal.timeout(this.#settings.timeoutMs)
+    try {
+      this.#settings.guard.checkLiteralHost(job.url.hostname)
+      const response = await this.#agent.request({
+        origin: job.url.origin,
+        path: job.url.pathname + job.url.search,
+        method: 'POST',
+        headers,
+        body: job.body,
+        signal: AbortSignal.any([signal, timeout])
+      })
+      await response.body.dump()
+      return outcomeOfStatus(response.statusCode)
+    } catch (error) {
+      return classify(error, timeout.aborted)
+    }
+  }
+
+  async close (): Promise<void> {
+    await this.#agent.destroy()
+  }
+}
+
+/** A failed connection or exchange: refused addresses stop at once, everything else retries. */
+function classify (error: unknown, timedOut: boolean): AttemptOutcome {
+  const cause = (error as { cause?: unknown }).cause
+  if (error instanceof AddressRefusedError || cause instanceof AddressRefusedError) return new AttemptOutcome('refused', 'address refused', false)
+  const code = (error as NodeJS.ErrnoException).code
+  if (timedOut || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT') {
+    return new AttemptOutcome('timeout', 'timeout', true)
+  }
+  switch (code) {
+    case 'ECONNREFUSED': return new AttemptOutcome('network', 'connection refused', true)
+    case 'ECONNRESET': case 'UND_ERR_SOCKET': return new AttemptOutcome('network', 'connection reset', true)
+    case 'ENOTFOUND': case 'EAI_AGAIN': return new AttemptOutcome('network', 'host not found', true)
+    default: return new AttemptOutcome('network', code ?? (error as Error).message, true)
+  }
+}

@@ -1,0 +1,50 @@
+import { createHmac, timingSafeEqual } from 'node:crypto'
+import type { IncomingHttpHeaders } from 'node:http'
+
+/** `v1,<lowercase hex HMAC-SHA256 of "<runId>.<timestamp>.<body>">`, keyed with the caller's secret. */
+export function signWebhook (secret: string, runId: string, timestamp: number | string, body: string | Buffer): string {
+  return 'v1,' + createHmac('sha256', secret).update(`${runId}.${timestamp}.`).update(body).digest('hex')
+}
+
+/** The two signing header names for a brand, lower-case as Node gives them. */
+export function signatureHeaderNames (brand: string): { timestamp: string, signature: string } {
+  const prefix = `x-${brand.toLowerCase()}-webhook-`
+  return { timestamp: `${prefix}timestamp`, signature: `${prefix}signature` }
+}
+
+export interface VerifyWebhookOptions {
+  /** The word in `X-<Brand>-Webhook-*` (default `Service`). */
+  brand?: string
+  /** Largest age of the timestamp in seconds, either way (default 300; 0 turns the check off). */
+  toleranceSeconds?: number
+}
+
+const HEX_SIGNATURE = /^[0-9a-f]{64}$/
+
+/**
+ * For receivers: whether a delivery's signature is genuine. `headers` as Node gives them
+ * (lower-case keys), `body` the raw text or Buffer as received. The run id is read from
+ * `X-Request-Id`. Returns true or false; never throws on a bad or missing signature.
+ */
+export function verifyWebhook (secret: string, headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>,
+  body: string | Buffer, options: VerifyWebhookOptions = {}): boolean {
+  try {
+    const names = signatureHeaderNames(options.brand ?? 'Service')
+    const runId = headers['x-request-id']
+    const timestampText = headers[names.timestamp]
+    const signature = headers[names.signature]
+    if (typeof runId !== 'string' || typeof timestampText !== 'string' || typeof signature !== 'string') return false
+    if (!/^\d{1,12}$/.test(timestampText)) return false
+    const timestamp = Number(timestampText)
+    const tolerance = options.toleranceSeconds ?? 300
+    if (tolerance > 0 && Math.abs(Date.now() / 1000 - timestamp) > tolerance) return false
+    const comma = signature.indexOf(',')
+    if (comma === -1 || signature.slice(0, comma) !== 'v1') return false
+    const given = signature.slice(comma + 1)
+    if (!HEX_SIGNATURE.test(given)) return false
+    const expected = signWebhook(secret, runId, timestampText, body).slice(3)
+    return timingSafeEqual(Buffer.from(given, 'latin1'), Buffer.from(expected, 'latin1'))
+  } catch {
+    return false
+  }
+}

@@ -1,0 +1,47 @@
+import { performance } from 'node:perf_hooks'
+import { roundedMs } from '../sidecar/response-envelope.ts'
+import { WebhookCapture, webhookBody } from './webhook-capture.ts'
+import type { WebhookSender } from './webhook-sender.ts'
+
+/**
+ * The webhook side of one call: sinks feed it the body or the events as they go to the caller
+ * (never slowing them), and when the call ends it hands one delivery to the sender.
+ */
+export class WebhookTee {
+  readonly capture: WebhookCapture
+  readonly #url: URL
+  readonly #runId: string
+  readonly #secret: string | undefined
+  readonly #sender: WebhookSender
+  #forwardedAt = 0
+  #done = false
+
+  constructor (url: URL, runId: string, secret: string | undefined, maxBytes: number, sender: WebhookSender) {
+    this.capture = new WebhookCapture(maxBytes)
+    this.#url = url
+    this.#runId = runId
+    this.#secret = secret
+    this.#sender = sender
+  }
+
+  /** The request went to the app now (run_time_ms counts from here). */
+  forwarded (): void { this.#forwardedAt = performance.now() }
+
+  /** The response is over: deliver what the caller got. */
+  finish (): void {
+    if (this.#done) return
+    this.#done = true
+    const runTimeMs = roundedMs(performance.now() - this.#forwardedAt)
+    const body = webhookBody(this.#runId, this.capture, runTimeMs, new Date().toISOString())
+    this.#sender.submit({ url: this.#url, runId: this.#runId, body, secret: this.#secret })
+  }
+
+  /** The caller got the sidecar's own answer instead (a 502, a 504): deliver that. */
+  finishWith (status: number, body: string): void {
+    this.capture.replace(status, body)
+    this.finish()
+  }
+
+  /** The call was refused before the app could answer it (413): no webhook. */
+  cancel (): void { this.#done = true }
+}
