@@ -62,12 +62,19 @@ export function headerListToObject (list: string[]): IncomingHttpHeaders {
   return headers
 }
 
-/** The app's response headers minus hop-by-hop ones, with the run id set. */
-export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: string): OutgoingHttpHeaders {
+/** Headers that describe the app's body, not the cortex envelope that replaces it. */
+const BODY_DESCRIBING = new Set(['content-type', 'content-length', 'content-encoding', 'etag', 'content-md5', 'digest'])
+
+/**
+ * The app's response headers minus hop-by-hop ones, with the run id set; `forEnvelope` also drops
+ * the ones that describe the app's body (the caller gets the envelope instead).
+ */
+export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: string, forEnvelope = false): OutgoingHttpHeaders {
   const named = connectionTokens(appHeaders.connection)
   const out: OutgoingHttpHeaders = {}
   for (const name in appHeaders) {
-    if (RESPONSE_DROPPED.has(name) || (named !== undefined && named.has(name))) continue
+    if (RESPONSE_DROPPED.has(name) || (named !== undefined && named.has(name)) ||
+        (forEnvelope && BODY_DESCRIBING.has(name))) continue
     out[name] = appHeaders[name]
   }
   out['x-request-id'] = runId

@@ -10,7 +10,7 @@ import { type CallRecorder, recordCall } from './call-record.ts'
 import { sendError } from './error-response.ts'
 import { appRequestHeaders } from './forward-headers.ts'
 import { type InvokeRoute, parseInvokeRoute, splitQuery, type SplitQuery } from './invoke-route.ts'
-import { requestBodyFor } from './request-body.ts'
+import { type RequestBody, requestBodyFor } from './request-body.ts'
 import { envelopeSink, passthroughSink, type ResponseSink, type SinkContext } from './response-sinks.ts'
 import { runIdFor } from './run-id.ts'
 import { createStreamSinks } from '../stream/stream-sinks.ts'
@@ -79,9 +79,8 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     call.webhook = endpoint === undefined ? undefined : parseWebhookEndpoint(endpoint)
   }
 
-  function forwardToApp (call: InvokeCall): void {
+  function forwardToApp (call: InvokeCall, body: RequestBody): void {
     const { req, res } = call
-    const body = requestBodyFor(req, config.maxBodyBytes)
     const tee = call.webhook === undefined ? undefined : teeFor(call, call.webhook)
     const relay = new AppResponseRelay(res, call.runId, chooseSink, undefined, tee)
     deps.metrics.inflight.inc()
@@ -130,7 +129,10 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     const pending = authorize(call)
     if (pending !== undefined) await pending
     checkRequest(call)
-    forwardToApp(call)
+    let body = requestBodyFor(call.req, config.maxBodyBytes)
+    if (body instanceof Promise) body = await body
+    if (call.res.destroyed) return
+    forwardToApp(call, body)
   }
 
   return function handleInvoke (req, res) {

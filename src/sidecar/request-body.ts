@@ -2,21 +2,40 @@ import type { IncomingMessage } from 'node:http'
 import { Readable } from 'node:stream'
 import { BodyTooLargeError, MalformedRequestError } from '../errors.ts'
 
+/** Bodies up to this size are read whole before forwarding: one write to the app instead of a stream pipe. */
+export const SMALL_BODY_BYTES = 64 * 1024
+
+export type RequestBody = Buffer | Readable | null
+
 /**
- * The body to stream to the app, never buffered whole: the request itself when its
- * `Content-Length` is within `maxBytes` (413 before the app is called when it is not),
- * a counting stream for a chunked body (cut with 413 once it passes the limit), or null.
+ * The body to send to the app: a `Content-Length` over `maxBytes` is 413 before the app is called;
+ * a small one is read whole (it usually arrived with the headers); a larger one streams, never
+ * buffered whole; a chunked one streams through a counter that cuts it with 413 past the limit.
  */
-export function requestBodyFor (req: IncomingMessage, maxBytes: number): Readable | null {
+export function requestBodyFor (req: IncomingMessage, maxBytes: number): RequestBody | Promise<RequestBody> {
   const length = req.headers['content-length']
   if (length !== undefined) {
     const bytes = Number(length)
     if (!/^\d+$/.test(length)) throw new MalformedRequestError('invalid Content-Length')
     if (bytes > maxBytes) throw new BodyTooLargeError(maxBytes)
-    return bytes === 0 ? null : req
+    if (bytes === 0) return null
+    return bytes <= SMALL_BODY_BYTES ? readWhole(req, bytes) : req
   }
   if (req.headers['transfer-encoding'] !== undefined) return Readable.from(countedBody(req, maxBytes), { objectMode: false })
   return null
+}
+
+function readWhole (req: IncomingMessage, bytes: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const body = Buffer.allocUnsafe(bytes)
+    let filled = 0
+    req.on('data', (chunk: Buffer) => {
+      chunk.copy(body, filled)
+      filled += chunk.length
+    })
+    req.once('end', () => { resolve(filled === bytes ? body : body.subarray(0, filled)) })
+    req.once('error', reject)
+  })
 }
 
 async function * countedBody (req: IncomingMessage, maxBytes: number): AsyncIterable<Buffer> {

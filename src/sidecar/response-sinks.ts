@@ -71,11 +71,7 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
       if (failed) return
       const runTimeMs = roundedMs(performance.now() - ctx.forwardedAt)
       const body = envelopeJson(ctx.runId, chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks), runTimeMs, new Date().toISOString())
-      const out = callerResponseHeaders(headers, ctx.runId)
-      delete out['content-encoding']
-      delete out.etag
-      delete out['content-md5']
-      delete out.digest
+      const out = callerResponseHeaders(headers, ctx.runId, true)
       out['content-type'] = 'application/json; charset=utf-8'
       out['content-length'] = Buffer.byteLength(body)
       ctx.res.writeHead(status, out)

@@ -5,6 +5,8 @@ import type { Cidr } from '../config/env-parsers.ts'
 
 type Address = ipaddr.IPv4 | ipaddr.IPv6
 
+const GLOBAL_UNICAST_V6 = ipaddr.parseCIDR('2000::/3')
+
 /** A webhook destination whose address is not public (and not explicitly allowed). */
 export class AddressRefusedError extends Error {
   readonly code = 'WEBHOOK_ADDRESS_REFUSED'
@@ -32,6 +34,8 @@ export class AddressGuard {
     for (const [range, prefix] of this.#allowed) {
       if (range.kind() === parsed.kind() && parsed.match(range, prefix)) return true
     }
+    // IPv6 outside 2000::/3 is reserved (ipaddr.js calls it unicast): e.g. IPv4-compatible ::7f00:1
+    if (parsed.kind() === 'ipv6' && !parsed.match(GLOBAL_UNICAST_V6)) return false
     return parsed.range() === 'unicast'
   }
 

@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net'
 import { loadSidecarConfig, type SidecarConfig } from '../../src/config/sidecar-config.ts'
 import { createTokenIssuer, serveJwks, type JwksServer, type TokenIssuer } from '../../src/demo/demo-token-issuer.ts'
-import { type RunningSidecar, startSidecar } from '../../src/sidecar/sidecar.ts'
+import { type RunningSidecar, type SidecarOptions, startSidecar } from '../../src/sidecar/sidecar.ts'
 
 /** A log line as pino wrote it. */
 export type LogLine = Record<string, unknown>
@@ -63,9 +63,10 @@ export interface Harness {
 
 /**
  * A sidecar in this process, in front of `appUrl`, with its own key pair and JWKS server,
- * its log lines captured in `logs`. `env` overrides any sidecar variable.
+ * its log lines captured in `logs`. `env` overrides any sidecar variable; `options` is passed on
+ * to startSidecar (for example `webhookLimits`).
  */
-export async function startHarness (appUrl: string, env: Record<string, string> = {}): Promise<Harness> {
+export async function startHarness (appUrl: string, env: Record<string, string> = {}, options: Omit<SidecarOptions, 'logDestination'> = {}): Promise<Harness> {
   const issuer = await createTokenIssuer()
   const jwks = await serveJwks([issuer])
   const config = loadSidecarConfig({
@@ -74,7 +75,8 @@ export async function startHarness (appUrl: string, env: Record<string, string> 
   const logs: LogLine[] = []
   const sidecar = await startSidecar(config, {
     logDestination: { write: (line: string) => { logs.push(JSON.parse(line) as LogLine) } },
-    probeIntervals: { fast: 20, slow: 200 }
+    probeIntervals: { fast: 20, slow: 200 },
+    ...options
   })
   return {
     sidecar,

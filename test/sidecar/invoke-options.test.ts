@@ -158,7 +158,7 @@ t.test('one log line per finished request, with no secrets in any line', async t
   const h = await startHarness(app.url)
   t.teardown(async () => { await h.close(); await app.close() })
   const token = await h.token('proj')
-  await send(`${h.base}/v4/proj/app/run?secret_param=1&webhookEndpoint=https%3A%2F%2Fhooks.example%2Fx`, {
+  await send(`${h.base}/v4/proj/app/run?secret_param=1&webhookEndpoint=http%3A%2F%2F127.0.0.1%3A9%2Fx%3Fhook_token%3Dabc`, {
     method: 'POST', headers: { authorization: `Bearer ${token}`, 'x-webhook-secret': 'whsec_topsecret', 'x-request-id': 'log-run' }, body: '{}'
   })
   await send(`${h.base}/v4/proj/app/run`, { headers: { authorization: `Bearer ${token}x` } })
@@ -168,7 +168,7 @@ t.test('one log line per finished request, with no secrets in any line', async t
   t.type(lines[0]?.duration, 'number')
   t.match(lines[1], { method: 'GET', path: '/v4/proj/app/run', status: 401 })
   const all = JSON.stringify(h.logs)
-  for (const secret of [token, 'whsec_topsecret', 'secret_param', 'hooks.example']) t.notOk(all.includes(secret), `no ${secret.slice(0, 12)} in logs`)
+  for (const secret of [token, 'whsec_topsecret', 'secret_param', 'hook_token']) t.notOk(all.includes(secret), `no ${secret.slice(0, 12)} in logs`)
   const metrics = await send(`${h.admin}/metrics`)
   t.match(metrics.text, /^sidecar_requests_total\{route="invoke",code="200"\} 1$/m)
   t.match(metrics.text, /^sidecar_requests_total\{route="invoke",code="401"\} 1$/m)

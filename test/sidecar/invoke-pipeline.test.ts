@@ -122,8 +122,8 @@ t.test('path and query mapping', async t => {
     ['/v4/proj/app', '/'],
     ['/v4/proj/app/', '/'],
     ['/v4/proj/app/a/b/c', '/a/b/c'],
-    ['/v4/proj/app/q?x=1&webhookEndpoint=https%3A%2F%2Fexample.com%2Fhook&y=two%20words&x=3', '/q?x=1&y=two%20words&x=3'],
-    ['/v4/proj/app/q?webhookEndpoint=https%3A%2F%2Fexample.com', '/q'],
+    ['/v4/proj/app/q?x=1&webhookEndpoint=http%3A%2F%2F127.0.0.1%3A9%2Fhook&y=two%20words&x=3', '/q?x=1&y=two%20words&x=3'],
+    ['/v4/proj/app/q?webhookEndpoint=http%3A%2F%2F127.0.0.1%3A9', '/q'],
     ['/v4/proj/app/q?access_token=kept-when-not-allowed', '/q?access_token=kept-when-not-allowed'],
     ['/v4/proj/app/q?flag&empty=&enc%41=1', '/q?flag&empty=&enc%41=1'],
     ['/v4/proj/app/%7Euser/a%2Fb', '/%7Euser/a%2Fb']

@@ -200,7 +200,7 @@ t.test('handshake request follows the /v4 header rules', async t => {
   const { headers, token } = await bearer(s)
   const sidecarHost = `127.0.0.1:${s.h.sidecar.port}`
 
-  const kept = await s.open('/chat/room?x=1&webhookEndpoint=http%3A%2F%2Fexample.com%2Fhook&y=two%20words', [], {
+  const kept = await s.open('/chat/room?x=1&webhookEndpoint=http%3A%2F%2F127.0.0.1%3A9%2Fhook&y=two%20words', [], {
     headers: { ...headers, 'X-Request-Id': 'ws-run-1', 'X-Webhook-Secret': 's3cret-value', 'X-Custom': 'kept' }
   })
   t.equal(kept.app.url, '/chat/room?x=1&y=two%20words', 'app path after /v4/proj/app, query kept without webhookEndpoint')

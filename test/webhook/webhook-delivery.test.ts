@@ -1,0 +1,234 @@
+import { performance } from 'node:perf_hooks'
+import t from 'tap'
+import { eventually, type Harness, type LogLine, type TestServer } from '../helpers/sidecar-harness.ts'
+import { closedPort, type ReceivedAttempt, type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
+import { call, deliveriesFinished, linesWith, LOOPBACK_ENV, sidecarFor, startWebhookApp, wait, webhookCounts, type WebhookCounts } from './webhook-kit.ts'
+
+// The seed's retry table, row by row, through a real sidecar and a real receiver on loopback.
+// Each test has its own sidecar, so the metrics it reads are exactly its own.
+
+const MAX_DELAY = 100
+/** Slack for timers and scheduling on a busy machine. */
+const TOLERANCE = 250
+
+let app: TestServer
+t.before(async () => { app = await startWebhookApp() })
+t.teardown(() => app.close())
+
+interface Row {
+  h: Harness
+  receiver: WebhookReceiver
+  runId: string
+  endpoint: string
+  attempts: ReceivedAttempt[]
+  failures: LogLine[]
+  counts: WebhookCounts
+  /** performance.now() when the caller got its answer, and when the delivery had finished. */
+  answeredAt: number
+  finishedAt: number
+}
+
+let runs = 0
+
+/** One call with a webhook to a receiver answering `script`; waits until the delivery is finished. */
+async function row (t: Tap, script: ReceiverAction[], env: Record<string, string> = {}, endpoint?: (receiver: WebhookReceiver) => string): Promise<Row> {
+  const receiver = await startWebhookReceiver(script)
+  t.teardown(() => receiver.close())
+  const h = await sidecarFor(t, app.url, { ...LOOPBACK_ENV, WEBHOOK_MAX_DELAY_MS: String(MAX_DELAY), ...env })
+  const runId = `row-${++runs}`
+  const url = endpoint?.(receiver) ?? `${receiver.url}/hook?src=sidecar`
+  const r = await call(h, '/json', url, { headers: { 'x-request-id': runId } })
+  const answeredAt = performance.now()
+  t.equal(r.status, 200, 'the caller is answered normally whatever the webhook does')
+  t.same((r.json() as { result: unknown }).result, { answer: 42, list: [1, 'two'] })
+  await eventually(async () => await deliveriesFinished(h) === 1, 15_000)
+  const finishedAt = performance.now()
+  await wait(80) // nothing more may arrive once the delivery is over
+  const attempts = [...receiver.attempts]
+  for (const [i, attempt] of attempts.entries()) {
+    t.equal(attempt.method, 'POST', `attempt ${i + 1}: POST`)
+    t.equal(attempt.url, '/hook?src=sidecar', `attempt ${i + 1}: path and query as given`)
+    t.equal(attempt.headers['content-type'], 'application/json', `attempt ${i + 1}: JSON`)
+    t.equal(attempt.headers['x-request-id'], runId, `attempt ${i + 1}: X-Request-Id is the run id`)
+    t.equal(attempt.body.toString(), attempts[0]?.body.toString(), `attempt ${i + 1}: the same body every time`)
+    t.equal((JSON.parse(attempt.body.toString()) as { run_id: string }).run_id, runId)
+  }
+  return { h, receiver, runId, endpoint: url, attempts, failures: linesWith(h.logs, 'webhook failed'), counts: await webhookCounts(h), answeredAt, finishedAt }
+}
+
+type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
+
+/** Each pause between the end of one attempt and the start of the next: > 0 and at most the max delay (plus slack). */
+function checkPauses (t: Tap, attempts: ReceivedAttempt[], maxDelay = MAX_DELAY): void {
+  for (let i = 1; i < attempts.length; i++) {
+    const pause = (attempts[i] as ReceivedAttempt).arrivedAt - ((attempts[i - 1] as ReceivedAttempt).endedAt as number)
+    t.ok(pause <= maxDelay + TOLERANCE, `pause ${i} (${pause.toFixed(1)} ms) is at most ${maxDelay} ms + slack`)
+    // a retry that did not wait at all would come back within a millisecond or two on loopback
+    if (maxDelay > 0) t.ok(pause >= Math.min(20, maxDelay / 2), `pause ${i} (${pause.toFixed(1)} ms) is a real pause`)
+  }
+}
+
+function checkFailure (t: Tap, r: Row, attempts: number, outcome: string): void {
+  t.equal(r.failures.length, 1, 'exactly one "webhook failed" line')
+  const line = r.failures[0] as LogLine
+  t.equal(line.runId, r.runId)
+  t.equal(line.host, new URL(r.endpoint).host)
+  t.equal(line.attempts, attempts)
+  t.equal(line.outcome, outcome)
+}
+
+t.test('2xx at the first try: 1 attempt, delivered', async t => {
+  for (const status of [200, 201, 202, 204, 299]) {
+    const r = await row(t, [status])
+    t.equal(r.attempts.length, 1, `${status}: one attempt`)
+    t.same(r.counts, { attempts: { '2xx': 1 }, deliveries: { delivered: 1 } }, `${status}: metrics`)
+    t.equal(r.failures.length, 0, `${status}: no failure logged`)
+  }
+})
+
+t.test('404, 404, 200: retried, 3 attempts, delivered', async t => {
+  const r = await row(t, [404, 404, 200])
+  t.equal(r.attempts.length, 3)
+  checkPauses(t, r.attempts)
+  t.same(r.counts, { attempts: { 404: 2, '2xx': 1 }, deliveries: { delivered: 1 } })
+  t.equal(r.failures.length, 0)
+})
+
+t.test('404 every time, WEBHOOK_ATTEMPTS=3: 3 attempts, failed with "status 404"', async t => {
+  const r = await row(t, [404], { WEBHOOK_ATTEMPTS: '3' })
+  t.equal(r.attempts.length, 3)
+  checkPauses(t, r.attempts)
+  checkFailure(t, r, 3, 'status 404')
+  t.same(r.counts, { attempts: { 404: 3 }, deliveries: { failed: 1 } })
+})
+
+t.test('other 4xx: 1 attempt, permanent failure', async t => {
+  for (const status of [400, 401, 403, 405, 410, 422, 429]) {
+    const r = await row(t, [status, 200])
+    t.equal(r.attempts.length, 1, `${status}: not retried`)
+    checkFailure(t, r, 1, `status ${status}`)
+    t.same(r.counts, { attempts: { '4xx': 1 }, deliveries: { failed: 1 } }, `${status}: metrics`)
+  }
+})
+
+t.test('5xx: 1 attempt, no retry (avoids duplicate side effects)', async t => {
+  for (const status of [500, 502, 503, 504]) {
+    const r = await row(t, [status, 200])
+    t.equal(r.attempts.length, 1, `${status}: not retried`)
+    checkFailure(t, r, 1, `status ${status}`)
+    t.same(r.counts, { attempts: { '5xx': 1 }, deliveries: { failed: 1 } }, `${status}: metrics`)
+  }
+})
+
+t.test('3xx: retried, and the Location is never followed', async t => {
+  const target = await startWebhookReceiver([200])
+  t.teardown(() => target.close())
+  for (const status of [301, 302, 303, 307, 308]) {
+    const redirect = { status, headers: { location: `${target.url}/elsewhere` } }
+    const r = await row(t, [redirect])
+    t.equal(r.attempts.length, 3, `${status}: all 3 attempts`)
+    checkPauses(t, r.attempts)
+    checkFailure(t, r, 3, `status ${status}`)
+    t.same(r.counts, { attempts: { other: 3 }, deliveries: { failed: 1 } }, `${status}: metrics`)
+  }
+  const recovered = await row(t, [{ status: 302, headers: { location: `${target.url}/elsewhere` } }, 200])
+  t.equal(recovered.attempts.length, 2, 'a 3xx then a 2xx: delivered on the second attempt')
+  t.same(recovered.counts, { attempts: { other: 1, '2xx': 1 }, deliveries: { delivered: 1 } })
+  t.equal(target.connections(), 0, 'the redirect target never got a connection')
+  t.equal(target.attempts.length, 0)
+})
+
+t.test('connection refused: every attempt made, failed with "connection refused"', async t => {
+  const port = await closedPort()
+  const r = await row(t, [200], {}, () => `http://127.0.0.1:${port}/hook?src=sidecar`)
+  checkFailure(t, r, 3, 'connection refused')
+  t.same(r.counts, { attempts: { network: 3 }, deliveries: { failed: 1 } })
+  const spent = r.finishedAt - r.answeredAt
+  t.ok(spent >= 2 * Math.min(20, MAX_DELAY / 2), `the attempts were spaced (${spent.toFixed(0)} ms for 2 pauses)`)
+  t.ok(spent <= 2 * MAX_DELAY + 2 * TOLERANCE, `and quick (${spent.toFixed(0)} ms)`)
+  t.equal(r.receiver.connections(), 0)
+})
+
+t.test('a receiver that hangs past WEBHOOK_TIMEOUT_MS: "timeout", retried', async t => {
+  const r = await row(t, ['hang'], { WEBHOOK_TIMEOUT_MS: '200' })
+  t.equal(r.attempts.length, 3)
+  for (const [i, attempt] of r.attempts.entries()) {
+    const held = (attempt.endedAt as number) - attempt.arrivedAt
+    t.ok(held >= 150 && held <= 200 + TOLERANCE, `attempt ${i + 1} was given up after ~200 ms (${held.toFixed(0)} ms)`)
+  }
+  checkPauses(t, r.attempts)
+  checkFailure(t, r, 3, 'timeout')
+  t.same(r.counts, { attempts: { timeout: 3 }, deliveries: { failed: 1 } })
+})
+
+t.test('a receiver that answers slowly but within WEBHOOK_TIMEOUT_MS is not cut', async t => {
+  const r = await row(t, [{ status: 200, delayMs: 150 }], { WEBHOOK_TIMEOUT_MS: '1000' })
+  t.equal(r.attempts.length, 1)
+  t.same(r.counts, { attempts: { '2xx': 1 }, deliveries: { delivered: 1 } })
+})
+
+t.test('a receiver that resets the connection: retried, "connection reset"', async t => {
+  const r = await row(t, ['reset'])
+  t.equal(r.attempts.length, 3)
+  checkPauses(t, r.attempts)
+  checkFailure(t, r, 3, 'connection reset')
+  t.same(r.counts, { attempts: { network: 3 }, deliveries: { failed: 1 } })
+  t.equal(r.receiver.connections(), 3, 'a fresh connection for each attempt')
+
+  const recovered = await row(t, ['reset', 200])
+  t.equal(recovered.attempts.length, 2)
+  t.same(recovered.counts, { attempts: { network: 1, '2xx': 1 }, deliveries: { delivered: 1 } })
+})
+
+t.test('every kind of outcome in one delivery, counted by outcome', async t => {
+  const r = await row(t, [404, 'reset', { status: 302, headers: { location: 'http://127.0.0.1:1/' } }, 'hang', 200],
+    { WEBHOOK_ATTEMPTS: '5', WEBHOOK_TIMEOUT_MS: '200' })
+  t.equal(r.attempts.length, 5)
+  checkPauses(t, r.attempts)
+  t.same(r.counts, { attempts: { 404: 1, network: 1, other: 1, timeout: 1, '2xx': 1 }, deliveries: { delivered: 1 } })
+  t.equal(r.failures.length, 0)
+
+  const stopped = await row(t, [404, 'reset', 500, 200])
+  t.equal(stopped.attempts.length, 3, 'a 5xx after retries still stops')
+  checkFailure(t, stopped, 3, 'status 500')
+  t.same(stopped.counts, { attempts: { 404: 1, network: 1, '5xx': 1 }, deliveries: { failed: 1 } })
+})
+
+t.test('WEBHOOK_ATTEMPTS=1: one attempt, even for a retryable outcome', async t => {
+  const r = await row(t, [404, 200], { WEBHOOK_ATTEMPTS: '1' })
+  t.equal(r.attempts.length, 1)
+  checkFailure(t, r, 1, 'status 404')
+  t.same(r.counts, { attempts: { 404: 1 }, deliveries: { failed: 1 } })
+
+  const port = await closedPort()
+  const refused = await row(t, [200], { WEBHOOK_ATTEMPTS: '1' }, () => `http://127.0.0.1:${port}/hook?src=sidecar`)
+  checkFailure(t, refused, 1, 'connection refused')
+  t.same(refused.counts, { attempts: { network: 1 }, deliveries: { failed: 1 } })
+})
+
+t.test('WEBHOOK_ATTEMPTS=5: five attempts in total', async t => {
+  const failed = await row(t, [404], { WEBHOOK_ATTEMPTS: '5' })
+  t.equal(failed.attempts.length, 5)
+  checkPauses(t, failed.attempts)
+  checkFailure(t, failed, 5, 'status 404')
+  t.same(failed.counts, { attempts: { 404: 5 }, deliveries: { failed: 1 } })
+
+  const last = await row(t, [404, 404, 404, 404, 200], { WEBHOOK_ATTEMPTS: '5' })
+  t.equal(last.attempts.length, 5, 'delivered at the last attempt')
+  t.same(last.counts, { attempts: { 404: 4, '2xx': 1 }, deliveries: { delivered: 1 } })
+  t.equal(last.failures.length, 0)
+})
+
+t.test('pauses never exceed WEBHOOK_MAX_DELAY_MS, however the backoff grows', async t => {
+  const r = await row(t, [404], { WEBHOOK_ATTEMPTS: '4', WEBHOOK_MAX_DELAY_MS: '300' })
+  t.equal(r.attempts.length, 4)
+  checkPauses(t, r.attempts, 300)
+  checkFailure(t, r, 4, 'status 404')
+})
+
+t.test('WEBHOOK_MAX_DELAY_MS=0: retries follow at once', async t => {
+  const r = await row(t, [404], { WEBHOOK_MAX_DELAY_MS: '0' })
+  t.equal(r.attempts.length, 3)
+  checkPauses(t, r.attempts, 0)
+  checkFailure(t, r, 3, 'status 404')
+})
