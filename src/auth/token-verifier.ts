@@ -17,6 +17,8 @@ export interface TokenVerifierOptions {
   refetchCooldownMs?: number
   /** Override of the key source (tests); by default the remote JWKS at `jwksUrl`. */
   keys?: JWTVerifyGetKey
+  /** Token ids revoked at the store; a revoked token is refused even when cached. */
+  revoked?: { has: (jti: string | undefined) => boolean }
 }
 
 /** Asymmetric algorithms only: `none` and HMAC are refused whatever a token's header says. */
@@ -30,9 +32,11 @@ export class TokenVerifier {
   readonly #keys: JWTVerifyGetKey
   readonly #cache = new Map<string, VerifiedToken>()
   readonly #cacheSize: number
+  readonly #revoked: { has: (jti: string | undefined) => boolean }
 
   constructor (options: TokenVerifierOptions) {
     this.#cacheSize = options.cacheSize ?? 10_000
+    this.#revoked = options.revoked ?? { has: () => false }
     this.#keys = options.keys ?? remoteKeys(options.jwksUrl, options.refetchCooldownMs ?? 30_000)
   }
 
@@ -43,11 +47,13 @@ export class TokenVerifier {
   authorize (token: string, projectId: string): Promise<void> | undefined {
     const cached = this.#cache.get(token)
     if (cached !== undefined && cached.expiresAtMs > Date.now()) {
+      if (this.#revoked.has(cached.jti)) throw new InvalidTokenError('revoked')
       if (cached.projectId !== projectId) throw new ForbiddenProjectError()
       return undefined
     }
     if (cached !== undefined) this.#cache.delete(token)
     return this.#verify(token).then(verified => {
+      if (this.#revoked.has(verified.jti)) throw new InvalidTokenError('revoked')
       if (verified.projectId !== projectId) throw new ForbiddenProjectError()
     })
   }

@@ -42,6 +42,8 @@ export interface JwksServer {
   readonly server: Server
   fetches: number
   issuers: TokenIssuer[]
+  /** Token ids served at `/.well-known/revoked-tokens`, as the build store does. */
+  revoked: string[]
   close: () => Promise<void>
 }
 
@@ -55,10 +57,15 @@ export async function serveJwks (issuers: TokenIssuer[], port = 0): Promise<Jwks
         res.writeHead(200, { 'content-type': 'application/json' }).end(body)
         return
       }
+      if (req.url === '/.well-known/revoked-tokens') {
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ revoked: state.revoked }))
+        return
+      }
       res.writeHead(404, { 'content-type': 'application/json' }).end('{"message":"not found"}')
     }),
     fetches: 0,
     issuers,
+    revoked: [],
     close: async () => {
       state.server.closeAllConnections()
       await new Promise(resolve => state.server.close(resolve))

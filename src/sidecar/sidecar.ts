@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net'
 import type { JWTVerifyGetKey } from 'jose'
 import type { DestinationStream, Logger } from 'pino'
 import { Pool } from 'undici'
+import { RevocationList } from '../auth/revocation-list.ts'
 import { TokenVerifier } from '../auth/token-verifier.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
 import { RouteNotFoundError } from '../errors.ts'
@@ -27,6 +28,8 @@ export interface SidecarOptions {
   tokenKeys?: JWTVerifyGetKey
   /** Probe intervals in ms (tests shorten the slow one). */
   probeIntervals?: { fast: number, slow: number }
+  /** Time between refreshes of the store's revocation list (default 10 s). */
+  revocationIntervalMs?: number
   /** Bounds of pending webhook deliveries (tests make them small). */
   webhookLimits?: WebhookSenderLimits
 }
@@ -51,9 +54,13 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const logger = createLogger(config.logLevel, options.logDestination)
   const metrics = new SidecarMetrics()
   const inflight = new InflightTracker()
+  const revocations = new RevocationList({
+    url: new URL('.well-known/revoked-tokens', `${config.storeUrl.href.replace(/\/$/, '')}/`),
+    ...(options.revocationIntervalMs === undefined ? {} : { intervalMs: options.revocationIntervalMs })
+  })
   const verifier = config.disableAuth
     ? undefined
-    : new TokenVerifier({ jwksUrl: config.authJwksUrl, ...(options.tokenKeys === undefined ? {} : { keys: options.tokenKeys }) })
+    : new TokenVerifier({ jwksUrl: config.authJwksUrl, revoked: revocations, ...(options.tokenKeys === undefined ? {} : { keys: options.tokenKeys }) })
   const app = new Pool(config.appUrl.origin, { keepAliveTimeout: 30_000, headersTimeout: 0, bodyTimeout: 0 })
   const store = new Pool(config.storeUrl.origin, { keepAliveTimeout: 30_000 })
   const intervals = { fastIntervalMs: options.probeIntervals?.fast ?? 100, slowIntervalMs: options.probeIntervals?.slow ?? 5000 }
@@ -104,12 +111,14 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   await listen(admin, config.adminPort, config.host)
   readiness.start()
   if (health !== readiness) health.start()
+  if (verifier !== undefined) void revocations.start()
   const port = (server.address() as AddressInfo).port
   const adminPort = (admin.address() as AddressInfo).port
   logger.info({ port, adminPort, appUrl: config.appUrl.href, storeUrl: config.storeUrl.href, runtime: config.runtime, auth: !config.disableAuth }, 'sidecar listening')
 
   async function close (): Promise<void> {
     await webhooks.drain(Promise.resolve())
+    revocations.stop()
     readiness.stop()
     health.stop()
     websockets.closeAll()

@@ -70,12 +70,13 @@ export async function startHarness (appUrl: string, env: Record<string, string> 
   const issuer = await createTokenIssuer()
   const jwks = await serveJwks([issuer])
   const config = loadSidecarConfig({
-    PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', APP_URL: appUrl, AUTH_JWKS_URL: jwks.url.href, LOG_LEVEL: 'info', ...env
+    PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', APP_URL: appUrl, AUTH_JWKS_URL: jwks.url.href, STORE_URL: jwks.url.origin, LOG_LEVEL: 'info', ...env
   })
   const logs: LogLine[] = []
   const sidecar = await startSidecar(config, {
     logDestination: { write: (line: string) => { logs.push(JSON.parse(line) as LogLine) } },
     probeIntervals: { fast: 20, slow: 200 },
+    revocationIntervalMs: 100,
     ...options
   })
   return {

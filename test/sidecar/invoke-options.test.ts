@@ -213,3 +213,20 @@ t.test('a slow reader pauses the app instead of buffering: every byte arrives in
   t.equal(received.bytes, total)
   t.ok(received.ok, 'bytes arrive in order')
 })
+
+t.test('a revoked token stops working at the next refresh of the store list, cached or not', async t => {
+  const app = await startTestServer((req, res) => { res.writeHead(200).end('ok') })
+  const h = await startHarness(app.url)
+  t.teardown(async () => { await h.close(); await app.close() })
+  const token = await h.token('proj')
+  const other = await h.token('proj')
+  t.equal((await send(`${h.base}/v4/proj/app/x`, { headers: { authorization: `Bearer ${token}` } })).status, 200, 'verified and cached')
+  const { decodeJwt } = await import('jose')
+  h.jwks.revoked.push(decodeJwt(token).jti as string)
+  await eventually(async () => (await send(`${h.base}/v4/proj/app/x`, { headers: { authorization: `Bearer ${token}` } })).status === 401)
+  const refused = await send(`${h.base}/v4/proj/app/x`, { headers: { authorization: `Bearer ${token}` } })
+  t.same(refused.json(), { message: 'invalid token: revoked' })
+  t.equal((await send(`${h.base}/v4/proj/app/x`, { headers: { authorization: `Bearer ${other}` } })).status, 200, 'other tokens keep working')
+  h.jwks.revoked.length = 0
+  await eventually(async () => (await send(`${h.base}/v4/proj/app/x`, { headers: { authorization: `Bearer ${token}` } })).status === 200)
+})

@@ -11,7 +11,7 @@ t.test('GET and HEAD /v2/… are forwarded unchanged to STORE_URL; the store ans
     res.writeHead(200, { 'content-type': 'application/json', 'x-store': '1' }).end('{"id":"b1","status":"ready"}')
   })
   const app = await startTestServer((req, res) => { res.writeHead(200).end() })
-  const h = await startHarness(app.url, { STORE_URL: store.url })
+  const h = await startHarness(app.url, { STORE_URL: store.url, DISABLE_AUTH: 'true' })
   t.teardown(async () => { await h.close(); await store.close(); await app.close() })
 
   const path = '/v2/projects/p1/apps/a1/builds/b1?expand=all&x=%2F'
@@ -37,7 +37,7 @@ t.test('GET and HEAD /v2/… are forwarded unchanged to STORE_URL; the store ans
 
 t.test('other methods on /v2 get 405 with Allow; the store is not called', async t => {
   const store = await startTestServer((req, res) => { res.writeHead(200).end() })
-  const h = await startHarness(store.url, { STORE_URL: store.url })
+  const h = await startHarness(store.url, { STORE_URL: store.url, DISABLE_AUTH: 'true' })
   t.teardown(async () => { await h.close(); await store.close() })
   for (const method of ['POST', 'PUT', 'PATCH', 'DELETE']) {
     const r = await send(`${h.base}/v2/projects/p1/service-accounts`, { method, body: '{}' })
@@ -51,7 +51,7 @@ t.test('other methods on /v2 get 405 with Allow; the store is not called', async
 t.test('store unreachable: 502 with a JSON body', async t => {
   const store = await startTestServer((req, res) => { res.writeHead(200).end() })
   await store.close()
-  const h = await startHarness(store.url, { STORE_URL: store.url })
+  const h = await startHarness(store.url, { STORE_URL: store.url, DISABLE_AUTH: 'true' })
   t.teardown(async () => { await h.close() })
   const r = await send(`${h.base}/v2/projects/p1/apps/a1/builds/b1`)
   t.equal(r.status, 502)
@@ -62,7 +62,7 @@ t.test('store unreachable: 502 with a JSON body', async t => {
 
 t.test('a STORE_URL with a path prefix keeps it', async t => {
   const store = await startTestServer((req, res) => { res.writeHead(200).end('{}') })
-  const h = await startHarness(store.url, { STORE_URL: `${store.url}/store` })
+  const h = await startHarness(store.url, { STORE_URL: `${store.url}/store`, DISABLE_AUTH: 'true' })
   t.teardown(async () => { await h.close(); await store.close() })
   await send(`${h.base}/v2/projects`)
   t.equal(store.requests[0]?.url, '/store/v2/projects')
