@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
 import { AppUnreachableError, SidecarError } from '../errors.ts'
 import { sendError } from './error-response.ts'
+import { describeNetworkError } from './network-error.ts'
 import type { ResponseSink, SinkContext } from './response-sinks.ts'
 import type { WebhookTee } from '../webhook/webhook-tee.ts'
 
@@ -26,6 +27,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   #controller: Dispatcher.DispatchController | undefined
   #sink: ResponseSink | undefined
   #callerGone = false
+  #expired: SidecarError | undefined
   readonly #choose: SinkChooser
   readonly #unreachable: (detail: string) => SidecarError
   readonly #resume = (): void => { this.#controller?.resume() }
@@ -45,9 +47,16 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     this.#controller?.abort(new CallerGoneError())
   }
 
+  /** The call's deadline passed: cut the app request; the caller gets 504 (or an error event on a stream). */
+  expire (error: SidecarError): void {
+    this.#expired = error
+    this.#controller?.abort(error)
+  }
+
   onRequestStart (controller: Dispatcher.DispatchController): void {
     this.#controller = controller
     if (this.#callerGone) controller.abort(new CallerGoneError())
+    else if (this.#expired !== undefined) controller.abort(this.#expired)
   }
 
   onResponseStart (_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
@@ -68,7 +77,16 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
 
   onResponseError (_controller: Dispatcher.DispatchController, error: Error): void {
     const sink = this.#sink
-    if (error instanceof CallerGoneError || this.#callerGone) {
+    const expired = this.#expired
+    if (expired !== undefined && !this.#callerGone) {
+      // a stream ends with an error event and reports the events sent; anything else is a 504
+      sink?.fail(expired)
+      if (sink?.streaming === true) this.tee?.finish()
+      else {
+        if (sink === undefined) sendError(this.res, this.runId, expired)
+        this.tee?.finishWith(expired.status, expired.body())
+      }
+    } else if (error instanceof CallerGoneError || this.#callerGone) {
       this.res.destroy()
       // a stream reports the events sent; a plain call had no answer to report
       if (sink?.streaming === true) this.tee?.finish()
@@ -85,19 +103,5 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
       sendError(this.res, this.runId, answer)
       this.tee?.finishWith(answer.status, answer.body())
     }
-  }
-}
-
-/** A short, secret-free description of why an upstream call failed. */
-export function describeNetworkError (error: Error): string {
-  const code = (error as NodeJS.ErrnoException).code
-  switch (code) {
-    case 'ECONNREFUSED': return 'connection refused'
-    case 'ECONNRESET': case 'UND_ERR_SOCKET': return 'connection reset'
-    case 'ETIMEDOUT': case 'UND_ERR_CONNECT_TIMEOUT': return 'connect timeout'
-    case 'UND_ERR_HEADERS_TIMEOUT': return 'response headers timeout'
-    case 'UND_ERR_BODY_TIMEOUT': return 'response body timeout'
-    case 'ENOTFOUND': case 'EAI_AGAIN': return 'host not found'
-    default: return code ?? error.message
   }
 }

@@ -12,13 +12,16 @@ export interface CallRecorder {
 }
 
 /**
- * Starts accounting for one request; when the response closes (finished or cut) it logs one line
- * (method, path without query, status, duration in ms, run id) and counts it.
+ * Starts accounting for one request; when the response closes (finished or cut) it runs
+ * `cleanup` (the call's own, so one listener serves both), logs one line (method, path without
+ * query, status, duration in ms, run id) and counts it.
  */
-export function recordCall (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse, runId: string): void {
+export function recordCall (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse, runId: string,
+  cleanup?: () => void): void {
   const startedAt = performance.now()
   recorder.inflight.begin()
   res.once('close', () => {
+    cleanup?.()
     recorder.inflight.end()
     const seconds = (performance.now() - startedAt) / 1000
     const status = res.writableFinished ? res.statusCode : (res.headersSent ? res.statusCode : 499)

@@ -4,8 +4,9 @@ import type { Pool } from 'undici'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
 import { readBearerToken } from '../auth/bearer-token.ts'
 import type { TokenVerifier } from '../auth/token-verifier.ts'
-import { RouteNotFoundError } from '../errors.ts'
-import { AppResponseRelay } from './app-response-relay.ts'
+import { DeadlineExceededError, RouteNotFoundError } from '../errors.ts'
+import type { ConcurrencyGate, Release } from '../lifecycle/concurrency-gate.ts'
+import { AppResponseRelay, CallerGoneError } from './app-response-relay.ts'
 import { type CallRecorder, recordCall } from './call-record.ts'
 import { sendError } from './error-response.ts'
 import { appRequestHeaders } from './forward-headers.ts'
@@ -28,12 +29,16 @@ function acceptsEventStream (accept: string | undefined): boolean {
   return accept !== undefined && accept.toLowerCase().includes('text/event-stream')
 }
 
+const NO_ROUTE: InvokeRoute = { projectId: '', appName: '', appPath: '/', query: '' }
+const NO_QUERY: SplitQuery = { forwarded: '', webhookEndpoint: undefined, accessToken: undefined }
+
 export interface InvokeDeps extends CallRecorder {
   readonly config: SidecarConfig
   /** Undefined when auth is disabled. */
   readonly verifier: TokenVerifier | undefined
   readonly app: Pool
   readonly webhooks: WebhookSender
+  readonly gate: ConcurrencyGate
 }
 
 /** One `/v4` call as it walks the pipeline. */
@@ -45,12 +50,21 @@ interface InvokeCall {
   query: SplitQuery
   /** Where to deliver this call's webhook, when it asked for one. */
   webhook: URL | undefined
+  /** Set once the call waits in the queue: aborting it gives up the wait. */
+  wait: AbortController | undefined
+  /** Set once the call is forwarded to the app. */
+  relay: AppResponseRelay | undefined
+  /** Frees the call's concurrency slot, once it has one. */
+  release: Release | undefined
+  deadline: NodeJS.Timeout | undefined
 }
 
 /**
  * The `/v4/{project}/{app}/{path…}` pipeline, in the SPEC's order of checks:
- * route (404) → auth (401/403) → the request itself (400 webhookEndpoint, 413 body) → the app (502),
- * with the response teed to the webhook sender when the call asked for one.
+ * route (404) → auth (401/403) → the request itself (400 webhookEndpoint, 413 body) →
+ * the concurrency gate (503 queue full; waits for the app's first readiness) → the app (502),
+ * with the response teed to the webhook sender when the call asked for one, and the whole
+ * bounded by DEADLINE_SECONDS (504, or an error event on a stream).
  */
 export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config } = deps
@@ -83,11 +97,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     const { req, res } = call
     const tee = call.webhook === undefined ? undefined : teeFor(call, call.webhook)
     const relay = new AppResponseRelay(res, call.runId, chooseSink, undefined, tee)
-    deps.metrics.inflight.inc()
-    res.once('close', () => {
-      deps.metrics.inflight.dec()
-      if (!res.writableFinished) relay.callerGone()
-    })
+    call.relay = relay
     const headers = appRequestHeaders(req, call.runId, {
       dropAuthorization: deps.verifier !== undefined,
       dropAcceptEncoding: config.runtime === 'cortex',
@@ -124,6 +134,28 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     return passthroughSink(ctx, status, headers)
   }
 
+  /** Queues for a slot; the wait ends early if the caller leaves or the deadline passes. */
+  function waitForSlot (call: InvokeCall): Promise<Release> {
+    const wait = new AbortController()
+    const callerGone = (): void => { wait.abort(new CallerGoneError()) }
+    call.wait = wait
+    call.res.once('close', callerGone)
+    return deps.gate.acquire(wait.signal).finally(() => {
+      call.res.off('close', callerGone)
+      call.wait = undefined
+    })
+  }
+
+  function expire (call: InvokeCall): void {
+    const error = new DeadlineExceededError(config.deadlineSeconds)
+    if (call.relay !== undefined) {
+      call.relay.expire(error)
+    } else {
+      call.wait?.abort(error)
+      sendError(call.res, call.runId, error)
+    }
+  }
+
   async function run (call: InvokeCall): Promise<void> {
     matchRoute(call)
     const pending = authorize(call)
@@ -131,14 +163,34 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     checkRequest(call)
     let body = requestBodyFor(call.req, config.maxBodyBytes)
     if (body instanceof Promise) body = await body
-    if (call.res.destroyed) return
+    call.release = deps.gate.tryAcquire() ?? await waitForSlot(call)
+    // the caller left, or the deadline answered, while this call waited
+    if (call.res.destroyed || call.res.writableEnded) {
+      call.release()
+      return
+    }
     forwardToApp(call, body)
   }
 
+  /** The response closed (finished or cut): free what the call holds. */
+  function closeCall (call: InvokeCall): void {
+    clearTimeout(call.deadline)
+    call.release?.()
+    if (call.relay !== undefined && !call.res.writableFinished) call.relay.callerGone()
+  }
+
+  const deadlineMs = config.deadlineSeconds * 1000
+
   return function handleInvoke (req, res) {
     const runId = runIdFor(req.headers['x-request-id'])
-    recordCall(deps, 'invoke', req, res, runId)
-    const call = { req, res, runId } as InvokeCall
-    run(call).catch(error => { sendError(res, runId, error, (error as { status?: number }).status === 413) })
+    const call: InvokeCall = {
+      req, res, runId, route: NO_ROUTE, query: NO_QUERY, webhook: undefined, wait: undefined, relay: undefined, release: undefined,
+      deadline: deadlineMs > 0 ? setTimeout(expireCall, deadlineMs) : undefined
+    }
+    function expireCall (): void { expire(call) }
+    recordCall(deps, 'invoke', req, res, runId, () => { closeCall(call) })
+    run(call).catch(error => {
+      if (!res.writableEnded && !res.destroyed) sendError(res, runId, error, (error as { status?: number }).status === 413)
+    })
   }
 }

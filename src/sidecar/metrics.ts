@@ -66,6 +66,28 @@ export class SidecarMetrics {
     registers: [this.registry]
   })
 
+  /** Feeds the autoscaling gauges from `stats`; `limit` is REPLICA_CONCURRENCY (0: none). */
+  watchConcurrency (stats: { averageConcurrency: () => number, requestsPerSecond: () => number }, limit: number): void {
+    new Gauge({
+      name: 'sidecar_average_concurrency',
+      help: 'Requests in flight to the app, time-weighted average over the last 10 s',
+      registers: [this.registry],
+      collect () { this.set(stats.averageConcurrency()) }
+    })
+    new Gauge({
+      name: 'sidecar_requests_per_second',
+      help: 'Requests admitted to the app per second, over the last 10 s',
+      registers: [this.registry],
+      collect () { this.set(stats.requestsPerSecond()) }
+    })
+    new Gauge({
+      name: 'sidecar_concurrency_utilization',
+      help: 'Average concurrency over the last 10 s divided by REPLICA_CONCURRENCY (0 when there is no limit)',
+      registers: [this.registry],
+      collect () { this.set(limit > 0 ? stats.averageConcurrency() / limit : 0) }
+    })
+  }
+
   /** Children per (route, code), so the hot path skips prom-client's label hashing. */
   readonly #requestChildren = new Map<string, Counter.Internal>()
   readonly #durationChildren = new Map<RouteLabel, Histogram.Internal<'route'>>()

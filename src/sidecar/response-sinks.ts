@@ -1,7 +1,8 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
-import { AppUnreachableError } from '../errors.ts'
+import { AppUnreachableError, SidecarError } from '../errors.ts'
 import { sendError } from './error-response.ts'
+import { describeNetworkError } from './network-error.ts'
 import { callerResponseHeaders } from './forward-headers.ts'
 import { envelopeJson, roundedMs } from './response-envelope.ts'
 import type { WebhookTee } from '../webhook/webhook-tee.ts'
@@ -77,6 +78,8 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
       ctx.res.writeHead(status, out)
       ctx.res.end(body)
     },
-    fail: error => { sendError(ctx.res, ctx.runId, new AppUnreachableError(error.message)) }
+    fail: error => {
+      sendError(ctx.res, ctx.runId, error instanceof SidecarError ? error : new AppUnreachableError(describeNetworkError(error)))
+    }
   }
 }

@@ -8,6 +8,8 @@ import { TokenVerifier } from '../auth/token-verifier.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
 import { RouteNotFoundError } from '../errors.ts'
 import { AppProbe } from '../lifecycle/app-probe.ts'
+import { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
+import { ConcurrencyStats } from '../lifecycle/concurrency-stats.ts'
 import { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import { createLogger } from './access-log.ts'
 import { createAdminServer } from './admin-server.ts'
@@ -81,10 +83,18 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   })
   const webhooks = new WebhookSender(delivery, metrics, logger, options.webhookLimits)
 
+  const stats = new ConcurrencyStats()
+  metrics.watchConcurrency(stats, config.replicaConcurrency)
+  const gate = new ConcurrencyGate(config.replicaConcurrency, config.queueDepth, {
+    inflight: delta => { metrics.inflight.inc(delta); stats.change(delta) },
+    queued: delta => { metrics.queued.inc(delta) }
+  })
+  void readiness.passed().then(() => { gate.open() })
+
   const recorder = { logger, metrics, inflight }
-  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks })
+  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks, gate })
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl) })
-  const websockets = createWebSocketPassthrough({ ...recorder, config, verifier })
+  const websockets = createWebSocketPassthrough({ ...recorder, config, verifier, gate })
 
   const server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 60_000, requestTimeout: 0 }, (req, res) => {
     const url = req.url as string
@@ -119,6 +129,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   async function close (): Promise<void> {
     await webhooks.drain(Promise.resolve())
     revocations.stop()
+    stats.stop()
     readiness.stop()
     health.stop()
     websockets.closeAll()

@@ -7,8 +7,9 @@ import { readBearerToken } from '../auth/bearer-token.ts'
 import type { TokenVerifier } from '../auth/token-verifier.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
 import { AppUnreachableError, RouteNotFoundError, SidecarError } from '../errors.ts'
+import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
-import { describeNetworkError } from './app-response-relay.ts'
+import { describeNetworkError } from './network-error.ts'
 import { appRequestHeaders, headerListToObject } from './forward-headers.ts'
 import { parseInvokeRoute, splitQuery } from './invoke-route.ts'
 import type { SidecarMetrics } from './metrics.ts'
@@ -20,6 +21,8 @@ export interface WebSocketDeps {
   readonly logger: Logger
   readonly metrics: SidecarMetrics
   readonly inflight: InflightTracker
+  /** WebSockets hold a concurrency slot until they close (no deadline applies to them). */
+  readonly gate: ConcurrencyGate
 }
 
 /** One upgrade as it is proxied: what its log line and metrics need. */
@@ -127,10 +130,18 @@ export function createWebSocketPassthrough (deps: WebSocketDeps): WebSocketPasst
         dropAuthorization: deps.verifier !== undefined, dropAcceptEncoding: false, upgrade: true
       }))
       req.url = basePath + route.appPath + (query.forwarded === '' ? '' : '?' + query.forwarded)
-      deps.metrics.inflight.inc()
-      socket.once('close', () => { deps.metrics.inflight.dec() })
+      let release = deps.gate.tryAcquire()
+      if (release === undefined) {
+        const wait = new AbortController()
+        const gone = (): void => { wait.abort(new Error('caller disconnected')) }
+        socket.once('close', gone)
+        release = await deps.gate.acquire(wait.signal).finally(() => { socket.off('close', gone) })
+      }
+      socket.once('close', release)
+      if (socket.destroyed) return
       proxy.ws(req, socket, head)
     } catch (error) {
+      if (socket.destroyed) return // the caller left while waiting for a slot
       state.status = error instanceof SidecarError ? error.status : 500
       rejectUpgrade(socket, state.runId, error)
     }

@@ -1,6 +1,7 @@
 import { StringDecoder } from 'node:string_decoder'
 import { createParser } from 'eventsource-parser'
-import { describeNetworkError } from '../sidecar/app-response-relay.ts'
+import { SidecarError } from '../errors.ts'
+import { describeNetworkError } from '../sidecar/network-error.ts'
 import type { SidecarMetrics } from '../sidecar/metrics.ts'
 import type { ResponseSink, SinkContext } from '../sidecar/response-sinks.ts'
 import { NdjsonSplitter } from './ndjson-splitter.ts'
@@ -21,7 +22,9 @@ export interface StreamSinks {
   chunks: (ctx: SinkContext) => ResponseSink
 }
 
-const failure = (error: Error): string => `app failed mid-stream: ${describeNetworkError(error)}`
+/** The message of the closing error event: the sidecar's own (a deadline), or the app's failure. */
+const failure = (error: Error): string =>
+  error instanceof SidecarError ? error.message : `app failed mid-stream: ${describeNetworkError(error)}`
 
 export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
   const open = (ctx: SinkContext): SseWriter => {

@@ -98,12 +98,12 @@ t.test('ALLOW_QUERY_TOKEN: access_token works, is removed before forwarding, and
   t.notOk(JSON.stringify(h.logs).includes(token), 'the query token is never logged')
 })
 
-t.test('502 when the app is not listening; the sidecar keeps serving', async t => {
+t.test('502 when the app, once ready, stops listening; the sidecar keeps serving', async t => {
   const app = await startTestServer((req, res) => { res.writeHead(200).end('ok') })
-  const url = app.url
-  await app.close()
-  const h = await startHarness(url, { DISABLE_AUTH: 'true' })
+  const h = await startHarness(app.url, { DISABLE_AUTH: 'true' })
   t.teardown(async () => { await h.close() })
+  t.equal((await send(`${h.base}/v4/p/a/x`)).status, 200)
+  await app.close()
   for (let i = 0; i < 3; i++) {
     const r = await send(`${h.base}/v4/p/a/x`)
     t.equal(r.status, 502)

@@ -396,14 +396,18 @@ t.test('an upgrade the app refuses reaches the caller with the app\'s status', a
   t.equal(fine.ws.readyState, fine.ws.OPEN, 'other paths still upgrade')
 })
 
-t.test('app down: 502 with a JSON body, and the sidecar keeps serving', async t => {
+t.test('app down after it was ready: 502 with a JSON body, and the sidecar keeps serving', async t => {
   const port = await freePort()
+  let app: WebSocketApp | undefined = await startWebSocketApp({ port })
   const h = await startHarness(`http://127.0.0.1:${port}`)
-  let app: WebSocketApp | undefined
   t.teardown(async () => {
     await h.close()
     await app?.close()
   })
+  // 502 means the app was ready and is now unreachable; before its first readiness calls wait
+  await eventually(async () => (await fetch(`${h.admin}/readyz`)).status === 200)
+  await app.close()
+  app = undefined
   const token = await h.token()
   const headers = { Authorization: `Bearer ${token}`, 'X-Request-Id': 'ws-down-1' }
 
