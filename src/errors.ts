@@ -87,3 +87,62 @@ export class ConfigError extends Error {
     this.variable = variable
   }
 }
+
+/**
+ * A failure the build store answers itself: the same shape as SidecarError (status, stable
+ * `STORE_*` code, `{"message": …}` body), so one sender serves both.
+ */
+export class StoreError extends SidecarError {}
+
+const BEARER_CHALLENGE = { 'www-authenticate': 'Bearer realm="build-store"' }
+
+export class MalformedIdError extends StoreError {
+  constructor (segment: string) {
+    const shown = segment.length > 64 ? `${segment.slice(0, 64)}…` : segment
+    super(400, 'STORE_MALFORMED_ID', `malformed path segment "${shown}": ids match [A-Za-z0-9][A-Za-z0-9._-]{0,127}`)
+  }
+}
+
+export class InvalidBodyError extends StoreError {
+  constructor (message: string) { super(400, 'STORE_INVALID_BODY', message) }
+}
+
+export class StoreBodyTooLargeError extends StoreError {
+  constructor (limit: number) { super(413, 'STORE_BODY_TOO_LARGE', `request body exceeds ${limit} bytes`) }
+}
+
+export class StoreMissingTokenError extends StoreError {
+  constructor () { super(401, 'STORE_MISSING_TOKEN', 'missing bearer token', BEARER_CHALLENGE) }
+}
+
+export class StoreInvalidTokenError extends StoreError {
+  constructor (reason: string) { super(401, 'STORE_INVALID_TOKEN', `invalid token: ${reason}`, BEARER_CHALLENGE) }
+}
+
+export class AdminTokenRequiredError extends StoreError {
+  constructor (message = 'this route needs the admin token') { super(401, 'STORE_ADMIN_REQUIRED', message, BEARER_CHALLENGE) }
+}
+
+export class StoreForbiddenProjectError extends StoreError {
+  constructor () { super(403, 'STORE_FORBIDDEN', 'token is not valid for this project') }
+}
+
+export class BuildNotFoundError extends StoreError {
+  constructor () { super(404, 'STORE_BUILD_NOT_FOUND', 'no such build in this project and app') }
+}
+
+export class ServiceAccountNotFoundError extends StoreError {
+  constructor () { super(404, 'STORE_SERVICE_ACCOUNT_NOT_FOUND', 'no such service account in this project') }
+}
+
+export class StoreRouteNotFoundError extends StoreError {
+  constructor () { super(404, 'STORE_NOT_FOUND', 'no such route') }
+}
+
+export class StoreMethodNotAllowedError extends StoreError {
+  constructor (allow: string) { super(405, 'STORE_METHOD_NOT_ALLOWED', 'method not allowed', { allow }) }
+}
+
+export class StoreInternalError extends StoreError {
+  constructor () { super(500, 'STORE_INTERNAL', 'internal error') }
+}

@@ -89,7 +89,8 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     inflight: delta => { metrics.inflight.inc(delta); stats.change(delta) },
     queued: delta => { metrics.queued.inc(delta) }
   })
-  void readiness.passed().then(() => { gate.open() })
+  // passed() also resolves when the probe stops (shutdown): only a real pass opens the gate
+  void readiness.passed().then(() => { if (readiness.passing) gate.open() })
 
   const recorder = { logger, metrics, inflight }
   const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks, gate })
