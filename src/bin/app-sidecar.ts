@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { applyBuildSettings } from '../config/build-settings.ts'
 import { loadSidecarConfig, type SidecarConfig, sidecarHelp } from '../config/sidecar-config.ts'
 import { ConfigError } from '../errors.ts'
 import { startSidecar } from '../sidecar/sidecar.ts'
@@ -15,6 +16,14 @@ try {
   if (!(error instanceof ConfigError)) throw error
   process.stderr.write(`app-sidecar: invalid configuration: ${error.message}\n`)
   process.exit(2)
+}
+
+try {
+  config = await applyBuildSettings(config, process.env)
+} catch (error) {
+  if (!(error instanceof ConfigError)) throw error
+  process.stderr.write(`app-sidecar: ${error.message}\n`)
+  process.exit(1)
 }
 
 const sidecar = await startSidecar(config).catch((error: NodeJS.ErrnoException) => {

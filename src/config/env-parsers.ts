@@ -77,6 +77,12 @@ export const parseId: EnvParser<string> = (name, raw) => {
   return raw
 }
 
+/** A bearer token (RFC 6750 token68 characters); the value itself never appears in an error. */
+export const parseBearerToken: EnvParser<string> = (name, raw) => {
+  if (!/^[A-Za-z0-9\-._~+/]+=*$/.test(raw)) throw new ConfigError(name, 'expected a bearer token (letters, digits, -._~+/)')
+  return raw
+}
+
 /** An app HTTP path such as `/health`. */
 export const parseHttpPath: EnvParser<string> = (name, raw) => {
   if (!/^\/[\x21-\x7e]*$/.test(raw)) {

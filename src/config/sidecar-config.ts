@@ -1,7 +1,7 @@
 import { ConfigError } from '../errors.ts'
 import {
   type Cidr, type EnvParser, integerIn, numberUpTo, oneOf, parseBoolean, parseCidrList,
-  parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort
+  parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort
 } from './env-parsers.ts'
 
 export type Runtime = 'cortex' | 'custom'
@@ -36,6 +36,9 @@ export interface SidecarConfig {
   webhookHeaderBrand: string
   webhookAllowedCidrs: Cidr[]
   logLevel: LogLevel
+  buildId: string | undefined
+  appId: string | undefined
+  storeToken: string | undefined
 }
 
 interface Variable<K extends keyof SidecarConfig> {
@@ -83,7 +86,10 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'WEBHOOK_MAX_BODY_BYTES', key: 'webhookMaxBodyBytes', defaultText: '10485760', meaning: 'largest response kept for a webhook', parse: integerIn(0, GIB), fallback: fixed(10_485_760) }),
   variable({ name: 'WEBHOOK_HEADER_BRAND', key: 'webhookHeaderBrand', defaultText: 'Service', meaning: 'the word in X-<Brand>-Webhook-* headers', parse: parseHeaderBrand, fallback: fixed('Service') }),
   variable({ name: 'WEBHOOK_ALLOWED_CIDRS', key: 'webhookAllowedCidrs', defaultText: undefined, meaning: 'private ranges webhooks may reach, comma-separated', parse: parseCidrList, fallback: () => [] }),
-  variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') })
+  variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),
+  variable({ name: 'BUILD_ID', key: 'buildId', defaultText: undefined, meaning: 'with PROJECT_ID and APP_ID: read app settings from this build at start', parse: optionalString(parseId), fallback: fixed(undefined) }),
+  variable({ name: 'APP_ID', key: 'appId', defaultText: undefined, meaning: 'the app whose build BUILD_ID names', parse: optionalString(parseId), fallback: fixed(undefined) }),
+  variable({ name: 'STORE_TOKEN', key: 'storeToken', defaultText: undefined, meaning: 'bearer token for reading the build (a service-account token of the project)', parse: optionalString(parseBearerToken), fallback: fixed(undefined) })
 ] as const
 
 function withSlash (url: URL | undefined): URL {
@@ -107,6 +113,9 @@ export function loadSidecarConfig (env: NodeJS.ProcessEnv = process.env): Sideca
   const config = partial as unknown as SidecarConfig
   if (config.port !== 0 && config.port === config.adminPort) {
     throw new ConfigError('ADMIN_PORT', `must differ from PORT (${config.port})`)
+  }
+  if (config.buildId !== undefined && (config.projectId === undefined || config.appId === undefined)) {
+    throw new ConfigError('BUILD_ID', 'needs PROJECT_ID and APP_ID too')
   }
   return config
 }

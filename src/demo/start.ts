@@ -1,39 +1,59 @@
+import { randomBytes } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { applyBuildSettings } from '../config/build-settings.ts'
 import { loadSidecarConfig, type SidecarConfig } from '../config/sidecar-config.ts'
 import { ConfigError } from '../errors.ts'
 import { startSidecar } from '../sidecar/sidecar.ts'
-import { createTokenIssuer, serveJwks } from './demo-token-issuer.ts'
+import { loadStoreConfig, startBuildStore } from '../store/index.ts'
 import { startExampleApp } from './example-app.ts'
 
 /**
- * `npm start`: the demo stack on loopback. An example app, a token signer with its JWKS (standing
- * in for the build store's), and a sidecar in front with auth on; prints a token and commands.
+ * `npm start`: the whole stack on loopback. An embedded build store (in a fresh temporary
+ * DATA_DIR unless one is given), the example app, a build describing it, a service account, and
+ * a sidecar that reads its settings from that build, with auth on. Prints a token and commands.
  */
 const PROJECT = 'demo'
 const APP = 'example'
+const BUILD = 'b1'
 
+const ownDataDir = process.env.DATA_DIR === undefined || process.env.DATA_DIR === ''
+const dataDir = ownDataDir ? mkdtempSync(join(tmpdir(), 'app-sidecar-demo-')) : process.env.DATA_DIR as string
+const adminToken = process.env.ADMIN_TOKEN ?? randomBytes(24).toString('hex')
+const store = await startBuildStore(loadStoreConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir, ADMIN_TOKEN: adminToken, LOG_LEVEL: 'warn' }))
 const app = await startExampleApp(0)
-const issuer = await createTokenIssuer()
-const jwks = await serveJwks([issuer])
+await store.builds.put({ projectId: PROJECT, appId: APP, buildId: BUILD }, {
+  name: APP, status: 'success', type: 'deploy', runtime: 'cortex', port: app.port,
+  healthcheckEndpoint: '/health', readycheckEndpoint: '/health', replicaConcurrency: 8, responseGracePeriodSeconds: 30,
+  hardware: 'CPU', cpu: 1, memory: 2, minReplicaCount: 0, maxReplicaCount: 3, buildTimeMs: '4200', disableAuth: false
+})
+const { token } = await store.serviceAccounts.create(PROJECT, 'demo', new Date(Date.now() + 24 * 3600 * 1000))
+
 let config: SidecarConfig
 try {
-  config = loadSidecarConfig({
+  const env = {
     PORT: '8000', ADMIN_PORT: '9090', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...process.env,
-    APP_URL: `http://127.0.0.1:${app.port}`, AUTH_JWKS_URL: jwks.url.href, PROJECT_ID: PROJECT, APP_NAME: APP
-  })
+    STORE_URL: store.url, BUILD_ID: BUILD, PROJECT_ID: PROJECT, APP_ID: APP, STORE_TOKEN: token
+  }
+  config = await applyBuildSettings(loadSidecarConfig(env), env)
 } catch (error) {
   process.stderr.write(`npm start: ${(error as ConfigError).message}\n`)
   process.exit(2)
 }
 const sidecar = await startSidecar(config)
-const token = await issuer.sign(PROJECT, { ttlSeconds: 24 * 3600 })
 const base = `http://127.0.0.1:${sidecar.port}`
 const ws = `ws://127.0.0.1:${sidecar.port}`
 const admin = `http://127.0.0.1:${sidecar.adminPort}`
 
 process.stderr.write(`
-app-sidecar demo is running: example app on :${app.port}, sidecar on :${sidecar.port}, admin on :${sidecar.adminPort}
+app-sidecar demo is running on loopback:
+  build store ${store.url} (embedded PostgreSQL in ${dataDir})
+  example app http://127.0.0.1:${app.port}
+  sidecar     ${base} (admin ${admin}), configured from build ${PROJECT}/${APP}/${BUILD}
 
 TOKEN=${token}
+ADMIN_TOKEN=${adminToken}
 
 # call the app's function through the sidecar (the cortex envelope wraps its return value)
 curl -s -X POST ${base}/v4/${PROJECT}/${APP}/run -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d '{"name":"Ada"}'
@@ -44,12 +64,18 @@ curl -N -X POST ${base}/v4/${PROJECT}/${APP}/generate -H "Authorization: Bearer 
 # an SSE app: its event stream passes through byte for byte, flushed as it arrives
 curl -N "${base}/v4/${PROJECT}/${APP}/events?count=5&delay_ms=500" -H "Authorization: Bearer $TOKEN"
 
+# Get Build, through the sidecar (/v2 is forwarded to the store)
+curl -s ${base}/v2/projects/${PROJECT}/apps/${APP}/builds/${BUILD} -H "Authorization: Bearer $TOKEN"
+
 # no token: 401; another app: 404
 curl -s -X POST ${base}/v4/${PROJECT}/${APP}/run -d '{}'
 curl -s ${base}/v4/${PROJECT}/other/run -H "Authorization: Bearer $TOKEN"
 
 # a WebSocket through the sidecar (echo)
 node -e "const W=require('ws');const s=new W('${ws}/v4/${PROJECT}/${APP}/ws',{headers:{authorization:'Bearer '+process.env.TOKEN}});s.on('open',()=>s.send('hello'));s.on('message',m=>{console.log(String(m));s.close()})"
+
+# the store's admin side: service accounts (the CLI speaks to the store over HTTP)
+STORE_URL=${store.url} ADMIN_TOKEN=$ADMIN_TOKEN npx build-store list-service-accounts --project ${PROJECT}
 
 # probes and metrics
 curl -s ${admin}/readyz; curl -s ${admin}/metrics | grep ^sidecar_
@@ -62,7 +88,8 @@ async function stop (): Promise<void> {
   if (stopping) return
   stopping = true
   await sidecar.drain(config.responseGracePeriodSeconds)
-  await Promise.all([app.close(), jwks.close()])
+  await Promise.all([app.close(), store.close()])
+  if (ownDataDir) rmSync(dataDir, { recursive: true, force: true })
   sidecar.logger.flush(() => { process.exit(0) })
 }
 process.once('SIGINT', () => { void stop() })

@@ -33,10 +33,11 @@ export class BuildRepository {
 
   /** Creates or replaces the build at `key`; `createdAt` survives a replace, `updatedAt` is now. */
   async put (key: BuildKey, fields: BuildFields): Promise<StoredBuild> {
-    // the database's clock, cut to what ISO 8601 with milliseconds shows, so replicas agree
+    // the database's clock, cut to what ISO 8601 with milliseconds shows, so replicas agree;
+    // statement_timestamp() is one value for the whole statement, so a new build's two times are equal
     const rows = await this.#database.query<UpsertRow>(`
       INSERT INTO builds (project_id, app_id, build_id, fields, created_at, updated_at)
-      VALUES ($1, $2, $3, $4, date_trunc('milliseconds', clock_timestamp()), date_trunc('milliseconds', clock_timestamp()))
+      VALUES ($1, $2, $3, $4, date_trunc('milliseconds', statement_timestamp()), date_trunc('milliseconds', statement_timestamp()))
       ON CONFLICT (project_id, app_id, build_id)
       DO UPDATE SET fields = EXCLUDED.fields, updated_at = EXCLUDED.updated_at
       RETURNING created_at, updated_at, (xmax = 0) AS created`,

@@ -2,15 +2,8 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { AppProbe } from '../../src/lifecycle/app-probe.ts'
-import { eventually, startTestServer } from '../helpers/sidecar-harness.ts'
+import { eventually, startTestServer, freePort } from '../helpers/sidecar-harness.ts'
 
-async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as AddressInfo).port
-  await new Promise(resolve => server.close(resolve))
-  return port
-}
 
 t.test('passed() waits for an app that starts late, probing every fast interval', async t => {
   const port = await freePort()

@@ -3,7 +3,7 @@ import { createServer } from 'node:net'
 import type { AddressInfo, Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import type { ClientOptions, WebSocket } from 'ws'
-import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
+import { eventually, type Harness, startHarness, freePort } from '../helpers/sidecar-harness.ts'
 import {
   type AppConnection, clientClosed, type ClientOutcome, connectClient, nextMessage, openRaw, rawHandshake, rawUpgrade,
   startWebSocketApp, type WebSocketApp, type WebSocketAppOptions
@@ -87,13 +87,6 @@ function collect (ws: WebSocket): Array<{ data: Buffer, isBinary: boolean }> {
   return got
 }
 
-async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as AddressInfo).port
-  await new Promise(resolve => server.close(resolve))
-  return port
-}
 
 t.test('text and binary frames pass byte for byte, both ways, in order', async t => {
   const s = await setup(t)

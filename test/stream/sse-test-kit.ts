@@ -166,3 +166,11 @@ export function splitBytes (text: string, at: number): [Buffer, Buffer] {
 }
 
 export { sleep }
+
+/** The three SSE modes: what the app sends for an event with value `v`, and what the caller reads. */
+export const MODES = [
+  { name: 'passthrough', headers: { 'content-type': 'text/event-stream' }, accept: undefined, unit: (v: string) => `data: ${v}\n\n` },
+  { name: 'NDJSON', headers: { 'content-type': 'application/x-ndjson' }, accept: undefined, unit: (v: string) => `${v}\n` },
+  { name: 'chunks', headers: { 'content-type': 'text/plain' }, accept: 'text/event-stream', unit: (v: string) => v }
+] as const
+export type Mode = typeof MODES[number]

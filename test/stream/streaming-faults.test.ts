@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks'
 import { request, type ServerResponse } from 'node:http'
 import t from 'tap'
 import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
-import { metric, openStream, play, readStream, type ScriptedApp, sleep, startScriptedApp, type Step } from './sse-test-kit.ts'
+import { metric, openStream, play, readStream, type ScriptedApp, sleep, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
 
 // Streams that end badly: the app dies mid-stream, the caller walks away, and a thousand callers
 // walk away — nothing may be left behind.
@@ -27,12 +27,6 @@ const headersFor = async (mode: Mode, extra: Record<string, string> = {}): Promi
   ...extra
 })
 
-const MODES = [
-  { name: 'passthrough', headers: { 'content-type': SSE }, accept: undefined, unit: (v: string) => `data: ${v}\n\n` },
-  { name: 'NDJSON', headers: { 'content-type': 'application/x-ndjson' }, accept: undefined, unit: (v: string) => `${v}\n` },
-  { name: 'chunks', headers: { 'content-type': 'text/plain' }, accept: SSE, unit: (v: string) => v }
-] as const
-type Mode = typeof MODES[number]
 
 /** A route that plays `steps` and then kills its connection without ending the response. */
 function dyingRoute (t: TestLike, mode: Mode, steps: Step[]): string {

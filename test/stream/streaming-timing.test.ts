@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks'
 import { EventSource } from 'eventsource'
 import t from 'tap'
 import { type Harness, startHarness } from '../helpers/sidecar-harness.ts'
-import { metric, openStream, type ScriptedApp, sleep, startScriptedApp, type Step } from './sse-test-kit.ts'
+import { metric, openStream, type ScriptedApp, sleep, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
 
 // When bytes reach the caller: headers at once, every event as soon as the app made it,
 // keep-alive comments only where the stream is idle (and never inside a line), and nothing lost
@@ -29,13 +29,6 @@ type TestLike = Parameters<ScriptedApp['route']>[0]
 const SSE = 'text/event-stream'
 const auth = (h: Harness): Promise<Record<string, string>> => h.token('proj').then(tk => ({ authorization: `Bearer ${tk}` }))
 
-/** The three SSE modes: what the app sends for an event with value `v`, and what the caller reads. */
-const MODES = [
-  { name: 'passthrough', headers: { 'content-type': SSE }, accept: undefined, unit: (v: string) => `data: ${v}\n\n` },
-  { name: 'NDJSON', headers: { 'content-type': 'application/x-ndjson' }, accept: undefined, unit: (v: string) => `${v}\n` },
-  { name: 'chunks', headers: { 'content-type': 'text/plain' }, accept: SSE, unit: (v: string) => v }
-] as const
-type Mode = typeof MODES[number]
 
 /** A route that sends headers at once, plays `steps` (with `at` recording when each write happened), and ends. */
 function timedRoute (t: TestLike, mode: Mode, steps: Step[]): { path: string, writes: number[], endedAt: () => number } {

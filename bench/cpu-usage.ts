@@ -1,0 +1,96 @@
+import { readFileSync } from 'node:fs'
+
+/** Kernel clock ticks per second (USER_HZ): 100 on every Linux the bench runs on. */
+const CLOCK_TICKS = 100
+
+/** User + system CPU seconds a process has used so far (Linux /proc), or undefined elsewhere or once it is gone. */
+export function processCpuSeconds (pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    const utime = Number(fields[11])
+    const stime = Number(fields[12])
+    return Number.isFinite(utime) && Number.isFinite(stime) ? (utime + stime) / CLOCK_TICKS : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** CPU seconds the whole machine has spent busy so far (every core), or undefined without /proc. */
+export function machineBusySeconds (): number | undefined {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0] as string
+    // cpu  user nice system idle iowait irq softirq steal …
+    const [user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/).slice(1).map(Number)
+    const busy = [user, nice, system, irq, softirq, steal].reduce<number>((total, v) => total + (v ?? 0), 0)
+    return Number.isFinite(busy) ? busy / CLOCK_TICKS : undefined
+  } catch {
+    return undefined
+  }
+}
+
+export interface CpuSample<T> {
+  result: T
+  /** CPU seconds per process name, plus `load generator` (this process). */
+  cpuSeconds: Record<string, number>
+  /** Cores' worth of CPU used by everything else on the machine meanwhile (noise); undefined without /proc. */
+  backgroundCores: number | undefined
+}
+
+/** CPU seconds used by each of `pids` (by name) while `work` ran, this process's own, and the machine's background. */
+export async function measureCpu<T> (pids: Record<string, number>, work: () => Promise<T>): Promise<CpuSample<T>> {
+  const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, processCpuSeconds(pid)]))
+  const machineBefore = machineBusySeconds()
+  const self = process.cpuUsage()
+  const startedAt = performance.now()
+  const result = await work()
+  const wallSeconds = (performance.now() - startedAt) / 1000
+  const selfUsed = process.cpuUsage(self)
+  const machineAfter = machineBusySeconds()
+  const cpuSeconds: Record<string, number> = {}
+  for (const [name, pid] of Object.entries(pids)) {
+    const start = before[name]
+    const end = processCpuSeconds(pid)
+    if (start !== undefined && end !== undefined) cpuSeconds[name] = end - start
+  }
+  cpuSeconds['load generator'] = (selfUsed.user + selfUsed.system) / 1e6
+  const ours = Object.values(cpuSeconds).reduce((total, v) => total + v, 0)
+  const backgroundCores = machineBefore === undefined || machineAfter === undefined || wallSeconds <= 0
+    ? undefined
+    : Math.max(0, (machineAfter - machineBefore - ours) / wallSeconds)
+  return { result, cpuSeconds, backgroundCores }
+}
+
+/**
+ * Holds a measurement back while something else keeps the machine busy (a shared machine: other
+ * people's test runs), up to `maxWaitSeconds` per call and `budgetSeconds` over the whole run.
+ */
+export class QuietGate {
+  #budgetMs: number
+  constructor (readonly thresholdCores: number, readonly maxWaitSeconds: number, budgetSeconds: number,
+    readonly log: (line: string) => void) {
+    this.#budgetMs = budgetSeconds * 1000
+  }
+
+  /** Resolves once a 1 s sample of the machine shows at most `thresholdCores` used outside `pids` and this process. */
+  async wait (pids: number[]): Promise<void> {
+    const startedAt = Date.now()
+    let warned = false
+    for (;;) {
+      const sample = await measureCpu(Object.fromEntries(pids.map(pid => [String(pid), pid])), async () => {
+        await new Promise(resolve => setTimeout(resolve, 1000))
+      })
+      const busy = sample.backgroundCores
+      if (busy === undefined || busy <= this.thresholdCores) break
+      const waited = Date.now() - startedAt
+      if (waited >= this.maxWaitSeconds * 1000 || waited >= this.#budgetMs) {
+        this.log(`machine still busy (${busy.toFixed(2)} cores of other load); measuring anyway`)
+        break
+      }
+      if (!warned) this.log(`machine busy (${busy.toFixed(2)} cores of other load); waiting for it to calm down`)
+      warned = true
+    }
+    this.#budgetMs -= Date.now() - startedAt
+  }
+}

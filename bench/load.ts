@@ -1,0 +1,158 @@
+import autocannon from 'autocannon'
+import type { BenchSettings } from './settings.ts'
+
+/** What every load phase sends: one request, repeated. */
+export interface LoadRequest {
+  /** Full URL, path included. */
+  readonly url: string
+  readonly method: 'GET' | 'POST' | 'PUT'
+  readonly headers: Record<string, string>
+  readonly body?: string
+}
+
+/** One phase on one target. Latencies are milliseconds; a measurement with `valid: false` is not a number to quote. */
+export interface Measurement {
+  /** 2xx responses per second over the phase. */
+  readonly rps: number
+  readonly p50Ms: number
+  readonly p90Ms: number
+  readonly p99Ms: number
+  readonly maxMs: number
+  readonly meanMs: number
+  /** 2xx responses. */
+  readonly ok: number
+  /** Connection errors (timeouts included). */
+  readonly errors: number
+  readonly timeouts: number
+  readonly non2xx: number
+  readonly statusCodes: Record<string, number>
+  readonly durationSeconds: number
+  readonly connections: number
+  /** Requests/s asked for (fixed-rate phases only). */
+  readonly targetRate?: number
+  /** False when any request failed: errors, timeouts or non-2xx responses. */
+  readonly valid: boolean
+  /** CPU used during the phase (Linux only), filled in by run.ts. */
+  cpu?: CpuUse
+  /** Combined measurements only: how many rounds the figures come from (see aggregate.ts). */
+  roundsUsed?: number
+  /** Combined measurements only: no round was quiet, the figures are disturbed by other load. */
+  disturbed?: boolean
+}
+
+/** CPU seconds used during one phase: the target's own processes, the shared app, the load generator. */
+export interface CpuUse {
+  /** The target's own processes (proxy, sidecar, nginx); null for `direct`. */
+  readonly targetSeconds: number | null
+  readonly appSeconds: number | null
+  readonly loadGeneratorSeconds: number
+  /** targetSeconds per 2xx response, in microseconds. */
+  readonly targetUsPerRequest: number | null
+  readonly appUsPerRequest: number | null
+  /** Cores' worth of CPU used meanwhile by everything else on the machine (noise; kernel network work may show here too). */
+  readonly backgroundCores: number | null
+  /** CPU seconds per process name (`load generator` is the bench process). */
+  readonly byProcess: Record<string, number>
+}
+
+export interface LoadOptions {
+  connections: number
+  durationSeconds: number
+  /** Requests/s over all connections; undefined: as fast as the target answers. */
+  overallRate?: number
+}
+
+/**
+ * Runs autocannon against `request`. Latency percentiles are computed here from autocannon's
+ * per-response hrtime durations (2xx only) rather than from its histogram, which has 1 ms
+ * resolution and adds coordinated-omission samples at a fixed rate: sub-millisecond differences
+ * between targets are the point of this bench.
+ */
+export async function runLoad (request: LoadRequest, options: LoadOptions): Promise<Measurement> {
+  let latencies = new Float64Array(1 << 16)
+  let count = 0
+  let finish: (error: unknown, result: autocannon.Result) => void = () => {}
+  const done = new Promise<autocannon.Result>((resolve, reject) => {
+    finish = (error, result) => { if (error === null || error === undefined) resolve(result); else reject(error as Error) }
+  })
+  const instance = autocannon({
+    url: request.url,
+    method: request.method,
+    headers: request.headers,
+    ...(request.body === undefined ? {} : { body: request.body }),
+    connections: options.connections,
+    pipelining: 1,
+    duration: options.durationSeconds,
+    timeout: 10,
+    ...(options.overallRate === undefined ? {} : { overallRate: options.overallRate })
+  }, (error, result) => { finish(error, result) })
+  instance.on('response', (_client, statusCode, _bytes, responseTime) => {
+    if (statusCode < 200 || statusCode >= 300) return
+    if (count === latencies.length) {
+      const grown = new Float64Array(latencies.length * 2)
+      grown.set(latencies)
+      latencies = grown
+    }
+    latencies[count++] = responseTime
+  })
+  const result = await done
+  const statusCodes: Record<string, number> = {}
+  for (const [code, stat] of Object.entries(result.statusCodeStats ?? {})) statusCodes[code] = stat.count ?? 0
+  return summarize(latencies.subarray(0, count), {
+    ok: result['2xx'],
+    errors: result.errors,
+    timeouts: result.timeouts,
+    non2xx: result.non2xx,
+    statusCodes,
+    durationSeconds: result.duration,
+    connections: options.connections,
+    ...(options.overallRate === undefined ? {} : { targetRate: options.overallRate })
+  })
+}
+
+/** The counts a load generator reports; `summarize` adds the latency statistics. */
+export type LoadCounts = Pick<Measurement, 'ok' | 'errors' | 'timeouts' | 'non2xx' | 'statusCodes' | 'durationSeconds' | 'connections' | 'targetRate'>
+
+/** A Measurement from 2xx latencies (ms, any order; sorted in place) and the counts. */
+export function summarize (latencies: Float64Array, counts: LoadCounts): Measurement {
+  const sorted = latencies.sort()
+  const count = sorted.length
+  let sum = 0
+  for (const value of sorted) sum += value
+  return {
+    rps: counts.durationSeconds > 0 ? counts.ok / counts.durationSeconds : 0,
+    p50Ms: percentile(sorted, 50),
+    p90Ms: percentile(sorted, 90),
+    p99Ms: percentile(sorted, 99),
+    maxMs: count === 0 ? NaN : sorted[count - 1] as number,
+    meanMs: count === 0 ? NaN : sum / count,
+    ...counts,
+    valid: counts.ok > 0 && counts.errors === 0 && counts.timeouts === 0 && counts.non2xx === 0
+  }
+}
+
+/** Nearest-rank percentile of an ascending array; NaN when empty. */
+export function percentile (sorted: Float64Array, p: number): number {
+  if (sorted.length === 0) return NaN
+  const rank = Math.ceil((p / 100) * sorted.length)
+  return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1] as number
+}
+
+/** As fast as the target answers: `connections` connections, pipelining 1. */
+export async function measureThroughput (request: LoadRequest, settings: BenchSettings): Promise<Measurement> {
+  return await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds })
+}
+
+/**
+ * A fixed overall rate (autocannon `overallRate`). Note autocannon's limiter: each connection gets
+ * a budget of rate/connections requests per second and spends it back to back, then waits for the
+ * next second; so the load comes in bursts at up to `rateConnections` concurrent requests.
+ */
+export async function measureFixedRate (request: LoadRequest, settings: BenchSettings): Promise<Measurement> {
+  return await runLoad(request, { connections: settings.rateConnections, durationSeconds: settings.durationSeconds, overallRate: settings.rate })
+}
+
+/** Warm-up load (results discarded): token caches, keep-alive pools, JIT. */
+export async function warmUp (request: LoadRequest, settings: BenchSettings): Promise<Measurement> {
+  return await runLoad(request, { connections: settings.connections, durationSeconds: settings.warmupSeconds })
+}

@@ -1,0 +1,174 @@
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { cpus, loadavg, release, totalmem, type as osType } from 'node:os'
+import { dirname } from 'node:path'
+import { QUIET_CORES } from './aggregate.ts'
+import type { Measurement } from './load.ts'
+import type { Evaluation, Ratio, Scenario, TargetResult } from './scenario.ts'
+import type { BenchSettings } from './settings.ts'
+
+/** bench/results/latest.json: everything measured, machine-readable. */
+export interface BenchReport {
+  readonly schema: 1
+  readonly date: string
+  readonly environment: {
+    readonly node: string
+    readonly platform: string
+    readonly cpuModel: string
+    readonly cpuCount: number
+    readonly memoryGiB: number
+    readonly loadAverageAtStart: number[]
+    readonly nginx: string | null
+  }
+  readonly settings: Omit<BenchSettings, 'targets'> & { targets: string[] | null }
+  readonly scenarios: ScenarioReport[]
+}
+
+export interface ScenarioReport {
+  readonly name: string
+  readonly description: string
+  readonly baselineId: string
+  readonly phases: Array<{ id: string, label: string }>
+  readonly targets: TargetResult[]
+  readonly ratios: Evaluation['ratios']
+  readonly checks: Evaluation['checks']
+}
+
+export function environment (nginx: string | null): BenchReport['environment'] {
+  const cpuList = cpus()
+  return {
+    node: process.version,
+    platform: `${osType()} ${release()} ${process.arch}`,
+    cpuModel: cpuList[0]?.model.trim() ?? 'unknown',
+    cpuCount: cpuList.length,
+    memoryGiB: Math.round(totalmem() / 1024 ** 3 * 10) / 10,
+    loadAverageAtStart: loadavg().map(v => Math.round(v * 100) / 100),
+    nginx
+  }
+}
+
+export function scenarioReport (scenario: Scenario, targets: TargetResult[], evaluation: Evaluation): ScenarioReport {
+  return {
+    name: scenario.name,
+    description: scenario.description,
+    baselineId: scenario.baselineId,
+    phases: scenario.phases.map(p => ({ id: p.id, label: p.label })),
+    targets,
+    ratios: evaluation.ratios,
+    checks: evaluation.checks
+  }
+}
+
+const oneLine = (text: string): string => {
+  const flat = text.replace(/\s*\n\s*/g, ' ').replaceAll('|', '\\|')
+  return flat.length > 200 ? flat.slice(0, 199) + '…' : flat
+}
+const int = (n: number | undefined): string => n === undefined || !Number.isFinite(n) ? '–' : Math.round(n).toLocaleString('en-US')
+const ms = (n: number | undefined): string => n === undefined || !Number.isFinite(n) ? '–' : n.toFixed(2)
+const signedMs = (n: number): string => `${n >= 0 ? '+' : '−'}${Math.abs(n).toFixed(2)}`
+
+function problems (m: Measurement | undefined): string | undefined {
+  if (m === undefined || m.valid) return undefined
+  const parts: string[] = []
+  if (m.errors > 0) parts.push(`${m.errors} errors`)
+  if (m.timeouts > 0) parts.push(`${m.timeouts} timeouts`)
+  if (m.non2xx > 0) {
+    const codes = Object.entries(m.statusCodes).filter(([code]) => !code.startsWith('2')).map(([code, n]) => `${n}×${code}`)
+    parts.push(`non-2xx: ${codes.join(', ')}`)
+  }
+  if (m.ok === 0) parts.push('no 2xx response')
+  return parts.join(', ')
+}
+
+const escapeStars = (text: string): string => text.replaceAll('*', '\\*')
+
+/** `0.89×, 1.16×*, –`: each round's value, * when the round was not quiet for both sides. */
+export function perRoundText (ratio: Ratio, format: (v: number) => string): string {
+  return (ratio.perRound ?? [])
+    .map((v, i) => v === null ? '–' : `${format(v)}${ratio.perRoundQuiet?.[i] === false ? '*' : ''}`)
+    .join(', ')
+}
+
+function phaseTable (report: ScenarioReport, phase: { id: string, label: string }): string[] {
+  const baseline = report.targets.find(t => t.id === report.baselineId)?.phases[phase.id]
+  const lines = [
+    `### ${phase.label}`,
+    '',
+    '| target | req/s | × baseline | p50 | p90 | p99 | p99 − baseline | CPU µs/req: target | app | errors |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---|'
+  ]
+  for (const target of report.targets) {
+    if (target.skipped !== undefined) {
+      lines.push(`| ${target.label} | | | | | | | | | skipped: ${target.skipped} |`)
+      continue
+    }
+    const m = target.phases[phase.id]
+    const failure = target.failure === undefined ? '' : `**failed**: ${oneLine(target.failure)}`
+    if (m === undefined) {
+      lines.push(`| ${target.label} | | | | | | | | | ${failure} |`)
+      continue
+    }
+    const isBaseline = target.id === report.baselineId
+    const comparable = !isBaseline && baseline !== undefined && baseline.valid && m.valid
+    const issues = problems(m)
+    const status = [issues === undefined ? '0' : `**${issues}** (not a valid number)`, failure].filter(p => p !== '').join('; ')
+    lines.push(`| ${target.label}${m.disturbed === true ? ' †' : ''} | ${int(m.rps)} | ${comparable ? `${(m.rps / baseline.rps).toFixed(2)}×` : '–'} | ${ms(m.p50Ms)} | ${ms(m.p90Ms)} | ${ms(m.p99Ms)} | ${comparable ? signedMs(m.p99Ms - baseline.p99Ms) : '–'} | ${int(m.cpu?.targetUsPerRequest ?? undefined)} | ${int(m.cpu?.appUsPerRequest ?? undefined)} | ${status} |`)
+  }
+  return lines
+}
+
+function scenarioMarkdown (report: ScenarioReport, settings: BenchReport['settings']): string {
+  const lines: string[] = []
+  lines.push(`## ${report.name}`, '', report.description + '.', '')
+  lines.push(
+    `Max throughput: ${settings.connections} connections, pipelining 1. ` +
+    `Fixed rate: ${settings.rate} req/s, by autocannon \`overallRate\` over ${settings.rateConnections} connections ` +
+    '(each connection spends its per-second budget in one burst) and by an evenly paced open-loop generator. ' +
+    `Each phase ${settings.durationSeconds} s; each target warmed up ${settings.warmupSeconds} s first; ` +
+    `${settings.rounds} round${settings.rounds === 1 ? '' : 's'} over all targets, interleaved; each figure is the median of the quiet rounds (see Notes). ` +
+    'Latencies in ms, 2xx responses only; CPU µs/req = CPU time of the target\'s own processes (proxy) and of the app, per response. ' +
+    `Baseline: ${report.targets.find(t => t.id === report.baselineId)?.label ?? report.baselineId}.`, '')
+  for (const phase of report.phases) lines.push(...phaseTable(report, phase), '')
+  lines.push('**Ratios** (made within each round, then the median of the rounds quiet for both sides; ' +
+    '\\* marks a round disturbed by other load, left out of the median)', '')
+  for (const ratio of report.ratios) {
+    const format = (v: number): string => ratio.unit === '×' ? `${v.toFixed(2)}×` : `${signedMs(v)} ms`
+    const value = ratio.value === null ? 'n/a' : format(ratio.value)
+    const rounds = ratio.perRound === undefined || ratio.perRound.length < 2
+      ? ''
+      : ` (per round: ${escapeStars(perRoundText(ratio, format))}${ratio.disturbed === true ? ' †' : ''})`
+    lines.push(`- ${ratio.label}: **${value}**${rounds}`)
+  }
+  lines.push('', '**Targets**', '', '| check | result | detail |', '|---|---|---|')
+  for (const check of report.checks) lines.push(`| ${check.label} | **${check.status}** | ${escapeStars(check.detail)} |`)
+  const notes = report.targets.flatMap(t => (t.notes ?? []).map(n => `${t.label}: ${n}`))
+  const combined = report.targets.flatMap(t => Object.values(t.phases))
+  const disturbed = combined.filter(m => m.disturbed === true).length
+  notes.push(`other load on the machine: a round counts as quiet when the rest of the machine used ≤ ${QUIET_CORES} cores during it; ` +
+    'each figure is the median of the quiet rounds of its target and phase, or of all rounds when none was quiet (marked †). ' +
+    (disturbed === 0 ? 'No figure is disturbed.' : `${disturbed} of ${combined.length} figures are disturbed (†): rerun on a quiet machine.`))
+  lines.push('', '**Notes**', '', ...notes.map(n => `- ${n}`))
+  return lines.join('\n')
+}
+
+export function renderMarkdown (report: BenchReport): string {
+  const env = report.environment
+  const lines = [
+    '# app-sidecar benchmark',
+    '',
+    `${report.date} · Node ${env.node} · ${env.cpuModel} × ${env.cpuCount} · ${env.platform} · ${env.nginx ?? 'no nginx'}`,
+    '',
+    'Everything on loopback; each server is its own process, measured one at a time (the app keeps running); ' +
+    'the load generator (autocannon) runs in the bench process on the same cores.',
+    ''
+  ]
+  for (const scenario of report.scenarios) lines.push(scenarioMarkdown(scenario, report.settings), '')
+  return lines.join('\n')
+}
+
+export function writeReport (report: BenchReport, jsonFile: string, markdownFile: string): string {
+  const markdown = renderMarkdown(report)
+  mkdirSync(dirname(jsonFile), { recursive: true })
+  writeFileSync(jsonFile, JSON.stringify(report, null, 2) + '\n')
+  writeFileSync(markdownFile, markdown)
+  return markdown
+}

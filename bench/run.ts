@@ -1,0 +1,191 @@
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join, relative } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
+import { combineRounds, QUIET_CORES } from './aggregate.ts'
+import { type BenchChild, guardAgainstOrphans, killAllChildren, runningChildren } from './child-processes.ts'
+import { measureCpu, QuietGate } from './cpu-usage.ts'
+import { type CpuUse, type LoadRequest, type Measurement, warmUp } from './load.ts'
+import { findNginx, nginxVersion } from './nginx-config.ts'
+import { type BenchReport, environment, scenarioReport, type ScenarioReport, writeReport } from './report.ts'
+import type { BenchContext, LoadPhase, RunningTarget, Scenario, TargetDef, TargetResult } from './scenario.ts'
+import { jsonPostScenario } from './scenarios/json-post.ts'
+import { loadSettings } from './settings.ts'
+
+/**
+ * `npm run bench`: every scenario, every target in turn (several interleaved rounds), then
+ * bench/results/latest.{json,md} and the Markdown on stdout. Progress goes to stderr.
+ */
+const SCENARIOS: Scenario[] = [jsonPostScenario]
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..')
+const resultsDir = join(root, 'bench/results')
+const log = (line: string): void => { process.stderr.write(`bench: ${line}\n`) }
+
+async function sendOne (request: LoadRequest): Promise<{ status: number, body: string }> {
+  const response = await fetch(request.url, {
+    method: request.method,
+    headers: request.headers,
+    ...(request.body === undefined ? {} : { body: request.body }),
+    signal: AbortSignal.timeout(10_000)
+  })
+  return { status: response.status, body: await response.text() }
+}
+
+function summary (m: Measurement): string {
+  const bad = m.valid ? '' : ` INVALID (errors ${m.errors}, timeouts ${m.timeouts}, non-2xx ${m.non2xx})`
+  const cpu = m.cpu === undefined
+    ? ''
+    : `; CPU µs/req target ${m.cpu.targetUsPerRequest?.toFixed(0) ?? '–'}, app ${m.cpu.appUsPerRequest?.toFixed(0) ?? '–'}; background ${m.cpu.backgroundCores?.toFixed(2) ?? '?'} cores`
+  return `${Math.round(m.rps)} req/s, p50 ${m.p50Ms.toFixed(2)} ms, p99 ${m.p99Ms.toFixed(2)} ms${cpu}${bad}`
+}
+
+function sumOf (seconds: Record<string, number>, children: BenchChild[]): number | null {
+  const known = children.filter(c => seconds[c.name] !== undefined)
+  return known.length === 0 ? null : known.reduce((total, c) => total + (seconds[c.name] as number), 0)
+}
+
+/** Runs one phase while accounting the CPU of the target's processes, the shared ones, the load generator and the rest of the machine. */
+async function runPhase (phase: LoadPhase, target: RunningTarget, shared: BenchChild[], ctx: BenchContext): Promise<Measurement> {
+  const pids = Object.fromEntries([...target.children, ...shared].map(c => [c.name, c.pid]))
+  const { result, cpuSeconds, backgroundCores } = await measureCpu(pids, async () => await phase.run(target.request, ctx.settings))
+  const targetSeconds = sumOf(cpuSeconds, target.children)
+  const appSeconds = sumOf(cpuSeconds, shared)
+  const perRequest = (seconds: number | null): number | null => seconds === null || result.ok === 0 ? null : seconds / result.ok * 1e6
+  const cpu: CpuUse = {
+    targetSeconds,
+    appSeconds,
+    loadGeneratorSeconds: cpuSeconds['load generator'] ?? 0,
+    targetUsPerRequest: perRequest(targetSeconds),
+    appUsPerRequest: perRequest(appSeconds),
+    backgroundCores: backgroundCores ?? null,
+    byProcess: cpuSeconds
+  }
+  return { ...result, cpu }
+}
+
+/** One round on one target: start, check a response, warm up, every phase, stop. Throws on failure. */
+async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchContext, shared: BenchChild[], tag: string): Promise<{ phases: Record<string, Measurement>, notes: string[] | undefined }> {
+  const phases: Record<string, Measurement> = {}
+  log(`${tag}: starting`)
+  const target = await def.start()
+  try {
+    const dead = (): string | undefined => [...shared, ...target.children].find(c => c.exited !== null)?.name
+    const first = await sendOne(target.request)
+    target.checkResponse(first.status, first.body)
+    log(`${tag}: warming up ${ctx.settings.warmupSeconds} s`)
+    await warmUp(target.request, ctx.settings)
+    for (const phase of scenario.phases) {
+      await sleep(500)
+      await ctx.quiet.wait([...shared, ...target.children].map(c => c.pid))
+      phases[phase.id] = await runPhase(phase, target, shared, ctx)
+      log(`${tag}: ${phase.label}: ${summary(phases[phase.id] as Measurement)}`)
+      const gone = dead()
+      if (gone !== undefined) throw new Error(`${gone} exited during ${phase.label}`)
+    }
+    return { phases, notes: target.notes }
+  } finally {
+    await target.stop()
+  }
+}
+
+async function runScenario (scenario: Scenario, ctx: BenchContext): Promise<ScenarioReport> {
+  const { settings } = ctx
+  log(`scenario ${scenario.name}: ${scenario.description}`)
+  const prepared = await scenario.prepare(ctx)
+  const defs = prepared.targets.filter(def => settings.targets === undefined || def.id === scenario.baselineId || settings.targets.has(def.id))
+  const rounds = new Map<string, Array<Record<string, Measurement>>>(defs.map(def => [def.id, []]))
+  const notes = new Map<string, string[]>()
+  const failures = new Map<string, string>()
+  try {
+    for (let round = 1; round <= settings.rounds; round++) {
+      for (const def of defs) {
+        if (def.skipReason !== undefined) continue
+        if (failures.has(def.id)) { rounds.get(def.id)?.push({}); continue }
+        const tag = `${scenario.name}/${def.id} [round ${round}/${settings.rounds}]`
+        try {
+          const measured = await measureRound(scenario, def, ctx, prepared.children, tag)
+          rounds.get(def.id)?.push(measured.phases)
+          if (measured.notes !== undefined) notes.set(def.id, measured.notes)
+        } catch (error) {
+          const message = error instanceof Error ? error.message : String(error)
+          log(`${tag}: FAILED: ${message}`)
+          failures.set(def.id, message)
+          rounds.get(def.id)?.push({})
+        }
+      }
+    }
+  } finally {
+    await prepared.close()
+  }
+  const results: TargetResult[] = defs.map(def => {
+    const base = { id: def.id, label: def.label, ...(notes.has(def.id) ? { notes: notes.get(def.id) } : {}) }
+    if (def.skipReason !== undefined) {
+      log(`${scenario.name}/${def.id}: skipped (${def.skipReason})`)
+      return { ...base, skipped: def.skipReason, phases: {}, rounds: [] }
+    }
+    const measuredRounds = rounds.get(def.id) ?? []
+    const phases: Record<string, Measurement> = {}
+    for (const phase of scenario.phases) {
+      const measured = measuredRounds.map(r => r[phase.id]).filter((m): m is Measurement => m !== undefined)
+      if (measured.length > 0) phases[phase.id] = combineRounds(measured)
+    }
+    const failure = failures.get(def.id)
+    return { ...base, phases, rounds: measuredRounds, ...(failure === undefined ? {} : { failure }) }
+  })
+  return scenarioReport(scenario, results, scenario.evaluate(results, settings))
+}
+
+async function main (): Promise<number> {
+  const settings = loadSettings()
+  for (const built of ['dist/bin/app-sidecar.js', 'dist/demo/example-app.js']) {
+    if (!existsSync(join(root, built))) throw new Error(`${built} is missing: run \`npm run build\` first (npm run bench does)`)
+  }
+  const tmpDir = mkdtempSync(join(tmpdir(), 'app-sidecar-bench-'))
+  let keepTmp = settings.keepTmp
+  const removeTmp = (): void => {
+    if (keepTmp) log(`temp dir kept (child logs, nginx.conf): ${tmpDir}`)
+    else rmSync(tmpDir, { recursive: true, force: true })
+  }
+  guardAgainstOrphans(removeTmp)
+  // Budget: at most 5 minutes of waiting for a quiet machine over the whole run.
+  const quiet = new QuietGate(QUIET_CORES, settings.quietWaitSeconds, settings.quietWaitSeconds === 0 ? 0 : 300, log)
+  const ctx: BenchContext = { settings, root, tmpDir, quiet }
+  const nginx = findNginx()
+  const report: BenchReport = {
+    schema: 1,
+    date: new Date().toISOString(),
+    environment: environment(nginx === undefined ? null : nginxVersion(nginx)),
+    settings: { ...settings, targets: settings.targets === undefined ? null : [...settings.targets] },
+    scenarios: []
+  }
+  try {
+    for (const scenario of SCENARIOS) {
+      const result = await runScenario(scenario, ctx)
+      if (result.targets.some(t => t.failure !== undefined)) keepTmp = true
+      report.scenarios.push(result)
+    }
+  } catch (error) {
+    keepTmp = true
+    throw error
+  } finally {
+    if (runningChildren() > 0) {
+      log(`${runningChildren()} child process(es) still running; killing them`)
+      killAllChildren()
+    }
+    removeTmp()
+  }
+  const jsonFile = join(resultsDir, 'latest.json')
+  const markdownFile = join(resultsDir, 'latest.md')
+  const markdown = writeReport(report, jsonFile, markdownFile)
+  log(`wrote ${relative(root, jsonFile)} and ${relative(root, markdownFile)}`)
+  process.stdout.write(markdown)
+  return 0
+}
+
+main().then(code => { process.exit(code) }, (error: unknown) => {
+  process.stderr.write(`bench: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
+  killAllChildren()
+  process.exit(1)
+})

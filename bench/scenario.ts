@@ -1,0 +1,112 @@
+import type { BenchChild } from './child-processes.ts'
+import type { QuietGate } from './cpu-usage.ts'
+import type { LoadRequest, Measurement } from './load.ts'
+import type { BenchSettings } from './settings.ts'
+
+/**
+ * A scenario = a name, how to start its targets, and how to load them. `run.ts` walks every
+ * scenario: prepare (shared processes such as the app), then, round after round, for each target
+ * in turn: start it, check one request, warm it up, run every load phase, stop it; then combine
+ * the rounds and evaluate (ratios, checks). Targets run one after another, never at once (the
+ * bench machine has 2 cores).
+ */
+export interface Scenario {
+  /** Short id, e.g. `json-post`; a key in latest.json. */
+  readonly name: string
+  /** One line for the report. */
+  readonly description: string
+  /** The target the others are compared with (latency deltas), e.g. `direct`; it always runs. */
+  readonly baselineId: string
+  /** The load phases measured on every target, in order. */
+  readonly phases: LoadPhase[]
+  /** Starts what every target shares (the app, a JWKS server); returns the targets. */
+  prepare: (ctx: BenchContext) => Promise<PreparedScenario>
+  /** Ratios and target checks from the results of every target. */
+  evaluate: (results: TargetResult[], settings: BenchSettings) => Evaluation
+}
+
+export interface BenchContext {
+  readonly settings: BenchSettings
+  /** The repository root (children run there). */
+  readonly root: string
+  /** A private temp dir for this run (child logs, generated configs). */
+  readonly tmpDir: string
+  /** Waits for other load on the machine to stop before a phase. */
+  readonly quiet: QuietGate
+}
+
+export interface PreparedScenario {
+  readonly targets: TargetDef[]
+  /** The shared processes (the app), watched and CPU-accounted during every measurement. */
+  readonly children: BenchChild[]
+  /** Stops what `prepare` started. */
+  close: () => Promise<void>
+}
+
+export interface TargetDef {
+  /** e.g. `direct`, `http-proxy`, `sidecar`, `nginx`. */
+  readonly id: string
+  readonly label: string
+  /** Set when the target cannot run here (e.g. nginx not installed): reported as skipped. */
+  readonly skipReason?: string
+  /** Starts the target's own processes and waits until they are ready. */
+  start: () => Promise<RunningTarget>
+}
+
+export interface RunningTarget {
+  /** The request the load phases send (full URL, method, headers, body). */
+  readonly request: LoadRequest
+  /** Checks one response of the target (status and body); throws when it is wrong. */
+  readonly checkResponse: (status: number, body: string) => void
+  /** The processes started for this target (not the shared app). */
+  readonly children: BenchChild[]
+  /** Free-form notes for the report (e.g. the log level). */
+  readonly notes?: string[]
+  stop: () => Promise<void>
+}
+
+/** One way of loading a target, e.g. max throughput or a fixed rate. */
+export interface LoadPhase {
+  /** Key in the results, e.g. `throughput`, `fixedRate`. */
+  readonly id: string
+  readonly label: string
+  run: (request: LoadRequest, settings: BenchSettings) => Promise<Measurement>
+}
+
+export interface TargetResult {
+  readonly id: string
+  readonly label: string
+  readonly skipped?: string
+  readonly notes?: string[]
+  /** Phase id → measurement, combined over the rounds (medians; see aggregate.ts). */
+  readonly phases: Record<string, Measurement>
+  /** Each round's own measurements, phase id → measurement; index = round − 1 ({} when the round failed or was skipped). */
+  readonly rounds: Array<Record<string, Measurement>>
+  /** Set when the target could not be measured at all (failed to start, wrong response). */
+  readonly failure?: string
+}
+
+export interface Ratio {
+  readonly id: string
+  readonly label: string
+  /** Null when a side is missing or invalid. */
+  readonly value: number | null
+  readonly unit: '×' | 'ms'
+  /** The same comparison within each round (null where a side is missing or invalid). */
+  readonly perRound?: Array<number | null>
+  /** Per round: both sides were quiet. */
+  readonly perRoundQuiet?: boolean[]
+  /** No round was quiet for both sides. */
+  readonly disturbed?: boolean
+}
+
+export interface Check {
+  readonly label: string
+  readonly status: 'PASS' | 'FAIL' | 'INVALID' | 'N/A'
+  readonly detail: string
+}
+
+export interface Evaluation {
+  readonly ratios: Ratio[]
+  readonly checks: Check[]
+}

@@ -1,0 +1,189 @@
+import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
+import { measureFixedRate, measureThroughput, type LoadRequest, type Measurement } from '../load.ts'
+import { measurePacedRate } from '../paced-load.ts'
+import { pairedByRound } from '../aggregate.ts'
+import { perRoundText } from '../report.ts'
+import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import type { BenchSettings } from '../settings.ts'
+import { nginxSkipReason, startBareProxy, startExampleApp, startNginx, startSidecarProcess } from '../targets.ts'
+
+/**
+ * The sidecar's bread and butter: a small JSON POST answered at once by the example app,
+ * reached directly, through a bare http-proxy, through the sidecar (auth on, a cached token)
+ * and through nginx. Targets (issue): sidecar ≥ 1.3× the bare proxy's requests/s; at a fixed
+ * 1,000 requests/s its p99 no more than 1 ms above direct.
+ */
+const PROJECT_ID = 'bench'
+const APP_NAME = 'app'
+const BODY = '{"name":"Ada"}'
+const JSON_HEADERS = { 'content-type': 'application/json' }
+const THROUGHPUT_RATIO_TARGET = 1.3
+const P99_DELTA_TARGET_MS = 1
+
+function expectGreeting (status: number, body: string, pick: (parsed: Record<string, unknown>) => unknown): void {
+  if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
+  const greeting = pick(JSON.parse(body) as Record<string, unknown>)
+  if (greeting !== 'Hello, Ada!') throw new Error(`unexpected body: ${body.slice(0, 200)}`)
+}
+
+const rawApp = (status: number, body: string): void => { expectGreeting(status, body, parsed => parsed.greeting) }
+const enveloped = (status: number, body: string): void => {
+  expectGreeting(status, body, parsed => (parsed.result as Record<string, unknown> | undefined)?.greeting)
+}
+
+function appRequest (origin: string): LoadRequest {
+  return { url: `${origin}/run`, method: 'POST', headers: JSON_HEADERS, body: BODY }
+}
+
+async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
+  const app = await startExampleApp(ctx)
+  const issuer = await createTokenIssuer()
+  const jwks = await serveJwks([issuer])
+  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+
+  const sidecarTarget = (logLevel: 'warn' | 'info'): TargetDef => ({
+    id: logLevel === 'warn' ? 'sidecar' : 'sidecar-info',
+    label: `sidecar (LOG_LEVEL=${logLevel})`,
+    start: async () => {
+      const sidecar = await startSidecarProcess(ctx, {
+        appOrigin: app.origin,
+        jwksUrl: jwks.url,
+        logLevel,
+        env: { PROJECT_ID, APP_NAME }
+      })
+      return {
+        request: {
+          url: `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/run`,
+          method: 'POST',
+          headers: { ...JSON_HEADERS, authorization: `Bearer ${token}` },
+          body: BODY
+        },
+        checkResponse: enveloped,
+        children: [sidecar.child],
+        notes: [logLevel === 'warn'
+          ? 'LOG_LEVEL=warn: no per-request log line'
+          : 'LOG_LEVEL=info: one pino line per request (to a file)'],
+        stop: async () => { await sidecar.child.stop() }
+      }
+    }
+  })
+
+  const nginxSkip = nginxSkipReason()
+  const targets: TargetDef[] = [
+    {
+      id: 'direct',
+      label: 'direct (example app)',
+      start: async () => ({ request: appRequest(app.origin), checkResponse: rawApp, children: [], stop: async () => {} })
+    },
+    {
+      id: 'http-proxy',
+      label: 'bare http-proxy (keep-alive agent)',
+      start: async () => {
+        const proxy = await startBareProxy(ctx, app.origin)
+        return { request: appRequest(proxy.origin), checkResponse: rawApp, children: [proxy.child], stop: async () => { await proxy.child.stop() } }
+      }
+    },
+    sidecarTarget('warn'),
+    ...(ctx.settings.sidecarInfo ? [sidecarTarget('info')] : []),
+    {
+      id: 'nginx',
+      label: 'nginx (1 worker, upstream keepalive)',
+      ...(nginxSkip === undefined ? {} : { skipReason: nginxSkip }),
+      start: async () => {
+        const nginx = await startNginx(ctx, app.port)
+        return { request: appRequest(nginx.origin), checkResponse: rawApp, children: [nginx.child], stop: async () => { await nginx.child.stop() } }
+      }
+    }
+  ]
+  return {
+    targets,
+    children: [app.child],
+    close: async () => {
+      await app.child.stop()
+      await jwks.close()
+    }
+  }
+}
+
+type PhaseRounds = Array<Measurement | undefined>
+
+/** Targets' ratios and deltas are made round by round, then the median (see pairedByRound). */
+function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation {
+  const rounds = (id: string, phaseId: string): PhaseRounds => results.find(r => r.id === id)?.rounds.map(r => r[phaseId]) ?? []
+  const rpsRatio = (id: string, label: string, a: PhaseRounds, b: PhaseRounds): Ratio =>
+    ({ id, label, unit: '×', ...pairedByRound(a, b, (x, y) => x.rps / y.rps) })
+  const p99Delta = (id: string, label: string, a: PhaseRounds, b: PhaseRounds): Ratio =>
+    ({ id, label, unit: 'ms', ...pairedByRound(a, b, (x, y) => x.p99Ms - y.p99Ms) })
+
+  const sidecarRps = rounds('sidecar', 'throughput')
+  const ratios: Ratio[] = [
+    rpsRatio('sidecar/direct', 'sidecar / direct, requests/s', sidecarRps, rounds('direct', 'throughput')),
+    rpsRatio('sidecar/http-proxy', 'sidecar / bare http-proxy, requests/s', sidecarRps, rounds('http-proxy', 'throughput')),
+    rpsRatio('sidecar/nginx', 'sidecar / nginx, requests/s', sidecarRps, rounds('nginx', 'throughput'))
+  ]
+  ratios.push({
+    id: 'cpu/sidecar/http-proxy',
+    label: 'CPU per request at max throughput, sidecar / bare http-proxy (the proxy processes alone; steadier than requests/s on 2 shared cores)',
+    unit: '×',
+    ...pairedByRound(sidecarRps, rounds('http-proxy', 'throughput'), (x, y) => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN))
+  })
+  if (results.some(r => r.id === 'sidecar-info')) {
+    ratios.push(rpsRatio('sidecar-info/sidecar', 'sidecar LOG_LEVEL=info / LOG_LEVEL=warn, requests/s', rounds('sidecar-info', 'throughput'), sidecarRps))
+  }
+  for (const [phaseId, phaseName] of [['fixedRate', 'autocannon overallRate'], ['paced', 'evenly paced']] as const) {
+    for (const result of results) {
+      if (result.id === 'direct' || result.skipped !== undefined) continue
+      ratios.push(p99Delta(`p99-delta/${phaseId}/${result.id}`, `${result.label}: p99 − direct p99 at ${settings.rate} req/s, ${phaseName}`,
+        rounds(result.id, phaseId), rounds('direct', phaseId)))
+    }
+  }
+
+  const ratio = (id: string): Ratio => ratios.find(r => r.id === id) as Ratio
+  const perRound = (r: Ratio, format: (v: number) => string): string =>
+    `per round: ${perRoundText(r, format)}${r.disturbed === true ? '; no round was quiet, disturbed by other load (†)' : ''}`
+  const times = (v: number): string => `${v.toFixed(2)}×`
+  const millis = (v: number): string => `${v >= 0 ? '+' : '−'}${Math.abs(v).toFixed(2)} ms`
+
+  const throughput = ratio('sidecar/http-proxy')
+  const throughputLabel = `sidecar ≥ ${THROUGHPUT_RATIO_TARGET}× bare http-proxy requests/s`
+  const checks: Check[] = [
+    throughput.value === null
+      ? { label: throughputLabel, status: 'INVALID', detail: 'no round where both ran without errors' }
+      : {
+          label: throughputLabel,
+          status: throughput.value >= THROUGHPUT_RATIO_TARGET ? 'PASS' : 'FAIL',
+          detail: `${times(throughput.value)} (${perRound(throughput, times)})`
+        }
+  ]
+  for (const [phaseId, phaseName] of [['fixedRate', 'autocannon overallRate'], ['paced', 'evenly paced']] as const) {
+    const label = `sidecar p99 ≤ direct p99 + ${P99_DELTA_TARGET_MS} ms at ${settings.rate} req/s (${phaseName})`
+    const delta = ratio(`p99-delta/${phaseId}/sidecar`)
+    const short = [...rounds('sidecar', phaseId), ...rounds('direct', phaseId)]
+      .filter((m): m is Measurement => m !== undefined && m.valid && m.rps < 0.9 * settings.rate)
+    if (delta.value === null) {
+      checks.push({ label, status: 'INVALID', detail: 'no round where both ran without errors' })
+    } else if (short.length > 0) {
+      checks.push({ label, status: 'INVALID', detail: `the rate was not reached (${short.map(m => Math.round(m.rps)).join(', ')} req/s)` })
+    } else {
+      checks.push({
+        label,
+        status: delta.value <= P99_DELTA_TARGET_MS ? 'PASS' : 'FAIL',
+        detail: `${millis(delta.value)} (${perRound(delta, millis)})`
+      })
+    }
+  }
+  return { ratios, checks }
+}
+
+export const jsonPostScenario: Scenario = {
+  name: 'json-post',
+  baselineId: 'direct',
+  description: `small JSON POST (${BODY}) answered at once by the example app; sidecar with auth on and a cached token`,
+  phases: [
+    { id: 'throughput', label: 'max throughput', run: measureThroughput },
+    { id: 'fixedRate', label: 'fixed rate (autocannon overallRate)', run: measureFixedRate },
+    { id: 'paced', label: 'fixed rate, evenly paced', run: measurePacedRate }
+  ],
+  prepare,
+  evaluate
+}

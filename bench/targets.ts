@@ -1,0 +1,135 @@
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import {
+  type BenchChild, freePort, spawnChild, waitForHttp200, waitForPort
+} from './child-processes.ts'
+import { findNginx, nginxConfig } from './nginx-config.ts'
+import type { BenchContext } from './scenario.ts'
+
+/**
+ * Starting the servers under test, each as its own process, each waited for until it is ready.
+ * Shared by the scenarios: a scenario decides which of them to start and how to call them.
+ */
+export interface StartedServer {
+  readonly child: BenchChild
+  readonly port: number
+  /** `http://127.0.0.1:<port>` */
+  readonly origin: string
+}
+
+/** The example app (`dist/demo/example-app.js`): POST /run {"name"} → {"greeting"}. */
+export async function startExampleApp (ctx: BenchContext): Promise<StartedServer> {
+  const port = await freePort()
+  const child = spawnChild({
+    name: 'example-app',
+    command: process.execPath,
+    args: [join(ctx.root, 'dist/demo/example-app.js')],
+    env: { PORT: String(port), HOST: '127.0.0.1' },
+    cwd: ctx.root,
+    logDir: ctx.tmpDir
+  })
+  await startedOrStopped(child, async () => { await waitForHttp200(child, `http://127.0.0.1:${port}/health`) })
+  return { child, port, origin: `http://127.0.0.1:${port}` }
+}
+
+/** bench/bare-http-proxy.ts: http-proxy with a keep-alive agent, nothing else. */
+export async function startBareProxy (ctx: BenchContext, appOrigin: string): Promise<StartedServer> {
+  const port = await freePort()
+  const child = spawnChild({
+    name: 'bare-http-proxy',
+    command: process.execPath,
+    args: [...cpuProfArgs(ctx, 'bare-http-proxy'), '--import', 'tsx', join(ctx.root, 'bench/bare-http-proxy.ts')],
+    env: { PORT: String(port), HOST: '127.0.0.1', TARGET_URL: appOrigin },
+    cwd: ctx.root,
+    logDir: ctx.tmpDir
+  })
+  await startedOrStopped(child, async () => { await waitForPort(child, port) })
+  return { child, port, origin: `http://127.0.0.1:${port}` }
+}
+
+export interface SidecarStartOptions {
+  appOrigin: string
+  jwksUrl: URL
+  /** LOG_LEVEL of the sidecar (warn: the per-request lines are off). */
+  logLevel: 'warn' | 'info'
+  /** Extra environment (PROJECT_ID, RUNTIME, …). */
+  env?: NodeJS.ProcessEnv
+  /** Name of the child (and its log file); distinct per variant. */
+  name?: string
+}
+
+/** The sidecar bin (`dist/bin/app-sidecar.js`), ready when its admin `/readyz` answers 200. */
+export async function startSidecarProcess (ctx: BenchContext, options: SidecarStartOptions): Promise<StartedServer & { adminOrigin: string }> {
+  const port = await freePort()
+  const adminPort = await freePort()
+  const name = options.name ?? `sidecar-${options.logLevel}`
+  const child = spawnChild({
+    name,
+    command: process.execPath,
+    args: [...cpuProfArgs(ctx, name), join(ctx.root, 'dist/bin/app-sidecar.js')],
+    env: {
+      PORT: String(port),
+      ADMIN_PORT: String(adminPort),
+      HOST: '127.0.0.1',
+      APP_URL: options.appOrigin,
+      AUTH_JWKS_URL: options.jwksUrl.href,
+      // The JWKS server doubles as the "store", so nothing the sidecar asks the store reaches another local service.
+      STORE_URL: options.jwksUrl.origin,
+      LOG_LEVEL: options.logLevel,
+      RESPONSE_GRACE_PERIOD_SECONDS: '5',
+      ...options.env
+    },
+    cwd: ctx.root,
+    logDir: ctx.tmpDir
+  })
+  const adminOrigin = `http://127.0.0.1:${adminPort}`
+  await startedOrStopped(child, async () => { await waitForHttp200(child, `${adminOrigin}/readyz`) })
+  return { child, port, origin: `http://127.0.0.1:${port}`, adminOrigin }
+}
+
+/** Why nginx cannot run here, or undefined when it can. */
+export function nginxSkipReason (): string | undefined {
+  return findNginx() === undefined ? 'nginx is not on the PATH' : undefined
+}
+
+/** nginx (one process, upstream keep-alive pool) in front of the app, with a generated config in the temp dir. */
+export async function startNginx (ctx: BenchContext, appPort: number): Promise<StartedServer> {
+  const nginx = findNginx()
+  if (nginx === undefined) throw new Error('nginx is not on the PATH')
+  const port = await freePort()
+  const prefix = join(ctx.tmpDir, 'nginx')
+  const config = nginxConfig({ prefix, port, upstreamPort: appPort })
+  const configFile = join(ctx.tmpDir, 'nginx.conf')
+  writeFileSync(configFile, config)
+  const child = spawnChild({
+    name: 'nginx',
+    command: nginx,
+    args: ['-p', prefix, '-c', configFile, '-e', join(prefix, 'error.log')],
+    cwd: ctx.tmpDir,
+    logDir: ctx.tmpDir
+  })
+  await startedOrStopped(child, async () => { await waitForPort(child, port) })
+  return { child, port, origin: `http://127.0.0.1:${port}` }
+}
+
+/** Where BENCH_CPU_PROF=1 puts the Node targets' CPU profiles (open them in Chrome DevTools). */
+export const PROFILE_DIR = 'bench/results/profiles'
+
+/**
+ * `--cpu-prof` flags for a Node child when BENCH_CPU_PROF=1: profiles land in
+ * bench/results/profiles/<name>/ when it exits on SIGTERM, one per thread (tsx adds a loader thread).
+ */
+function cpuProfArgs (ctx: BenchContext, name: string): string[] {
+  if (!ctx.settings.cpuProf) return []
+  return ['--cpu-prof', `--cpu-prof-dir=${join(ctx.root, PROFILE_DIR, name)}`]
+}
+
+/** Runs `ready`; when it throws, stops the child before rethrowing. */
+async function startedOrStopped (child: BenchChild, ready: () => Promise<void>): Promise<void> {
+  try {
+    await ready()
+  } catch (error) {
+    await child.stop(2000)
+    throw error
+  }
+}
