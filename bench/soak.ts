@@ -1,0 +1,215 @@
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs'
+import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
+import { createParser } from 'eventsource-parser'
+import WebSocket from 'ws'
+import { createTokenIssuer, serveJwks } from '../src/demo/demo-token-issuer.ts'
+import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp200 } from './child-processes.ts'
+
+/**
+ * `npm run soak`: SOAK_SECONDS (default 600) of mixed traffic through a real sidecar process:
+ * plain calls (a third with a webhook to a flaky receiver), NDJSON streams turned into SSE, and
+ * WebSockets. The sidecar's RSS, open file descriptors and sockets are sampled every second.
+ * Fails (exit 1) when memory keeps growing, sockets leak, a call fails, or a webhook is lost or
+ * delivered more often than the retry table allows.
+ */
+const ROOT = fileURLToPath(new URL('../', import.meta.url))
+const SECONDS = Number(process.env.SOAK_SECONDS ?? 600)
+const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 16)
+const ATTEMPTS = 3
+
+interface Sample { t: number, rssMb: number, fds: number, sockets: number }
+interface Delivery { statuses: number[] }
+
+function procStats (pid: number): Omit<Sample, 't'> {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  const rssKb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0)
+  const fds = readdirSync(`/proc/${pid}/fd`)
+  let sockets = 0
+  for (const fd of fds) {
+    try { if (readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:')) sockets++ } catch {}
+  }
+  return { rssMb: rssKb / 1024, fds: fds.length, sockets }
+}
+
+/** A receiver that answers 404 (retry), resets (retry) or 200, at random, and records each attempt per run id. */
+async function startFlakyReceiver (): Promise<{ url: string, deliveries: Map<string, Delivery>, close: () => Promise<void> }> {
+  const deliveries = new Map<string, Delivery>()
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    req.resume()
+    req.on('end', () => {
+      const runId = String(req.headers['x-request-id'])
+      const entry = deliveries.get(runId) ?? { statuses: [] }
+      deliveries.set(runId, entry)
+      const roll = Math.random()
+      if (roll < 0.25) { entry.statuses.push(404); res.writeHead(404).end() } else if (roll < 0.3) { entry.statuses.push(0); req.socket.destroy() } else { entry.statuses.push(200); res.writeHead(200).end() }
+    })
+  })
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
+    deliveries,
+    close: async () => { server.closeAllConnections(); await new Promise(resolve => server.close(resolve)) }
+  }
+}
+
+function post (url: string, headers: Record<string, string>, body: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' } }, res => {
+      res.resume()
+      res.on('end', () => { resolve(res.statusCode ?? 0) })
+    })
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+function stream (url: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    let events = 0
+    const parser = createParser({ onEvent: () => { events++ } })
+    const req = request(url, { method: 'POST', headers: { ...headers, accept: 'text/event-stream' } }, res => {
+      res.setEncoding('utf8')
+      res.on('data', (text: string) => { parser.feed(text) })
+      res.on('end', () => { resolve(events) })
+    })
+    req.on('error', reject)
+    req.end('{"prompt":"soak tests keep going","delay_ms":5}')
+  })
+}
+
+function echo (url: string, token: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } })
+    ws.on('open', () => { ws.send('ping') })
+    ws.on('message', data => {
+      if (String(data) !== 'ping') reject(new Error(`echo got ${String(data)}`))
+      ws.close(1000)
+    })
+    ws.on('close', () => { resolve() })
+    ws.on('error', reject)
+  })
+}
+
+async function main (): Promise<number> {
+  guardAgainstOrphans(() => {})
+  const logDir = mkdtempSync(join(tmpdir(), 'app-sidecar-soak-'))
+  const issuer = await createTokenIssuer()
+  const jwks = await serveJwks([issuer])
+  const receiver = await startFlakyReceiver()
+  const appPort = await freePort()
+  const port = await freePort()
+  const adminPort = await freePort()
+  const app = spawnChild({ name: 'app', command: process.execPath, args: ['dist/demo/example-app.js'], env: { PORT: String(appPort) }, cwd: ROOT, logDir })
+  const sidecar = spawnChild({
+    name: 'sidecar',
+    command: process.execPath,
+    args: ['dist/bin/app-sidecar.js'],
+    env: {
+      PORT: String(port), ADMIN_PORT: String(adminPort), HOST: '127.0.0.1', APP_URL: `http://127.0.0.1:${appPort}`,
+      STORE_URL: jwks.url.origin, AUTH_JWKS_URL: jwks.url.href, LOG_LEVEL: 'warn', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8',
+      WEBHOOK_ATTEMPTS: String(ATTEMPTS), WEBHOOK_MAX_DELAY_MS: '100', WEBHOOK_TIMEOUT_MS: '2000'
+    },
+    cwd: ROOT,
+    logDir
+  })
+  await waitForHttp200(sidecar, `http://127.0.0.1:${adminPort}/readyz`)
+  const token = await issuer.sign('soak', { ttlSeconds: SECONDS + 3600 })
+  const auth = { authorization: `Bearer ${token}` }
+  const base = `http://127.0.0.1:${port}/v4/soak/app`
+  const baseline = procStats(sidecar.pid)
+
+  const samples: Sample[] = []
+  const counts = { plain: 0, webhooks: 0, streams: 0, websockets: 0, failures: 0 }
+  const failures: string[] = []
+  const started = Date.now()
+  const sampler = setInterval(() => { samples.push({ t: (Date.now() - started) / 1000, ...procStats(sidecar.pid) }) }, 1000)
+  let seq = 0
+  const worker = async (): Promise<void> => {
+    while (Date.now() - started < SECONDS * 1000) {
+      const kind = seq++ % 10
+      try {
+        if (kind < 5) {
+          const withHook = kind % 3 === 0
+          const runId = `soak-${seq}`
+          const url = `${base}/run${withHook ? `?webhookEndpoint=${encodeURIComponent(receiver.url)}` : ''}`
+          const status = await post(url, { ...auth, 'x-request-id': runId }, '{"name":"soak"}')
+          if (status !== 200) throw new Error(`plain call ${status}`)
+          counts.plain++
+          if (withHook) counts.webhooks++
+        } else if (kind < 8) {
+          const events = await stream(`${base}/generate`, auth)
+          if (events !== 4) throw new Error(`stream gave ${events} events`)
+          counts.streams++
+        } else {
+          await echo(`ws://127.0.0.1:${port}/v4/soak/app/ws`, token)
+          counts.websockets++
+        }
+      } catch (error) {
+        counts.failures++
+        if (failures.length < 20) failures.push((error as Error).message)
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+  // let pending webhook retries and keep-alive sockets settle
+  await sleep(3000)
+  clearInterval(sampler)
+  const end = procStats(sidecar.pid)
+
+  // webhooks: each run id delivered exactly once when any attempt got a 200, and only then, within the retry table
+  const webhookProblems: string[] = []
+  let delivered = 0
+  for (let n = 0; n < seq; n++) {
+    const runId = `soak-${n + 1}`
+    const entry = receiver.deliveries.get(runId)
+    if (entry === undefined) continue
+    const oks = entry.statuses.filter(status => status === 200).length
+    if (oks > 1) webhookProblems.push(`${runId}: delivered ${oks} times`)
+    if (entry.statuses.length > ATTEMPTS) webhookProblems.push(`${runId}: ${entry.statuses.length} attempts`)
+    if (oks === 1 && entry.statuses.at(-1) !== 200) webhookProblems.push(`${runId}: attempts after a 200`)
+    if (oks === 0 && entry.statuses.length < ATTEMPTS) webhookProblems.push(`${runId}: gave up after ${entry.statuses.length} retryable failures`)
+    if (oks === 1) delivered++
+  }
+  if (receiver.deliveries.size !== counts.webhooks) webhookProblems.push(`${counts.webhooks} webhooks asked for, ${receiver.deliveries.size} seen by the receiver`)
+
+  // memory: the last quarter must not sit well above the second quarter (warm-up excluded)
+  const quarter = Math.max(1, Math.floor(samples.length / 4))
+  const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0
+  const earlyRss = median(samples.slice(quarter, 2 * quarter).map(s => s.rssMb))
+  const lateRss = median(samples.slice(-quarter).map(s => s.rssMb))
+  const memoryGrowing = lateRss > earlyRss * 1.3 && lateRss - earlyRss > 30
+  const socketLeak = end.sockets > baseline.sockets + 2 * CONCURRENCY + 8
+
+  const result = {
+    seconds: SECONDS,
+    concurrency: CONCURRENCY,
+    counts,
+    failures,
+    webhooks: { asked: counts.webhooks, seen: receiver.deliveries.size, delivered, problems: webhookProblems.slice(0, 20) },
+    rssMb: { baseline: baseline.rssMb, early: earlyRss, late: lateRss, peak: Math.max(...samples.map(s => s.rssMb)) },
+    sockets: { baseline: baseline.sockets, end: end.sockets, peak: Math.max(...samples.map(s => s.sockets)) },
+    fds: { baseline: baseline.fds, end: end.fds },
+    verdict: { memoryGrowing, socketLeak, callFailures: counts.failures > 0, webhookProblems: webhookProblems.length > 0 },
+    samples
+  }
+  writeFileSync(join(ROOT, 'bench/results/soak.json'), JSON.stringify(result, null, 2) + '\n')
+  const { samples: _omitted, ...summary } = result
+  process.stdout.write(JSON.stringify(summary, null, 2) + '\n')
+  await sidecar.stop()
+  await app.stop()
+  await Promise.all([receiver.close(), jwks.close()])
+  const failed = Object.values(result.verdict).some(Boolean)
+  process.stdout.write(failed ? 'soak: FAIL\n' : 'soak: PASS\n')
+  return failed ? 1 : 0
+}
+
+main().then(code => { process.exitCode = code }, error => {
+  killAllChildren()
+  process.stderr.write(`soak: ${(error as Error).stack ?? String(error)}\n`)
+  process.exitCode = 1
+})
