@@ -4,11 +4,18 @@
  */
 export class InflightTracker {
   #count = 0
+  #began = 0
   #idleWaiters: Array<() => void> = []
 
   get count (): number { return this.#count }
 
-  begin (): void { this.#count++ }
+  /** Work begun so far (a drain uses it to tell whether anything arrived while it waited). */
+  get began (): number { return this.#began }
+
+  begin (): void {
+    this.#count++
+    this.#began++
+  }
 
   end (): void {
     this.#count--

@@ -1,5 +1,5 @@
-import { createServer, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { createServer, type Server, type ServerResponse, STATUS_CODES } from 'node:http'
+import type { AddressInfo, Socket } from 'node:net'
 import type { JWTVerifyGetKey } from 'jose'
 import type { DestinationStream, Logger } from 'pino'
 import { Pool } from 'undici'
@@ -34,6 +34,8 @@ export interface SidecarOptions {
   revocationIntervalMs?: number
   /** Bounds of pending webhook deliveries (tests make them small). */
   webhookLimits?: WebhookSenderLimits
+  /** Time a caller has to send a request's headers (default 60 s; tests shorten it). */
+  headersTimeoutMs?: number
 }
 
 export interface RunningSidecar {
@@ -50,6 +52,12 @@ export interface RunningSidecar {
 }
 
 const pathPrefix = (url: URL): string => url.pathname.replace(/\/$/, '')
+
+/** What the HTTP parser or the headers timer refused, answered as Node would (431, 408), else 400. */
+const CLIENT_ERRORS: Readonly<Record<string, [number, string]>> = {
+  HPE_HEADER_OVERFLOW: [431, 'request headers too large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'request headers timed out']
+}
 
 /** Starts the public and admin listeners of one sidecar. */
 export async function startSidecar (config: SidecarConfig, options: SidecarOptions = {}): Promise<RunningSidecar> {
@@ -97,7 +105,11 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl) })
   const websockets = createWebSocketPassthrough({ ...recorder, config, verifier, gate })
 
-  const server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 60_000, requestTimeout: 0 }, (req, res) => {
+  const headersTimeout = options.headersTimeoutMs ?? 60_000
+  // Node checks the headers timer every connectionsCheckingInterval (30 s by default): check a short one more often
+  const server = createServer({
+    keepAliveTimeout: 65_000, headersTimeout, requestTimeout: 0, connectionsCheckingInterval: Math.min(30_000, Math.max(50, headersTimeout / 4))
+  }, (req, res) => {
     const url = req.url as string
     if (url.startsWith('/v4/')) invoke(req, res)
     else if (url.startsWith('/v2/') || url === '/v2' || url.startsWith('/v2?')) management(req, res)
@@ -111,10 +123,19 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
       rejectUpgrade(socket, runIdFor(req.headers['x-request-id']), new RouteNotFoundError())
     }
   })
-  server.on('clientError', (error: NodeJS.ErrnoException, socket) => {
-    // bytes after a `Connection: close` request belong to no request: nothing to answer
-    if (socket.writable && error.code !== 'HPE_CLOSED_CONNECTION' && error.code !== 'ECONNRESET') socket.end('HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 31\r\nconnection: close\r\n\r\n{"message":"malformed request"}')
-    else socket.destroy()
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket & { _httpMessage?: ServerResponse | null }) => {
+    // bytes after a `Connection: close` request belong to no request: they are ignored, and the
+    // connection closes once that request's answer is sent (cutting it would lose the answer)
+    if (error.code === 'HPE_CLOSED_CONNECTION') return
+    // an answer must not be written into a response already under way on this connection
+    if (!socket.writable || error.code === 'ECONNRESET' || socket._httpMessage?.headersSent === true) {
+      socket.destroy()
+      return
+    }
+    const [status, message] = CLIENT_ERRORS[error.code ?? ''] ?? [400, 'malformed request']
+    const body = JSON.stringify({ message })
+    socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] as string}\r\ncontent-type: application/json; charset=utf-8\r\n` +
+      `content-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`)
   })
   const admin = createAdminServer({ metrics, readiness, health, draining: () => draining })
 
@@ -145,7 +166,8 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     logger.info({ inflight: inflight.count, webhooks: webhooks.pending, graceSeconds }, 'draining')
     let timer: NodeJS.Timeout | undefined
     const graceOver = new Promise<false>(resolve => { timer = setTimeout(resolve, graceSeconds * 1000, false) })
-    const requestsDone = await Promise.race([inflight.idle().then(() => true), graceOver])
+    // nothing left at the end of the grace period counts as done too
+    const requestsDone = await Promise.race([quiet(graceOver), graceOver]) || inflight.count === 0
     if (!requestsDone) logger.warn({ inflight: inflight.count }, 'grace period over; cutting what is left')
     // the last calls' webhooks were handed over as they ended; they get what is left of the grace period
     const webhooksDone = await webhooks.drain(requestsDone ? graceOver : Promise.resolve())
@@ -154,8 +176,35 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     return requestsDone && webhooksDone
   }
 
+  /**
+   * New calls are still served while the platform stops routing: a drain ends once nothing is in
+   * flight and no call has arrived for DRAIN_QUIET_MS (not the first instant the count touches 0,
+   * which under steady load happens between two calls). Then the public listener stops accepting
+   * and the calls that slipped in on kept-alive connections meanwhile may finish. False if
+   * `graceOver` comes first.
+   */
+  async function quiet (graceOver: Promise<false>): Promise<boolean> {
+    let over = false
+    void graceOver.then(() => { over = true })
+    while (!over) {
+      await inflight.idle()
+      const began = inflight.began
+      await Promise.race([delay(DRAIN_QUIET_MS), graceOver])
+      if (over || inflight.count > 0 || inflight.began !== began) continue
+      server.close() // stops accepting; idle kept-alive connections are closed with it
+      await inflight.idle()
+      return true
+    }
+    return false
+  }
+
   return { port, adminPort, logger, metrics, inflight, webhooks, drain, close }
 }
+
+/** How long a drain waits for a call to arrive, once nothing is in flight, before it ends. */
+const DRAIN_QUIET_MS = 500
+
+const delay = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms)) }
 
 function listen (server: Server, port: number, host: string): Promise<void> {
   return new Promise((resolve, reject) => {

@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events'
 import type { Logger } from 'pino'
 import type { SidecarMetrics } from '../sidecar/metrics.ts'
 import type { WebhookDelivery, WebhookJob } from './webhook-delivery.ts'
@@ -30,6 +31,8 @@ export class WebhookSender {
     this.#limits = limits
     this.#metrics = metrics
     this.#logger = logger
+    // every pending delivery listens on this one signal while it waits to retry: not a leak
+    setMaxListeners(limits.maxPending + 1, this.#abort.signal)
   }
 
   get pending (): number { return this.#pending.size }

@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import t from 'tap'
 import { applyBuildSettings } from '../../src/config/build-settings.ts'
 import { loadSidecarConfig } from '../../src/config/sidecar-config.ts'
@@ -76,8 +79,13 @@ t.test('a 4xx answer is final at once; a build with an invalid setting is refuse
 })
 
 t.test('against the real build store (embedded)', async t => {
-  const store = await startBuildStore(loadStoreConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: t.testdir(), ADMIN_TOKEN: 'admin-token-0123456789', LOG_LEVEL: 'silent' }))
-  t.teardown(() => store.close())
+  // a directory of our own, removed after the store closed (tap's testdir may be removed while PGlite still flushes)
+  const dataDir = mkdtempSync(join(tmpdir(), 'build-settings-'))
+  const store = await startBuildStore(loadStoreConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir, ADMIN_TOKEN: 'admin-token-0123456789', LOG_LEVEL: 'silent' }))
+  t.teardown(async () => {
+    await store.close()
+    rmSync(dataDir, { recursive: true, force: true, maxRetries: 5 })
+  })
   await store.builds.put({ projectId: 'p1', appId: 'app-1', buildId: 'b1' }, { name: 'hello', port: 9124, runtime: 'cortex', replicaConcurrency: 2 })
   const { token } = await store.serviceAccounts.create('p1', 'sidecar', new Date(Date.now() + 3_600_000))
   const env = { STORE_URL: store.url, BUILD_ID: 'b1', PROJECT_ID: 'p1', APP_ID: 'app-1', STORE_TOKEN: token }

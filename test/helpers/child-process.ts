@@ -16,7 +16,15 @@ export interface Child {
 
 /** Runs one of the package's bins from source (`src/bin/<name>.ts`) as a real child process. */
 export function runBin (name: string, env: Record<string, string>, args: string[] = []): Child {
-  const child = spawn(process.execPath, ['--import', 'tsx', `src/bin/${name}.ts`, ...args], {
+  return runNode(['--import', 'tsx', `src/bin/${name}.ts`, ...args], env)
+}
+
+/**
+ * Runs `node <nodeArgs…>` from the package root as a real child process (for example a test app:
+ * `runNode(['test/faults/fixtures/fault-app.mjs'], { PORT: '0' })`), with the same line parsing as runBin.
+ */
+export function runNode (nodeArgs: string[], env: Record<string, string>): Child {
+  const child = spawn(process.execPath, nodeArgs, {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe']

@@ -37,6 +37,8 @@ export interface WebhookReceiver {
   readonly attempts: ReceivedAttempt[]
   /** TCP connections accepted so far (0 proves nothing connected at all). */
   readonly connections: () => number
+  /** TCP connections open right now. */
+  readonly openConnections: () => number
   /** Resolves once `n` attempts have arrived; rejects after `ms`. */
   waitForAttempts: (n: number, ms?: number) => Promise<ReceivedAttempt[]>
   /** Answers every hung attempt with `status`. */
@@ -106,6 +108,7 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
     url: `http://127.0.0.1:${port}`,
     attempts,
     connections: () => connections,
+    openConnections: () => sockets.size,
     waitForAttempts: async (n, ms = 10_000) => await new Promise((resolve, reject) => {
       const check = (): boolean => {
         if (attempts.length < n) return false
