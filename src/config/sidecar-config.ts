@@ -35,6 +35,7 @@ export interface SidecarConfig {
   webhookMaxBodyBytes: number
   webhookHeaderBrand: string
   webhookAllowedCidrs: Cidr[]
+  webhookStandardHeaders: boolean
   logLevel: LogLevel
   buildId: string | undefined
   appId: string | undefined
@@ -86,6 +87,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'WEBHOOK_MAX_BODY_BYTES', key: 'webhookMaxBodyBytes', defaultText: '10485760', meaning: 'largest response kept for a webhook', parse: integerIn(0, GIB), fallback: fixed(10_485_760) }),
   variable({ name: 'WEBHOOK_HEADER_BRAND', key: 'webhookHeaderBrand', defaultText: 'Service', meaning: 'the word in X-<Brand>-Webhook-* headers', parse: parseHeaderBrand, fallback: fixed('Service') }),
   variable({ name: 'WEBHOOK_ALLOWED_CIDRS', key: 'webhookAllowedCidrs', defaultText: undefined, meaning: 'private ranges webhooks may reach, comma-separated', parse: parseCidrList, fallback: () => [] }),
+  variable({ name: 'WEBHOOK_STANDARD_HEADERS', key: 'webhookStandardHeaders', defaultText: 'false', meaning: 'also send Standard Webhooks headers (webhook-id/-timestamp/-signature)', parse: parseBoolean, fallback: fixed(false) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),
   variable({ name: 'BUILD_ID', key: 'buildId', defaultText: undefined, meaning: 'with PROJECT_ID and APP_ID: read app settings from this build at start', parse: optionalString(parseId), fallback: fixed(undefined) }),
   variable({ name: 'APP_ID', key: 'appId', defaultText: undefined, meaning: 'the app whose build BUILD_ID names', parse: optionalString(parseId), fallback: fixed(undefined) }),

@@ -85,6 +85,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     maxDelayMs: config.webhookMaxDelayMs,
     timeoutMs: config.webhookTimeoutMs,
     brand: config.webhookHeaderBrand,
+    standardHeaders: config.webhookStandardHeaders,
     guard: new AddressGuard(config.webhookAllowedCidrs),
     metrics,
     logger

@@ -3,7 +3,7 @@ import type { Logger } from 'pino'
 import { Agent } from 'undici'
 import type { SidecarMetrics, WebhookAttemptOutcome } from '../sidecar/metrics.ts'
 import { AddressGuard, AddressRefusedError } from './address-guard.ts'
-import { signatureHeaderNames, signWebhook } from './webhook-signature.ts'
+import { signatureHeaderNames, signStandardWebhook, signWebhook } from './webhook-signature.ts'
 
 /** One webhook to deliver. */
 export interface WebhookJob {
@@ -19,6 +19,8 @@ export interface DeliverySettings {
   readonly maxDelayMs: number
   readonly timeoutMs: number
   readonly brand: string
+  /** Also send the Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). */
+  readonly standardHeaders?: boolean
   readonly guard: AddressGuard
   readonly metrics: SidecarMetrics
   readonly logger: Logger
@@ -109,6 +111,11 @@ export class WebhookDelivery {
       const timestamp = Math.floor(Date.now() / 1000)
       headers[this.#names.timestamp] = String(timestamp)
       headers[this.#names.signature] = signWebhook(job.secret, job.runId, timestamp, job.body)
+      if (this.#settings.standardHeaders === true) {
+        headers['webhook-id'] = job.runId
+        headers['webhook-timestamp'] = String(timestamp)
+        headers['webhook-signature'] = signStandardWebhook(job.secret, job.runId, timestamp, job.body)
+      }
     }
     const timeout = AbortSignal.timeout(this.#settings.timeoutMs)
     try {

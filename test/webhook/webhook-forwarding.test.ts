@@ -263,6 +263,22 @@ t.test('signing: WEBHOOK_HEADER_BRAND=Acme names the headers x-acme-webhook-*', 
   t.equal(verifyWebhook('whsec_acme', headers, trip.attempt.body), false, 'the default brand does not find them')
 })
 
+t.test('signing: WEBHOOK_STANDARD_HEADERS=true adds webhook-id, webhook-timestamp, webhook-signature', async t => {
+  const standard = await sidecarFor(t, app.url, { ...LOOPBACK_ENV, WEBHOOK_STANDARD_HEADERS: 'true' })
+  const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
+  const trip = await roundTrip('/json', { 'x-webhook-secret': secret }, standard)
+  const headers = trip.attempt.headers
+  t.equal(headers['webhook-id'], trip.runId)
+  t.equal(headers['webhook-timestamp'], headers['x-service-webhook-timestamp'])
+  const { createHmac } = await import('node:crypto')
+  const expected = createHmac('sha256', Buffer.from(secret.slice(6), 'base64'))
+    .update(`${trip.runId}.${headers['webhook-timestamp'] as string}.`).update(trip.attempt.body).digest('base64')
+  t.equal(headers['webhook-signature'], `v1,${expected}`)
+  t.equal(verifyWebhook(secret, headers, trip.attempt.body), true, 'the X-Service-* signature is still there')
+  const plain = await roundTrip('/json', { 'x-webhook-secret': secret })
+  t.equal(plain.attempt.headers['webhook-signature'], undefined, 'off by default')
+})
+
 t.test('signing: without a secret (or with an empty one) no signature headers', async t => {
   for (const headers of [{}, { 'x-webhook-secret': '' }] as Array<Record<string, string>>) {
     const trip = await roundTrip('/json', headers)

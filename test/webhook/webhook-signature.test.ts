@@ -151,3 +151,13 @@ t.test('verifyWebhook: never throws on garbage', async t => {
   }
   t.doesNotThrow(() => verifyWebhook(SECRET, headers, BODY, { toleranceSeconds: 'x' as unknown as number }), 'a string tolerance')
 })
+
+t.test('Standard Webhooks signature: the standard\'s own test vector', async t => {
+  const { signStandardWebhook } = await import('../../src/webhook/webhook-signature.ts')
+  t.equal(signStandardWebhook('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'msg_p5jXN8AQM9LWM0D4loKWxJek', 1614265330, '{"test": 2432232314}'),
+    'v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=')
+  // a secret without the whsec_ prefix is keyed with its UTF-8 bytes
+  const { createHmac } = await import('node:crypto')
+  t.equal(signStandardWebhook('plain-secret', 'run-1', 1700000000, '{"a":1}'),
+    'v1,' + createHmac('sha256', 'plain-secret').update('run-1.1700000000.{"a":1}').digest('base64'))
+})
