@@ -39,7 +39,7 @@ async function appUp (t: Teardown): Promise<FaultApp> {
 /** After the app died: the sidecar notices, answers 502 at once, and serves again once the app is back. */
 async function deadThenBack (t: Tap, what: string): Promise<void> {
   await eventually(async () => (await send(`${h.admin}/readyz`)).status === 503, 5000)
-  t.pass(`${what}: /readyz turns 503 while the app is gone`)
+  t.equal((await send(`${h.admin}/readyz`)).status, 503, `${what}: /readyz turns 503 while the app is gone`)
   const started = performance.now()
   const refused = await send(`${h.base}/v4/proj/app/json`, { headers: { 'x-request-id': `${what}-dead` } })
   t.equal(refused.status, 502, 'a call while the app is gone gets 502')

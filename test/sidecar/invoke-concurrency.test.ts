@@ -263,7 +263,7 @@ t.test('readiness: READYCHECK_PATH answering 503 then 200 gates calls the same w
   t.teardown(() => app.close())
   const h = await sidecarFor(t, app.url, { READYCHECK_PATH: '/ready', HEALTHCHECK_PATH: '/health' })
   await eventually(async () => (await send(`${h.admin}/healthz`)).status === 200)
-  t.pass('/healthz follows the health path')
+  t.equal((await send(`${h.admin}/healthz`)).status, 200, '/healthz follows the health path')
   t.ok(app.ids('/ready').length >= 1, 'the ready path was probed')
   t.equal((await send(`${h.admin}/readyz`)).status, 503, '/readyz follows the ready path')
 

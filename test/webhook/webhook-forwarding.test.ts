@@ -348,8 +348,7 @@ t.test('SSRF guard: WEBHOOK_ALLOWED_CIDRS opens the named ranges to names and li
   for (const host of ['127.0.0.1', 'localhost', '2130706433']) {
     const runId = newRunId()
     await call(allowed, '/json', `http://${host}:${target.port}/hook`, { headers: { 'x-request-id': runId } })
-    await deliveriesOf(target, runId)
-    t.pass(`${host} delivered`)
+    t.equal((await deliveriesOf(target, runId)).length, 1, `${host} delivered`)
   }
   await eventually(async () => await deliveriesFinished(allowed) === 3)
   t.same(await webhookCounts(allowed), { attempts: { '2xx': 3 }, deliveries: { delivered: 3 } })
