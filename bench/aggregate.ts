@@ -11,6 +11,30 @@ export function median (values: Array<number | null | undefined>): number {
 const sum = (values: number[]): number => values.reduce((total, v) => total + v, 0)
 const orNull = (n: number): number | null => Number.isFinite(n) ? n : null
 
+/** A scenario's own figure of a phase (a key of `Measurement.extra`), as a table column. */
+export interface ExtraColumn {
+  readonly key: string
+  readonly label: string
+  /** How the rounds fold: the median of the rounds used (default), or the sum / the maximum over every round (counts of failures). */
+  readonly combine?: 'median' | 'sum' | 'max'
+  /** Digits after the point in the table (default 0). */
+  readonly digits?: number
+}
+
+/** The extras of `rounds` (the rounds used) and `all` (every round), folded by each column's rule; keys without a column: the median. */
+function combineExtras (rounds: Measurement[], all: Measurement[], columns: ExtraColumn[]): Record<string, number> | undefined {
+  const keys = new Set([...all.flatMap(r => Object.keys(r.extra ?? {}))])
+  if (keys.size === 0) return undefined
+  const extra: Record<string, number> = {}
+  for (const key of keys) {
+    const rule = columns.find(c => c.key === key)?.combine ?? 'median'
+    const values = (rule === 'median' ? rounds : all).map(r => r.extra?.[key]).filter((v): v is number => typeof v === 'number' && Number.isFinite(v))
+    if (values.length === 0) continue
+    extra[key] = rule === 'sum' ? sum(values) : rule === 'max' ? Math.max(...values) : median(values)
+  }
+  return extra
+}
+
 /** A round counts as quiet when the rest of the machine used at most this many cores meanwhile. */
 export const QUIET_CORES = 0.1
 
@@ -24,12 +48,13 @@ const isQuiet = (m: Measurement): boolean => m.cpu?.backgroundCores === null || 
  * maximum of the maxima; the counts are summed over every round. Valid only when every round was (all of them,
  * quiet or not: an error is never noise).
  */
-export function combineRounds (all: Measurement[]): Measurement {
+export function combineRounds (all: Measurement[], columns: ExtraColumn[] = []): Measurement {
   const quiet = all.filter(isQuiet)
   const disturbed = quiet.length === 0
   const rounds = disturbed ? all : quiet
   const provenance = { roundsUsed: rounds.length, disturbed }
   if (all.length === 1) return { ...(all[0] as Measurement), ...provenance }
+  const extra = combineExtras(rounds, all, columns)
   const statusCodes: Record<string, number> = {}
   for (const round of all) {
     for (const [code, n] of Object.entries(round.statusCodes)) statusCodes[code] = (statusCodes[code] ?? 0) + n
@@ -57,6 +82,7 @@ export function combineRounds (all: Measurement[]): Measurement {
     ...(first.targetRate === undefined ? {} : { targetRate: first.targetRate }),
     valid: all.every(r => r.valid),
     ...provenance,
+    ...(extra === undefined ? {} : { extra }),
     ...(cpus.length === 0
       ? {}
       : {

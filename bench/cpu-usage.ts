@@ -38,8 +38,13 @@ export interface CpuSample<T> {
   backgroundCores: number | undefined
 }
 
-/** CPU seconds used by each of `pids` (by name) while `work` ran, this process's own, and the machine's background. */
-export async function measureCpu<T> (pids: Record<string, number>, work: () => Promise<T>): Promise<CpuSample<T>> {
+/**
+ * CPU seconds used by each of `pids` (by name) while `work` ran, this process's own, and the
+ * machine's background. `lateProcesses`, looked up once `work` is done, names processes that may
+ * have started meanwhile (e.g. database backends): those not in `pids` count with all their CPU.
+ */
+export async function measureCpu<T> (pids: Record<string, number>, work: () => Promise<T>,
+  lateProcesses?: () => Promise<Record<string, number>>): Promise<CpuSample<T>> {
   const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, processCpuSeconds(pid)]))
   const machineBefore = machineBusySeconds()
   const self = process.cpuUsage()
@@ -53,6 +58,13 @@ export async function measureCpu<T> (pids: Record<string, number>, work: () => P
     const start = before[name]
     const end = processCpuSeconds(pid)
     if (start !== undefined && end !== undefined) cpuSeconds[name] = end - start
+  }
+  if (lateProcesses !== undefined) {
+    for (const [name, pid] of Object.entries(await lateProcesses())) {
+      if (pids[name] !== undefined) continue
+      const total = processCpuSeconds(pid)
+      if (total !== undefined) cpuSeconds[name] = total
+    }
   }
   cpuSeconds['load generator'] = (selfUsed.user + selfUsed.system) / 1e6
   const ours = Object.values(cpuSeconds).reduce((total, v) => total + v, 0)

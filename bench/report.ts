@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, release, totalmem, type as osType } from 'node:os'
 import { dirname } from 'node:path'
-import { QUIET_CORES } from './aggregate.ts'
+import { type ExtraColumn, QUIET_CORES } from './aggregate.ts'
 import type { Measurement } from './load.ts'
 import type { Evaluation, Ratio, Scenario, TargetResult } from './scenario.ts'
 import type { BenchSettings } from './settings.ts'
@@ -23,14 +23,24 @@ export interface BenchReport {
   readonly scenarios: ScenarioReport[]
 }
 
+export interface PhaseInfo {
+  readonly id: string
+  readonly label: string
+  readonly rateUnit?: string
+  readonly columns?: ExtraColumn[]
+}
+
 export interface ScenarioReport {
   readonly name: string
   readonly description: string
+  /** How the targets were loaded (settings included). */
+  readonly method: string
   readonly baselineId: string
-  readonly phases: Array<{ id: string, label: string }>
+  readonly phases: PhaseInfo[]
   readonly targets: TargetResult[]
   readonly ratios: Evaluation['ratios']
   readonly checks: Evaluation['checks']
+  readonly notes?: string[]
 }
 
 export function environment (nginx: string | null): BenchReport['environment'] {
@@ -46,15 +56,22 @@ export function environment (nginx: string | null): BenchReport['environment'] {
   }
 }
 
-export function scenarioReport (scenario: Scenario, targets: TargetResult[], evaluation: Evaluation): ScenarioReport {
+export function scenarioReport (scenario: Scenario, targets: TargetResult[], evaluation: Evaluation, settings: BenchSettings): ScenarioReport {
   return {
     name: scenario.name,
     description: scenario.description,
+    method: scenario.method(settings),
     baselineId: scenario.baselineId,
-    phases: scenario.phases.map(p => ({ id: p.id, label: p.label })),
+    phases: scenario.phases.map(p => ({
+      id: p.id,
+      label: p.label,
+      ...(p.rateUnit === undefined ? {} : { rateUnit: p.rateUnit }),
+      ...(p.columns === undefined ? {} : { columns: p.columns })
+    })),
     targets,
     ratios: evaluation.ratios,
-    checks: evaluation.checks
+    checks: evaluation.checks,
+    ...(evaluation.notes === undefined ? {} : { notes: evaluation.notes })
   }
 }
 
@@ -64,6 +81,9 @@ const oneLine = (text: string): string => {
 }
 const int = (n: number | undefined): string => n === undefined || !Number.isFinite(n) ? '–' : Math.round(n).toLocaleString('en-US')
 const ms = (n: number | undefined): string => n === undefined || !Number.isFinite(n) ? '–' : n.toFixed(2)
+const fixed = (n: number | undefined, digits: number): string => n === undefined || !Number.isFinite(n)
+  ? '–'
+  : n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 const signedMs = (n: number): string => `${n >= 0 ? '+' : '−'}${Math.abs(n).toFixed(2)}`
 
 function problems (m: Measurement | undefined): string | undefined {
@@ -88,30 +108,34 @@ export function perRoundText (ratio: Ratio, format: (v: number) => string): stri
     .join(', ')
 }
 
-function phaseTable (report: ScenarioReport, phase: { id: string, label: string }): string[] {
+function phaseTable (report: ScenarioReport, phase: PhaseInfo): string[] {
   const baseline = report.targets.find(t => t.id === report.baselineId)?.phases[phase.id]
+  const unit = phase.rateUnit ?? 'req/s'
+  const perUnit = unit.replace(/\/s$/, '').replace(/s$/, '')
+  const columns = phase.columns ?? []
+  const blanks = '| '.repeat(8 + columns.length)
   const lines = [
     `### ${phase.label}`,
     '',
-    '| target | req/s | × baseline | p50 | p90 | p99 | p99 − baseline | CPU µs/req: target | app | errors |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---|'
+    `| target | ${unit} | × baseline | p50 | p90 | p99 | p99 − baseline | CPU µs/${perUnit}: target | app | ${columns.map(c => `${c.label} | `).join('')}errors |`,
+    `|---|---:|---:|---:|---:|---:|---:|---:|---:|${'---:|'.repeat(columns.length)}---|`
   ]
   for (const target of report.targets) {
     if (target.skipped !== undefined) {
-      lines.push(`| ${target.label} | | | | | | | | | skipped: ${target.skipped} |`)
+      lines.push(`| ${target.label} ${blanks}| skipped: ${target.skipped} |`)
       continue
     }
     const m = target.phases[phase.id]
     const failure = target.failure === undefined ? '' : `**failed**: ${oneLine(target.failure)}`
     if (m === undefined) {
-      lines.push(`| ${target.label} | | | | | | | | | ${failure} |`)
+      if (failure !== '') lines.push(`| ${target.label} ${blanks}| ${failure} |`)
       continue
     }
     const isBaseline = target.id === report.baselineId
     const comparable = !isBaseline && baseline !== undefined && baseline.valid && m.valid
     const issues = problems(m)
     const status = [issues === undefined ? '0' : `**${issues}** (not a valid number)`, failure].filter(p => p !== '').join('; ')
-    lines.push(`| ${target.label}${m.disturbed === true ? ' †' : ''} | ${int(m.rps)} | ${comparable ? `${(m.rps / baseline.rps).toFixed(2)}×` : '–'} | ${ms(m.p50Ms)} | ${ms(m.p90Ms)} | ${ms(m.p99Ms)} | ${comparable ? signedMs(m.p99Ms - baseline.p99Ms) : '–'} | ${int(m.cpu?.targetUsPerRequest ?? undefined)} | ${int(m.cpu?.appUsPerRequest ?? undefined)} | ${status} |`)
+    lines.push(`| ${target.label}${m.disturbed === true ? ' †' : ''} | ${int(m.rps)} | ${comparable ? `${(m.rps / baseline.rps).toFixed(2)}×` : '–'} | ${ms(m.p50Ms)} | ${ms(m.p90Ms)} | ${ms(m.p99Ms)} | ${comparable ? signedMs(m.p99Ms - baseline.p99Ms) : '–'} | ${int(m.cpu?.targetUsPerRequest ?? undefined)} | ${int(m.cpu?.appUsPerRequest ?? undefined)} | ${columns.map(c => `${fixed(m.extra?.[c.key], c.digits ?? 0)} | `).join('')}${status} |`)
   }
   return lines
 }
@@ -120,18 +144,17 @@ function scenarioMarkdown (report: ScenarioReport, settings: BenchReport['settin
   const lines: string[] = []
   lines.push(`## ${report.name}`, '', report.description + '.', '')
   lines.push(
-    `Max throughput: ${settings.connections} connections, pipelining 1. ` +
-    `Fixed rate: ${settings.rate} req/s, by autocannon \`overallRate\` over ${settings.rateConnections} connections ` +
-    '(each connection spends its per-second budget in one burst) and by an evenly paced open-loop generator. ' +
+    `${report.method} ` +
     `Each phase ${settings.durationSeconds} s; each target warmed up ${settings.warmupSeconds} s first; ` +
     `${settings.rounds} round${settings.rounds === 1 ? '' : 's'} over all targets, interleaved; each figure is the median of the quiet rounds (see Notes). ` +
-    'Latencies in ms, 2xx responses only; CPU µs/req = CPU time of the target\'s own processes (proxy) and of the app, per response. ' +
     `Baseline: ${report.targets.find(t => t.id === report.baselineId)?.label ?? report.baselineId}.`, '')
   for (const phase of report.phases) lines.push(...phaseTable(report, phase), '')
   lines.push('**Ratios** (made within each round, then the median of the rounds quiet for both sides; ' +
     '\\* marks a round disturbed by other load, left out of the median)', '')
   for (const ratio of report.ratios) {
-    const format = (v: number): string => ratio.unit === '×' ? `${v.toFixed(2)}×` : `${signedMs(v)} ms`
+    const format = (v: number): string => ratio.unit === '×'
+      ? `${v.toFixed(2)}×`
+      : ratio.unit === '%' ? `${(v * 100).toFixed(1)}%` : ratio.unit === 'req/s' ? `${int(v)} req/s` : `${signedMs(v)} ms`
     const value = ratio.value === null ? 'n/a' : format(ratio.value)
     const rounds = ratio.perRound === undefined || ratio.perRound.length < 2
       ? ''
@@ -140,7 +163,7 @@ function scenarioMarkdown (report: ScenarioReport, settings: BenchReport['settin
   }
   lines.push('', '**Targets**', '', '| check | result | detail |', '|---|---|---|')
   for (const check of report.checks) lines.push(`| ${check.label} | **${check.status}** | ${escapeStars(check.detail)} |`)
-  const notes = report.targets.flatMap(t => (t.notes ?? []).map(n => `${t.label}: ${n}`))
+  const notes = [...(report.notes ?? []), ...report.targets.flatMap(t => (t.notes ?? []).map(n => `${t.label}: ${n}`))]
   const combined = report.targets.flatMap(t => Object.values(t.phases))
   const disturbed = combined.filter(m => m.disturbed === true).length
   notes.push(`other load on the machine: a round counts as quiet when the rest of the machine used ≤ ${QUIET_CORES} cores during it; ` +
@@ -158,7 +181,7 @@ export function renderMarkdown (report: BenchReport): string {
     `${report.date} · Node ${env.node} · ${env.cpuModel} × ${env.cpuCount} · ${env.platform} · ${env.nginx ?? 'no nginx'}`,
     '',
     'Everything on loopback; each server is its own process, measured one at a time (the app keeps running); ' +
-    'the load generator (autocannon) runs in the bench process on the same cores.',
+    'the load generators (autocannon, or the bench\'s own for streams) run in the bench process on the same cores.',
     ''
   ]
   for (const scenario of report.scenarios) lines.push(scenarioMarkdown(scenario, report.settings), '')

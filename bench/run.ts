@@ -8,16 +8,31 @@ import { type BenchChild, guardAgainstOrphans, killAllChildren, runningChildren 
 import { measureCpu, QuietGate } from './cpu-usage.ts'
 import { type CpuUse, type LoadRequest, type Measurement, warmUp } from './load.ts'
 import { findNginx, nginxVersion } from './nginx-config.ts'
+import { safeUrl } from './postgres-schema.ts'
 import { type BenchReport, environment, scenarioReport, type ScenarioReport, writeReport } from './report.ts'
-import type { BenchContext, LoadPhase, RunningTarget, Scenario, TargetDef, TargetResult } from './scenario.ts'
+import type { BenchContext, LoadPhase, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from './scenario.ts'
+import { gateScenario } from './scenarios/gate.ts'
+import { getBuildScenario } from './scenarios/get-build.ts'
 import { jsonPostScenario } from './scenarios/json-post.ts'
-import { loadSettings } from './settings.ts'
+import { sseScenario } from './scenarios/sse.ts'
+import { webhooksScenario } from './scenarios/webhooks.ts'
+import { type BenchSettings, loadSettings } from './settings.ts'
 
 /**
- * `npm run bench`: every scenario, every target in turn (several interleaved rounds), then
- * bench/results/latest.{json,md} and the Markdown on stdout. Progress goes to stderr.
+ * `npm run bench`: the chosen scenarios (BENCH_SCENARIOS; default json-post), every target in
+ * turn (several interleaved rounds), then bench/results/latest.{json,md} and the Markdown on
+ * stdout. Progress goes to stderr.
  */
-const SCENARIOS: Scenario[] = [jsonPostScenario]
+const SCENARIOS: Scenario[] = [jsonPostScenario, sseScenario, webhooksScenario, getBuildScenario, gateScenario]
+const DEFAULT_SCENARIOS = ['json-post']
+
+function chosenScenarios (settings: BenchSettings): Scenario[] {
+  const names = settings.scenarios ?? DEFAULT_SCENARIOS
+  if (names.includes('all')) return SCENARIOS
+  const unknown = names.filter(name => !SCENARIOS.some(s => s.name === name))
+  if (unknown.length > 0) throw new Error(`BENCH_SCENARIOS: unknown ${unknown.join(', ')}; known: ${SCENARIOS.map(s => s.name).join(', ')}, all`)
+  return SCENARIOS.filter(s => names.includes(s.name))
+}
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..')
 const resultsDir = join(root, 'bench/results')
@@ -33,12 +48,13 @@ async function sendOne (request: LoadRequest): Promise<{ status: number, body: s
   return { status: response.status, body: await response.text() }
 }
 
-function summary (m: Measurement): string {
+function summary (m: Measurement, unit = 'req/s'): string {
   const bad = m.valid ? '' : ` INVALID (errors ${m.errors}, timeouts ${m.timeouts}, non-2xx ${m.non2xx})`
   const cpu = m.cpu === undefined
     ? ''
     : `; CPU µs/req target ${m.cpu.targetUsPerRequest?.toFixed(0) ?? '–'}, app ${m.cpu.appUsPerRequest?.toFixed(0) ?? '–'}; background ${m.cpu.backgroundCores?.toFixed(2) ?? '?'} cores`
-  return `${Math.round(m.rps)} req/s, p50 ${m.p50Ms.toFixed(2)} ms, p99 ${m.p99Ms.toFixed(2)} ms${cpu}${bad}`
+  const extra = m.extra === undefined ? '' : `; ${Object.entries(m.extra).map(([k, v]) => `${k} ${Number.isInteger(v) ? v : v.toFixed(3)}`).join(', ')}`
+  return `${Math.round(m.rps)} ${unit}, p50 ${m.p50Ms.toFixed(2)} ms, p99 ${m.p99Ms.toFixed(2)} ms${cpu}${extra}${bad}`
 }
 
 function sumOf (seconds: Record<string, number>, children: BenchChild[]): number | null {
@@ -46,12 +62,24 @@ function sumOf (seconds: Record<string, number>, children: BenchChild[]): number
   return known.length === 0 ? null : known.reduce((total, c) => total + (seconds[c.name] as number), 0)
 }
 
-/** Runs one phase while accounting the CPU of the target's processes, the shared ones, the load generator and the rest of the machine. */
-async function runPhase (phase: LoadPhase, target: RunningTarget, shared: BenchChild[], ctx: BenchContext): Promise<Measurement> {
-  const pids = Object.fromEntries([...target.children, ...shared].map(c => [c.name, c.pid]))
-  const { result, cpuSeconds, backgroundCores } = await measureCpu(pids, async () => await phase.run(target.request, ctx.settings))
+/**
+ * Runs one phase while accounting the CPU of the target's processes, the shared ones (and the
+ * outside processes working for them), the load generator and the rest of the machine.
+ */
+async function runPhase (phase: LoadPhase, target: RunningTarget, prepared: PreparedScenario, ctx: BenchContext): Promise<Measurement> {
+  const shared = prepared.children
+  const outside = prepared.outsideProcesses
+  const outsideBefore = outside === undefined ? {} : await outside()
+  const pids = { ...Object.fromEntries([...target.children, ...shared].map(c => [c.name, c.pid])), ...outsideBefore }
+  const run = target.runPhase ?? (async (p: LoadPhase, settings: BenchSettings) => await p.run(target.request, settings))
+  const { result, cpuSeconds, backgroundCores } = await measureCpu(pids, async () => await run(phase, ctx.settings), outside)
   const targetSeconds = sumOf(cpuSeconds, target.children)
-  const appSeconds = sumOf(cpuSeconds, shared)
+  const sharedSeconds = sumOf(cpuSeconds, shared)
+  const childNames = new Set([...target.children, ...shared].map(c => c.name))
+  const outsideNames = Object.keys(cpuSeconds).filter(name => !childNames.has(name) && name !== 'load generator')
+  const appSeconds = outsideNames.length === 0
+    ? sharedSeconds
+    : (sharedSeconds ?? 0) + outsideNames.reduce((total, name) => total + (cpuSeconds[name] as number), 0)
   const perRequest = (seconds: number | null): number | null => seconds === null || result.ok === 0 ? null : seconds / result.ok * 1e6
   const cpu: CpuUse = {
     targetSeconds,
@@ -66,8 +94,9 @@ async function runPhase (phase: LoadPhase, target: RunningTarget, shared: BenchC
 }
 
 /** One round on one target: start, check a response, warm up, every phase, stop. Throws on failure. */
-async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchContext, shared: BenchChild[], tag: string): Promise<{ phases: Record<string, Measurement>, notes: string[] | undefined }> {
+async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchContext, prepared: PreparedScenario, tag: string): Promise<{ phases: Record<string, Measurement>, notes: string[] | undefined }> {
   const phases: Record<string, Measurement> = {}
+  const shared = prepared.children
   log(`${tag}: starting`)
   const target = await def.start()
   try {
@@ -75,12 +104,12 @@ async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchConte
     const first = await sendOne(target.request)
     target.checkResponse(first.status, first.body)
     log(`${tag}: warming up ${ctx.settings.warmupSeconds} s`)
-    await warmUp(target.request, ctx.settings)
-    for (const phase of scenario.phases) {
+    await (scenario.warmUp === undefined ? warmUp(target.request, ctx.settings) : scenario.warmUp(target, ctx.settings))
+    for (const phase of phasesOf(scenario, def)) {
       await sleep(500)
       await ctx.quiet.wait([...shared, ...target.children].map(c => c.pid))
-      phases[phase.id] = await runPhase(phase, target, shared, ctx)
-      log(`${tag}: ${phase.label}: ${summary(phases[phase.id] as Measurement)}`)
+      phases[phase.id] = await runPhase(phase, target, prepared, ctx)
+      log(`${tag}: ${phase.label}: ${summary(phases[phase.id] as Measurement, phase.rateUnit)}`)
       const gone = dead()
       if (gone !== undefined) throw new Error(`${gone} exited during ${phase.label}`)
     }
@@ -89,6 +118,9 @@ async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchConte
     await target.stop()
   }
 }
+
+const phasesOf = (scenario: Scenario, def: TargetDef): LoadPhase[] =>
+  scenario.phases.filter(phase => def.phases === undefined || def.phases.includes(phase.id))
 
 async function runScenario (scenario: Scenario, ctx: BenchContext): Promise<ScenarioReport> {
   const { settings } = ctx
@@ -105,7 +137,7 @@ async function runScenario (scenario: Scenario, ctx: BenchContext): Promise<Scen
         if (failures.has(def.id)) { rounds.get(def.id)?.push({}); continue }
         const tag = `${scenario.name}/${def.id} [round ${round}/${settings.rounds}]`
         try {
-          const measured = await measureRound(scenario, def, ctx, prepared.children, tag)
+          const measured = await measureRound(scenario, def, ctx, prepared, tag)
           rounds.get(def.id)?.push(measured.phases)
           if (measured.notes !== undefined) notes.set(def.id, measured.notes)
         } catch (error) {
@@ -129,17 +161,18 @@ async function runScenario (scenario: Scenario, ctx: BenchContext): Promise<Scen
     const phases: Record<string, Measurement> = {}
     for (const phase of scenario.phases) {
       const measured = measuredRounds.map(r => r[phase.id]).filter((m): m is Measurement => m !== undefined)
-      if (measured.length > 0) phases[phase.id] = combineRounds(measured)
+      if (measured.length > 0) phases[phase.id] = combineRounds(measured, phase.columns)
     }
     const failure = failures.get(def.id)
     return { ...base, phases, rounds: measuredRounds, ...(failure === undefined ? {} : { failure }) }
   })
-  return scenarioReport(scenario, results, scenario.evaluate(results, settings))
+  return scenarioReport(scenario, results, scenario.evaluate(results, settings), settings)
 }
 
 async function main (): Promise<number> {
   const settings = loadSettings()
-  for (const built of ['dist/bin/app-sidecar.js', 'dist/demo/example-app.js']) {
+  const scenarios = chosenScenarios(settings)
+  for (const built of ['dist/bin/app-sidecar.js', 'dist/bin/build-store.js', 'dist/demo/example-app.js']) {
     if (!existsSync(join(root, built))) throw new Error(`${built} is missing: run \`npm run build\` first (npm run bench does)`)
   }
   const tmpDir = mkdtempSync(join(tmpdir(), 'app-sidecar-bench-'))
@@ -157,11 +190,11 @@ async function main (): Promise<number> {
     schema: 1,
     date: new Date().toISOString(),
     environment: environment(nginx === undefined ? null : nginxVersion(nginx)),
-    settings: { ...settings, targets: settings.targets === undefined ? null : [...settings.targets] },
+    settings: { ...settings, targets: settings.targets === undefined ? null : [...settings.targets], databaseUrl: safeUrl(settings.databaseUrl) },
     scenarios: []
   }
   try {
-    for (const scenario of SCENARIOS) {
+    for (const scenario of scenarios) {
       const result = await runScenario(scenario, ctx)
       if (result.targets.some(t => t.failure !== undefined)) keepTmp = true
       report.scenarios.push(result)

@@ -1,6 +1,7 @@
 import type { BenchChild } from './child-processes.ts'
 import type { QuietGate } from './cpu-usage.ts'
 import type { LoadRequest, Measurement } from './load.ts'
+import type { ExtraColumn } from './aggregate.ts'
 import type { BenchSettings } from './settings.ts'
 
 /**
@@ -23,6 +24,10 @@ export interface Scenario {
   prepare: (ctx: BenchContext) => Promise<PreparedScenario>
   /** Ratios and target checks from the results of every target. */
   evaluate: (results: TargetResult[], settings: BenchSettings) => Evaluation
+  /** How the scenario loads its targets, one paragraph for the report (settings included). */
+  method: (settings: BenchSettings) => string
+  /** Warm-up of a started target (default: autocannon on its request, see load.ts `warmUp`). */
+  warmUp?: (target: RunningTarget, settings: BenchSettings) => Promise<unknown>
 }
 
 export interface BenchContext {
@@ -41,6 +46,12 @@ export interface PreparedScenario {
   readonly children: BenchChild[]
   /** Stops what `prepare` started. */
   close: () => Promise<void>
+  /**
+   * Processes the bench did not start that work for the targets (the PostgreSQL backends serving
+   * a store): looked up before and after each phase and CPU-accounted with the shared processes,
+   * so their work is not mistaken for other load on the machine.
+   */
+  outsideProcesses?: () => Promise<Record<string, number>>
 }
 
 export interface TargetDef {
@@ -49,6 +60,8 @@ export interface TargetDef {
   readonly label: string
   /** Set when the target cannot run here (e.g. nginx not installed): reported as skipped. */
   readonly skipReason?: string
+  /** The ids of the scenario's phases this target runs (default: every phase). */
+  readonly phases?: string[]
   /** Starts the target's own processes and waits until they are ready. */
   start: () => Promise<RunningTarget>
 }
@@ -62,6 +75,12 @@ export interface RunningTarget {
   readonly children: BenchChild[]
   /** Free-form notes for the report (e.g. the log level). */
   readonly notes?: string[]
+  /**
+   * Runs one phase itself, when sending the request is not all of it (reset a counter before,
+   * wait for webhook deliveries after, read the app's own figures into `extra`). Default:
+   * `phase.run(request, settings)`. Its CPU is accounted like the phase's.
+   */
+  runPhase?: (phase: LoadPhase, settings: BenchSettings) => Promise<Measurement>
   stop: () => Promise<void>
 }
 
@@ -71,6 +90,10 @@ export interface LoadPhase {
   readonly id: string
   readonly label: string
   run: (request: LoadRequest, settings: BenchSettings) => Promise<Measurement>
+  /** What `rps` counts, for the table header (default `req/s`; e.g. `events/s`). */
+  readonly rateUnit?: string
+  /** The phase's own figures (`Measurement.extra`), shown as extra table columns. */
+  readonly columns?: ExtraColumn[]
 }
 
 export interface TargetResult {
@@ -91,7 +114,7 @@ export interface Ratio {
   readonly label: string
   /** Null when a side is missing or invalid. */
   readonly value: number | null
-  readonly unit: '×' | 'ms'
+  readonly unit: '×' | 'ms' | '%' | 'req/s'
   /** The same comparison within each round (null where a side is missing or invalid). */
   readonly perRound?: Array<number | null>
   /** Per round: both sides were quiet. */
@@ -109,4 +132,6 @@ export interface Check {
 export interface Evaluation {
   readonly ratios: Ratio[]
   readonly checks: Check[]
+  /** Scenario-level notes for the report (a half skipped, a caveat of a figure). */
+  readonly notes?: string[]
 }

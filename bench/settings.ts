@@ -12,6 +12,14 @@
  *   BENCH_CPU_PROF           1 runs the sidecar under `node --cpu-prof` (profiles in bench/results/profiles)
  *   BENCH_QUIET_WAIT_SECONDS longest wait for other load on the machine to stop before a phase (default 30; 0: never wait)
  *   BENCH_KEEP_TMP           1 keeps the temp dir (child logs, nginx.conf) after the run
+ *   BENCH_SCENARIOS          comma-separated scenarios, or `all` (default: json-post)
+ *   BENCH_SSE_STREAMS        concurrent streams of the sse scenario (default 100)
+ *   BENCH_SSE_INTERVAL_MS    pace of each stream in the sse latency phase (default 10)
+ *   BENCH_GATE_CONCURRENCY   REPLICA_CONCURRENCY of the gate scenario (default 8)
+ *   BENCH_GATE_HOLD_MS       how long the gate scenario's app holds each call (default 20)
+ *   BENCH_GATE_CALLERS       concurrent callers of the gate's saturated phase (default 200)
+ *   BENCH_DATABASE_URL       PostgreSQL of the get-build scenario (else TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test)
+ *   BENCH_POSTGRES           0 skips the PostgreSQL half of get-build (default 1)
  */
 export interface BenchSettings {
   durationSeconds: number
@@ -26,6 +34,16 @@ export interface BenchSettings {
   cpuProf: boolean
   keepTmp: boolean
   quietWaitSeconds: number
+  /** Null: the default set (json-post); `all` is expanded by run.ts. */
+  scenarios: string[] | null
+  sseStreams: number
+  sseIntervalMs: number
+  gateConcurrency: number
+  gateHoldMs: number
+  gateCallers: number
+  /** May hold a password: never written to the report as is (see run.ts). */
+  databaseUrl: string
+  postgres: boolean
 }
 
 function positive (name: string, fallback: number, env: NodeJS.ProcessEnv): number {
@@ -50,8 +68,13 @@ function flag (name: string, fallback: boolean, env: NodeJS.ProcessEnv): boolean
   return !['0', 'false', 'no', 'off'].includes(raw)
 }
 
+const list = (raw: string | undefined): string[] | undefined => {
+  const items = raw?.split(',').map(t => t.trim()).filter(t => t !== '')
+  return items === undefined || items.length === 0 ? undefined : items
+}
+
 export function loadSettings (env: NodeJS.ProcessEnv = process.env): BenchSettings {
-  const targets = env.BENCH_TARGETS?.trim()
+  const targets = list(env.BENCH_TARGETS)
   return {
     durationSeconds: positive('BENCH_DURATION_SECONDS', 10, env),
     rounds: Math.max(1, Math.round(positive('BENCH_ROUNDS', 3, env))),
@@ -59,10 +82,18 @@ export function loadSettings (env: NodeJS.ProcessEnv = process.env): BenchSettin
     connections: Math.round(positive('BENCH_CONNECTIONS', 50, env)),
     rate: Math.round(positive('BENCH_RATE', 1000, env)),
     rateConnections: Math.round(positive('BENCH_RATE_CONNECTIONS', 20, env)),
-    targets: targets === undefined || targets === '' ? undefined : new Set(targets.split(',').map(t => t.trim()).filter(t => t !== '')),
+    targets: targets === undefined ? undefined : new Set(targets),
     sidecarInfo: flag('BENCH_SIDECAR_INFO', true, env),
     cpuProf: flag('BENCH_CPU_PROF', false, env),
     keepTmp: flag('BENCH_KEEP_TMP', false, env),
-    quietWaitSeconds: nonNegative('BENCH_QUIET_WAIT_SECONDS', 30, env)
+    quietWaitSeconds: nonNegative('BENCH_QUIET_WAIT_SECONDS', 30, env),
+    scenarios: list(env.BENCH_SCENARIOS) ?? null,
+    sseStreams: Math.round(positive('BENCH_SSE_STREAMS', 100, env)),
+    sseIntervalMs: positive('BENCH_SSE_INTERVAL_MS', 10, env),
+    gateConcurrency: Math.round(positive('BENCH_GATE_CONCURRENCY', 8, env)),
+    gateHoldMs: positive('BENCH_GATE_HOLD_MS', 20, env),
+    gateCallers: Math.round(positive('BENCH_GATE_CALLERS', 200, env)),
+    databaseUrl: env.BENCH_DATABASE_URL?.trim() || env.TEST_DATABASE_URL?.trim() || 'postgres://postgres@127.0.0.1:5432/test',
+    postgres: flag('BENCH_POSTGRES', true, env)
   }
 }

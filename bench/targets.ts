@@ -32,6 +32,51 @@ export async function startExampleApp (ctx: BenchContext): Promise<StartedServer
   return { child, port, origin: `http://127.0.0.1:${port}` }
 }
 
+/**
+ * A bench-only server (`bench/<script>`, run with tsx as its own process: the stream app, the
+ * slow app, the webhook receiver), ready when `GET readyPath` answers 200.
+ */
+export async function startBenchServer (ctx: BenchContext, name: string, script: string, env: NodeJS.ProcessEnv = {},
+  readyPath = '/health'): Promise<StartedServer> {
+  const port = await freePort()
+  const child = spawnChild({
+    name,
+    command: process.execPath,
+    args: ['--import', 'tsx', join(ctx.root, 'bench', script)],
+    env: { PORT: String(port), HOST: '127.0.0.1', ...env },
+    cwd: ctx.root,
+    logDir: ctx.tmpDir
+  })
+  await startedOrStopped(child, async () => { await waitForHttp200(child, `http://127.0.0.1:${port}${readyPath}`) })
+  return { child, port, origin: `http://127.0.0.1:${port}` }
+}
+
+/**
+ * The build store bin (`dist/bin/build-store.js`): embedded PostgreSQL in `dataDir`, or
+ * `databaseUrl`; ready when `/healthz` answers 200 (the embedded database takes a while to start).
+ */
+export async function startBuildStoreProcess (ctx: BenchContext, options: { name: string, adminToken: string, dataDir?: string, databaseUrl?: string }): Promise<StartedServer> {
+  const port = await freePort()
+  const child = spawnChild({
+    name: options.name,
+    command: process.execPath,
+    args: [...cpuProfArgs(ctx, options.name), join(ctx.root, 'dist/bin/build-store.js')],
+    env: {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      ADMIN_TOKEN: options.adminToken,
+      LOG_LEVEL: 'warn',
+      // undefined drops a variable the bench itself may have (spawn skips undefined values)
+      DATA_DIR: options.dataDir,
+      DATABASE_URL: options.databaseUrl
+    },
+    cwd: ctx.root,
+    logDir: ctx.tmpDir
+  })
+  await startedOrStopped(child, async () => { await waitForHttp200(child, `http://127.0.0.1:${port}/healthz`, 120_000) })
+  return { child, port, origin: `http://127.0.0.1:${port}` }
+}
+
 /** bench/bare-http-proxy.ts: http-proxy with a keep-alive agent, nothing else. */
 export async function startBareProxy (ctx: BenchContext, appOrigin: string): Promise<StartedServer> {
   const port = await freePort()

@@ -184,6 +184,11 @@ export const jsonPostScenario: Scenario = {
     { id: 'fixedRate', label: 'fixed rate (autocannon overallRate)', run: measureFixedRate },
     { id: 'paced', label: 'fixed rate, evenly paced', run: measurePacedRate }
   ],
+  method: settings =>
+    `Max throughput: ${settings.connections} connections, pipelining 1. ` +
+    `Fixed rate: ${settings.rate} req/s, by autocannon \`overallRate\` over ${settings.rateConnections} connections ` +
+    '(each connection spends its per-second budget in one burst) and by an evenly paced open-loop generator. ' +
+    'Latencies in ms, 2xx responses only; CPU µs/req = CPU time of the target\'s own processes (proxy) and of the app, per response.',
   prepare,
   evaluate
 }

@@ -1,0 +1,222 @@
+import { randomBytes } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
+import { scrapeMetrics, sumOf } from '../admin-metrics.ts'
+import { pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
+import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
+import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import type { BenchSettings } from '../settings.ts'
+import { startBenchServer, startExampleApp, startSidecarProcess, type StartedServer } from '../targets.ts'
+
+/**
+ * Issue 4: sidecar throughput with `webhookEndpoint` on every call vs without. Target: ≥ 0.85×
+ * the throughput without webhooks, every webhook delivered exactly once, counted at a receiver
+ * (bench/webhook-receiver.ts) by the unique X-Request-Id the load generator gives each call.
+ */
+const PROJECT_ID = 'bench'
+const APP_NAME = 'app'
+const BODY = '{"name":"Ada"}'
+const RATIO_TARGET = 0.85
+/** The longest wait for the sidecar's pending deliveries after a phase. */
+const DRAIN_TIMEOUT_MS = 120_000
+/** Deliveries finished without progress this long: the rest are not coming. */
+const STALL_MS = 3000
+
+const expectEnvelope = (status: number, body: string): void => {
+  if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
+  const parsed = JSON.parse(body) as { result?: { greeting?: unknown } }
+  if (parsed.result?.greeting !== 'Hello, Ada!') throw new Error(`unexpected body: ${body.slice(0, 200)}`)
+}
+
+/** Max throughput, every call with its own X-Request-Id (the same load on both targets). */
+async function loadWithIds (request: LoadRequest, settings: BenchSettings, ids: Parameters<typeof runLoad>[1]['requestIds']): Promise<Measurement> {
+  return await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds, requestIds: ids })
+}
+
+const prefix = (): string => `wh${randomBytes(4).toString('hex')}-`
+
+interface Deliveries { finished: number, delivered: number, failed: number, dropped: number, calls: number }
+
+async function deliveries (adminOrigin: string): Promise<Deliveries> {
+  const samples = await scrapeMetrics(adminOrigin)
+  const result = (r: string): number => sumOf(samples, 'sidecar_webhook_deliveries_total', { result: r })
+  const delivered = result('delivered')
+  const failed = result('failed')
+  const dropped = result('dropped')
+  return { finished: delivered + failed + dropped, delivered, failed, dropped, calls: sumOf(samples, 'sidecar_requests_total', { route: 'invoke' }) }
+}
+
+/**
+ * Waits until the sidecar has finished a delivery for every call so far (every call of this
+ * target carries a webhookEndpoint), or nothing has moved for STALL_MS (calls the caller
+ * abandoned before they reached the app have none). Returns the seconds waited.
+ */
+async function drain (adminOrigin: string): Promise<number> {
+  const startedAt = performance.now()
+  let last = -1
+  let lastMoved = startedAt
+  for (;;) {
+    const now = await deliveries(adminOrigin)
+    if (now.finished >= now.calls) break
+    if (now.finished !== last) { last = now.finished; lastMoved = performance.now() }
+    if (performance.now() - lastMoved > STALL_MS || performance.now() - startedAt > DRAIN_TIMEOUT_MS) break
+    await sleep(50)
+  }
+  return (performance.now() - startedAt) / 1000
+}
+
+async function receivedIds (receiver: StartedServer): Promise<Map<string, number>> {
+  const text = await (await fetch(`${receiver.origin}/ids`)).text()
+  const counts = new Map<string, number>()
+  for (const line of text.split('\n')) {
+    const space = line.lastIndexOf(' ')
+    if (space > 0) counts.set(line.slice(0, space), Number(line.slice(space + 1)))
+  }
+  return counts
+}
+
+/**
+ * The webhook target's phase: the warm-up's deliveries drained, the receiver reset, the load
+ * (ids recorded), the deliveries drained, then every id accounted for (the figures in `extra`).
+ */
+async function webhookPhase (request: LoadRequest, settings: BenchSettings, adminOrigin: string, receiver: StartedServer): Promise<Measurement> {
+  await drain(adminOrigin)
+  await fetch(`${receiver.origin}/reset`, { method: 'POST' })
+  const before = await deliveries(adminOrigin)
+  const idPrefix = prefix()
+  let issued = 0
+  const answered = new Set<string>()
+  const measured = await loadWithIds(request, settings, { prefix: idPrefix, onIssued: () => { issued++ }, onAnswered: id => { answered.add(id) } })
+  const drainSeconds = await drain(adminOrigin)
+  const after = await deliveries(adminOrigin)
+  const stats = await (await fetch(`${receiver.origin}/stats`)).json() as { deliveries: number, unique: number, malformed: number, connections: number }
+  const counts = await receivedIds(receiver)
+  let duplicates = 0
+  let foreign = 0
+  let inFlightDelivered = 0
+  for (const [id, n] of counts) {
+    if (n > 1) duplicates += n - 1
+    const index = id.startsWith(idPrefix) ? Number(id.slice(idPrefix.length)) : NaN
+    if (!Number.isInteger(index) || index < 0 || index >= issued) foreign++
+    else if (!answered.has(id)) inFlightDelivered++
+  }
+  let missing = 0
+  for (const id of answered) if (!counts.has(id)) missing++
+  return {
+    ...measured,
+    extra: {
+      answered: answered.size,
+      received: stats.deliveries,
+      duplicates,
+      missing,
+      foreign,
+      malformed: stats.malformed,
+      receiverConnections: stats.connections,
+      inFlightDelivered,
+      sidecarDelivered: after.delivered - before.delivered,
+      failed: after.failed - before.failed,
+      dropped: after.dropped - before.dropped,
+      drainSeconds
+    }
+  }
+}
+
+async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
+  const app = await startExampleApp(ctx)
+  const receiver = await startBenchServer(ctx, 'webhook-receiver', 'webhook-receiver.ts')
+  const issuer = await createTokenIssuer()
+  const jwks = await serveJwks([issuer])
+  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const hook = encodeURIComponent(`${receiver.origin}/hook`)
+
+  const sidecarTarget = (withWebhooks: boolean): TargetDef => ({
+    id: withWebhooks ? 'sidecar-webhooks' : 'sidecar',
+    label: withWebhooks ? 'sidecar, webhookEndpoint on every call' : 'sidecar, no webhooks',
+    start: async (): Promise<RunningTarget> => {
+      const sidecar = await startSidecarProcess(ctx, {
+        appOrigin: app.origin,
+        jwksUrl: jwks.url,
+        logLevel: 'warn',
+        name: withWebhooks ? 'sidecar-webhooks' : 'sidecar',
+        env: { PROJECT_ID, APP_NAME, WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8' }
+      })
+      const request: LoadRequest = {
+        url: `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/run${withWebhooks ? `?webhookEndpoint=${hook}` : ''}`,
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: BODY
+      }
+      return {
+        request,
+        checkResponse: expectEnvelope,
+        children: [sidecar.child],
+        runPhase: withWebhooks
+          ? async (_phase, settings) => await webhookPhase(request, settings, sidecar.adminOrigin, receiver)
+          : async (_phase, settings) => await loadWithIds(request, settings, { prefix: prefix() }),
+        ...(withWebhooks
+          ? { notes: ['CPU µs/req includes delivering the webhooks (the wait for the pending deliveries after the load is inside the phase\'s CPU accounting); the app column adds the receiver'] }
+          : {}),
+        stop: async () => { await sidecar.child.stop() }
+      }
+    }
+  })
+
+  return {
+    targets: [sidecarTarget(false), sidecarTarget(true)],
+    children: [app.child, receiver.child],
+    close: async () => {
+      await app.child.stop()
+      await receiver.child.stop()
+      await jwks.close()
+    }
+  }
+}
+
+function evaluate (results: TargetResult[]): Evaluation {
+  const withHooks = roundsOf(results, 'sidecar-webhooks', 'throughput')
+  const ratio = pairedRatio('webhooks/none', 'sidecar with webhooks / without, requests/s', '×',
+    withHooks, roundsOf(results, 'sidecar', 'throughput'), (x, y) => x.rps / y.rps)
+  const checks: Check[] = [thresholdCheck(`with webhooks ≥ ${RATIO_TARGET}× the requests/s without`, ratio, RATIO_TARGET, true)]
+
+  const label = 'every webhook delivered exactly once (counted at the receiver by X-Request-Id)'
+  const measured = withHooks.filter((m): m is Measurement => m?.extra !== undefined)
+  if (measured.length === 0) {
+    checks.push({ label, status: 'INVALID', detail: 'no round of the webhook target was measured' })
+  } else {
+    const total = (key: string): number => measured.reduce((sum, m) => sum + (m.extra?.[key] ?? 0), 0)
+    const problems = ['duplicates', 'missing', 'foreign', 'malformed', 'failed', 'dropped'].filter(key => total(key) > 0)
+    const mismatch = measured.filter(m => m.extra?.received !== m.extra?.sidecarDelivered).length
+    const detail = `${total('answered').toLocaleString('en-US')} calls answered 2xx, ${total('received').toLocaleString('en-US')} deliveries received ` +
+      `(${total('inFlightDelivered')} of them for calls still in flight when the load stopped); duplicates ${total('duplicates')}, missing ${total('missing')}, ` +
+      `unknown ids ${total('foreign')}, malformed ${total('malformed')}; sidecar: failed ${total('failed')}, dropped ${total('dropped')}` +
+      `${mismatch > 0 ? `; receiver count ≠ sidecar's delivered count in ${mismatch} round(s)` : ''}; ` +
+      `longest wait for pending deliveries after the load ${Math.max(...measured.map(m => m.extra?.drainSeconds ?? 0)).toFixed(1)} s`
+    checks.push({ label, status: problems.length === 0 && mismatch === 0 ? 'PASS' : 'FAIL', detail })
+  }
+  return { ratios: [ratio], checks }
+}
+
+export const webhooksScenario: Scenario = {
+  name: 'webhooks',
+  baselineId: 'sidecar',
+  description: 'the JSON POST of json-post through the sidecar (auth on, a cached token), with and without a webhookEndpoint on every call; deliveries to a receiver on loopback',
+  phases: [{
+    id: 'throughput',
+    label: 'max throughput',
+    run: async (request, settings) => await loadWithIds(request, settings, { prefix: prefix() }),
+    columns: [
+      { key: 'received', label: 'webhooks received', combine: 'sum' },
+      { key: 'duplicates', label: 'dupl.', combine: 'sum' },
+      { key: 'missing', label: 'missing', combine: 'sum' },
+      { key: 'receiverConnections', label: 'connections to the receiver' },
+      { key: 'drainSeconds', label: 'drain s', combine: 'max', digits: 1 }
+    ]
+  }],
+  method: settings =>
+    `Max throughput: autocannon, ${settings.connections} connections, every call its own X-Request-Id (on both targets). ` +
+    'After the load, the bench waits until the sidecar has finished a delivery for every call (its /metrics), then matches the ids the ' +
+    'receiver counted against the calls answered (webhook counts summed over the rounds; drain s: the longest of those waits). ' +
+    'WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8 on both. Latencies in ms, 2xx only.',
+  prepare,
+  evaluate
+}
