@@ -34,6 +34,8 @@ export interface SidecarOptions {
   revocationIntervalMs?: number
   /** Bounds of pending webhook deliveries (tests make them small). */
   webhookLimits?: WebhookSenderLimits
+  /** Longest wait for the store's answer to a /v2 read (default 30 s; tests shorten it). */
+  storeTimeoutMs?: number
   /** Time a caller has to send a request's headers (default 60 s; tests shorten it). */
   headersTimeoutMs?: number
 }
@@ -72,7 +74,9 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     ? undefined
     : new TokenVerifier({ jwksUrl: config.authJwksUrl, revoked: revocations, ...(options.tokenKeys === undefined ? {} : { keys: options.tokenKeys }) })
   const app = new Pool(config.appUrl.origin, { keepAliveTimeout: 30_000, headersTimeout: 0, bodyTimeout: 0 })
-  const store = new Pool(config.storeUrl.origin, { keepAliveTimeout: 30_000 })
+  // a store that accepts a read and never answers must not hold /v2 callers for undici's default 300 s
+  const storeTimeout = options.storeTimeoutMs ?? STORE_TIMEOUT_MS
+  const store = new Pool(config.storeUrl.origin, { keepAliveTimeout: 30_000, headersTimeout: storeTimeout, bodyTimeout: storeTimeout })
   const intervals = { fastIntervalMs: options.probeIntervals?.fast ?? 100, slowIntervalMs: options.probeIntervals?.slow ?? 5000 }
   const readiness = new AppProbe({ appUrl: config.appUrl, path: config.readycheckPath, ...intervals })
   const health = config.healthcheckPath === config.readycheckPath
@@ -201,6 +205,9 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
 
   return { port, adminPort, logger, metrics, inflight, webhooks, drain, close }
 }
+
+/** Longest wait for the build store's answer to a /v2 read (then 502). */
+const STORE_TIMEOUT_MS = 30_000
 
 /** How long a drain waits for a call to arrive, once nothing is in flight, before it ends. */
 const DRAIN_QUIET_MS = 500

@@ -67,3 +67,14 @@ t.test('a STORE_URL with a path prefix keeps it', async t => {
   await send(`${h.base}/v2/projects`)
   t.equal(store.requests[0]?.url, '/store/v2/projects')
 })
+
+t.test('a store that never answers: 502 after the store time-out, not a hang', async t => {
+  const store = await startTestServer(() => { /* never answers */ })
+  const h = await startHarness(store.url, { STORE_URL: store.url, DISABLE_AUTH: 'true' }, { storeTimeoutMs: 300 })
+  t.teardown(async () => { await h.close(); await store.close() })
+  const started = Date.now()
+  const r = await send(`${h.base}/v2/projects/p1/apps/a1/builds/b1`)
+  t.equal(r.status, 502)
+  t.same(r.json(), { message: 'build store unreachable: response headers timeout' })
+  t.ok(Date.now() - started < 5000, 'answered after the time-out')
+})
