@@ -38,9 +38,12 @@ class AttemptOutcome extends Error {
 }
 
 /** The seed's retry table: what a status means for the next step. */
+/** A delivered attempt: shared, since building an Error (and its stack) per success is wasted work. */
+const DELIVERED = new AttemptOutcome('2xx', 'delivered', false)
+
 function outcomeOfStatus (status: number): AttemptOutcome {
+  if (status >= 200 && status < 300) return DELIVERED
   const detail = `status ${status}`
-  if (status >= 200 && status < 300) return new AttemptOutcome('2xx', detail, false)
   if (status === 404) return new AttemptOutcome('404', detail, true)
   if (status >= 400 && status < 500) return new AttemptOutcome('4xx', detail, false)
   if (status >= 500) return new AttemptOutcome('5xx', detail, false)
