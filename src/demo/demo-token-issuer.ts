@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net'
 import { exportJWK, generateKeyPair, type JSONWebKeySet, type JWTPayload, SignJWT } from 'jose'
 
 /**
- * A stand-in for the build store's token signer, for the demo and the tests: one asymmetric key
+ * A stand-in for the build store's token signer, for the tests and the benchmarks: one asymmetric key
  * pair, its JWKS, and tokens with the store's claims (`sub`, `projectId`, `name`, `iat`, `exp`, `jti`).
  */
 export interface TokenIssuer {
