@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert'
 import fc from 'fast-check'
 import t from 'tap'
 import { eventually, type Harness, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
-import { exchange, type Exchange, livez, messageOf, type RawResponse, UUID } from './hostile-kit.ts'
+import { exchange, type Exchange, livez, messageOf, type RawResponse, UUID , startTargetEchoApp } from './hostile-kit.ts'
 
 // Property-based fuzzing of the running sidecar over raw sockets: request targets, headers, query
 // strings and webhookEndpoint values. Every input must get exactly one well-formed HTTP response
@@ -26,10 +26,7 @@ let token: string
 const seen: string[] = []
 
 t.before(async () => {
-  app = await startTestServer((req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ url: req.url }))
-  })
-  app.server.on('request', req => { seen.push(req.url as string) })
+  app = await startTargetEchoApp(seen)
   receiver = await startTestServer((_req, res) => { res.writeHead(204).end() })
   h = await startHarness(app.url, { PROJECT_ID: 'proj', APP_NAME: 'app', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', WEBHOOK_ATTEMPTS: '1' })
   token = await h.token('proj')

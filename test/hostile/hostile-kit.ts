@@ -1,6 +1,6 @@
 import { connect, type Socket } from 'node:net'
 import { send } from '../helpers/http-client.ts'
-import type { Harness } from '../helpers/sidecar-harness.ts'
+import { type Harness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
 
 /** One HTTP/1.1 response parsed from raw bytes, with its exact framing checked. */
 export interface RawResponse {
@@ -192,4 +192,13 @@ export function rawGet (target: string | Buffer, token: string, extraHeaders = '
     typeof target === 'string' ? Buffer.from(target, 'latin1') : target,
     Buffer.from(` HTTP/1.1\r\nHost: hostile.test\r\nAuthorization: Bearer ${token}\r\n${extraHeaders}Connection: close\r\n\r\n`, 'latin1')
   ])
+}
+
+/** The app behind the attacked sidecar: answers `{"url": <target>}` and pushes every request target it receives onto `seen`, in arrival order. */
+export async function startTargetEchoApp (seen: string[]): Promise<TestServer> {
+  const app = await startTestServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ url: req.url }))
+  })
+  app.server.on('request', req => { seen.push(req.url as string) })
+  return app
 }

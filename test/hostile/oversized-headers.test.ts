@@ -1,9 +1,9 @@
 import { createServer, maxHeaderSize } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
-import { type Harness, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
+import { type Harness, startHarness, type TestServer } from '../helpers/sidecar-harness.ts'
 import { send } from '../helpers/http-client.ts'
-import { type Exchange, exchange, livez } from './hostile-kit.ts'
+import { type Exchange, exchange, livez , startTargetEchoApp } from './hostile-kit.ts'
 
 // Headers are bounded by Node's max header size (16 KiB unless --max-http-header-size says
 // otherwise): past it the parser stops and the caller gets a JSON 431 and a closed connection,
@@ -18,10 +18,7 @@ let token: string
 const seen: string[] = []
 
 t.before(async () => {
-  app = await startTestServer((req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ url: req.url }))
-  })
-  app.server.on('request', req => { seen.push(req.url as string) })
+  app = await startTargetEchoApp(seen)
   h = await startHarness(app.url)
   token = await h.token('proj')
 })

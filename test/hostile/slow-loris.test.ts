@@ -1,8 +1,8 @@
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
-import { type Harness, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
+import { type Harness, startHarness, type TestServer } from '../helpers/sidecar-harness.ts'
 import { send } from '../helpers/http-client.ts'
-import { exchange, livez, parseResponses } from './hostile-kit.ts'
+import { exchange, livez, parseResponses , startTargetEchoApp } from './hostile-kit.ts'
 
 // Slow-loris: clients that hold connections open by sending their headers a byte at a time.
 // Node's headersTimeout (60 s in production; 1 s here through the `headersTimeoutMs` option)
@@ -21,10 +21,7 @@ let token: string
 const seen: string[] = []
 
 t.before(async () => {
-  app = await startTestServer((req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ url: req.url }))
-  })
-  app.server.on('request', req => { seen.push(req.url as string) })
+  app = await startTargetEchoApp(seen)
   h = await startHarness(app.url, {}, { headersTimeoutMs: HEADERS_TIMEOUT_MS })
   token = await h.token('proj')
 })
