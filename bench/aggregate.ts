@@ -65,6 +65,7 @@ export function combineRounds (all: Measurement[], columns: ExtraColumn[] = []):
     for (const [name, seconds] of Object.entries(cpu.byProcess)) byProcess[name] = (byProcess[name] ?? 0) + seconds
   }
   const first = rounds[0] as Measurement
+  const peaks = all.map(r => r.peakRssMb).filter((v): v is number => v !== undefined)
   return {
     rps: median(rounds.map(r => r.rps)),
     p50Ms: median(rounds.map(r => r.p50Ms)),
@@ -82,6 +83,8 @@ export function combineRounds (all: Measurement[], columns: ExtraColumn[] = []):
     ...(first.targetRate === undefined ? {} : { targetRate: first.targetRate }),
     valid: all.every(r => r.valid),
     ...provenance,
+    // memory is not noise from other load: the highest peak of every round
+    ...(peaks.length === 0 ? {} : { peakRssMb: Math.max(...peaks), peakRssPhaseOnly: all.every(r => r.peakRssPhaseOnly !== false) }),
     ...(extra === undefined ? {} : { extra }),
     ...(cpus.length === 0
       ? {}
@@ -91,6 +94,7 @@ export function combineRounds (all: Measurement[], columns: ExtraColumn[] = []):
             appSeconds: orNull(median(cpus.map(c => c.appSeconds))),
             loadGeneratorSeconds: median(cpus.map(c => c.loadGeneratorSeconds)),
             targetUsPerRequest: orNull(median(cpus.map(c => c.targetUsPerRequest))),
+            targetCoresUsed: orNull(median(cpus.map(c => c.targetCoresUsed))),
             appUsPerRequest: orNull(median(cpus.map(c => c.appUsPerRequest))),
             backgroundCores: orNull(median(cpus.map(c => c.backgroundCores))),
             byProcess

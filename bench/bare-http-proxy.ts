@@ -1,9 +1,11 @@
 import http from 'node:http'
+import type { Duplex } from 'node:stream'
 import httpProxy from 'http-proxy'
 
 /**
  * The bench's baseline: the thinnest useful Node reverse proxy, http-proxy with a keep-alive agent
- * to the app and nothing else (no auth, no run ids, no envelope, no logs, no metrics).
+ * to the app and nothing else (no auth, no run ids, no envelope, no logs, no metrics). WebSocket
+ * upgrades pass through too (http-proxy's `ws` pass pipes the raw sockets, as the sidecar's does).
  * Run as its own process: `PORT=… TARGET_URL=http://127.0.0.1:… node --import tsx bench/bare-http-proxy.ts`
  */
 const port = Number(process.env.PORT ?? 8080)
@@ -12,6 +14,7 @@ const target = process.env.TARGET_URL ?? 'http://127.0.0.1:8192'
 
 const agent = new http.Agent({ keepAlive: true })
 const proxy = httpProxy.createProxyServer({ target, agent })
+// `res` is the caller's socket when a WebSocket upgrade failed
 proxy.on('error', (_error, _req, res) => {
   if (res instanceof http.ServerResponse && !res.headersSent) {
     res.writeHead(502, { 'content-type': 'application/json' }).end('{"message":"app unreachable"}')
@@ -21,9 +24,18 @@ proxy.on('error', (_error, _req, res) => {
 })
 
 const server = http.createServer((req, res) => { proxy.web(req, res) })
+// upgraded sockets leave the server's connection list: kept here so that SIGTERM can end them
+const upgraded = new Set<Duplex>()
+server.on('upgrade', (req, socket, head) => {
+  upgraded.add(socket)
+  socket.once('close', () => { upgraded.delete(socket) })
+  socket.on('error', () => { socket.destroy() })
+  proxy.ws(req, socket, head)
+})
 server.listen(port, host, () => { process.stdout.write(`bare http-proxy on ${host}:${port} → ${target}\n`) })
 process.once('SIGTERM', () => {
   server.closeAllConnections()
+  for (const socket of upgraded) socket.destroy()
   agent.destroy()
   server.close(() => process.exit(0))
 })

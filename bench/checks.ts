@@ -1,6 +1,6 @@
 import { pairedByRound } from './aggregate.ts'
 import type { Measurement } from './load.ts'
-import { perRoundText } from './report.ts'
+import { formatOf, perRoundText } from './report.ts'
 import type { Check, Ratio, TargetResult } from './scenario.ts'
 
 /**
@@ -29,9 +29,6 @@ export const percent = (v: number): string => `${(v * 100).toFixed(1)}%`
 
 export const perSecond = (v: number): string => `${Math.round(v).toLocaleString('en-US')} req/s`
 
-export function formatOf (ratio: Ratio): (v: number) => string {
-  return ratio.unit === '×' ? times : ratio.unit === '%' ? percent : ratio.unit === 'req/s' ? perSecond : millis
-}
 
 /** `value (per round: …)`, with † when no round was quiet. */
 export function withRounds (ratio: Ratio, value: number): string {
@@ -53,7 +50,7 @@ export function thresholdCheck (label: string, ratio: Ratio, limit: number, atLe
   const sign = margin >= 0 ? '+' : '−'
   const marginText = ratio.unit === '%'
     ? `${sign}${Math.abs(margin * 100).toFixed(1)} points`
-    : ratio.unit === '×' ? `${sign}${Math.abs(margin).toFixed(2)}` : ratio.unit === 'req/s' ? `${sign}${perSecond(Math.abs(margin))}` : millis(margin)
+    : ratio.unit === 'ms' ? millis(margin) : `${sign}${format(Math.abs(margin))}`
   return {
     label,
     status: pass ? 'PASS' : 'FAIL',

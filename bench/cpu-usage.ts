@@ -36,6 +36,8 @@ export interface CpuSample<T> {
   cpuSeconds: Record<string, number>
   /** Cores' worth of CPU used by everything else on the machine meanwhile (noise); undefined without /proc. */
   backgroundCores: number | undefined
+  /** How long `work` took, seconds. */
+  wallSeconds: number
 }
 
 /**
@@ -71,7 +73,7 @@ export async function measureCpu<T> (pids: Record<string, number>, work: () => P
   const backgroundCores = machineBefore === undefined || machineAfter === undefined || wallSeconds <= 0
     ? undefined
     : Math.max(0, (machineAfter - machineBefore - ours) / wallSeconds)
-  return { result, cpuSeconds, backgroundCores }
+  return { result, cpuSeconds, backgroundCores, wallSeconds }
 }
 
 /**

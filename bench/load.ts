@@ -34,6 +34,13 @@ export interface Measurement {
   readonly valid: boolean
   /** CPU used during the phase (Linux only), filled in by run.ts. */
   cpu?: CpuUse
+  /**
+   * Peak resident memory of the target's own processes during the phase, MB = 10⁶ bytes (Linux only; the
+   * sum over its processes; undefined for a target with no process of its own), filled in by run.ts.
+   */
+  peakRssMb?: number
+  /** False when the kernel refused to reset the peak mark: `peakRssMb` is then the peak since the process started. */
+  peakRssPhaseOnly?: boolean
   /** Combined measurements only: how many rounds the figures come from (see aggregate.ts). */
   roundsUsed?: number
   /** Combined measurements only: no round was quiet, the figures are disturbed by other load. */
@@ -48,8 +55,10 @@ export interface CpuUse {
   readonly targetSeconds: number | null
   readonly appSeconds: number | null
   readonly loadGeneratorSeconds: number
-  /** targetSeconds per 2xx response, in microseconds. */
+  /** targetSeconds per 2xx response, in microseconds (÷ 1000: CPU seconds per 1,000 requests = vCPU per 1,000 req/s). */
   readonly targetUsPerRequest: number | null
+  /** targetSeconds per second of the phase: the cores' worth of CPU the target's processes used (vCPU). */
+  readonly targetCoresUsed?: number | null
   readonly appUsPerRequest: number | null
   /** Cores' worth of CPU used meanwhile by everything else on the machine (noise; kernel network work may show here too). */
   readonly backgroundCores: number | null
@@ -167,6 +176,11 @@ export function percentile (sorted: Float64Array, p: number): number {
 /** As fast as the target answers: `connections` connections, pipelining 1. */
 export async function measureThroughput (request: LoadRequest, settings: BenchSettings): Promise<Measurement> {
   return await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds })
+}
+
+/** As fast as the target answers over many connections at once (`manyConnections`, default 1,000): what holding them costs. */
+export async function measureManyConnections (request: LoadRequest, settings: BenchSettings): Promise<Measurement> {
+  return await runLoad(request, { connections: settings.manyConnections, durationSeconds: settings.durationSeconds })
 }
 
 /**

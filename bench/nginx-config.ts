@@ -30,7 +30,11 @@ export interface NginxConfigOptions {
 
 /**
  * A one-process nginx reverse proxy to the app (foreground, no master, access log off: the closest
- * nginx gets to "a bare proxy"), with an upstream keep-alive pool. Everything it writes stays in `prefix`.
+ * nginx gets to "a bare proxy"), with an upstream keep-alive pool. WebSocket upgrades pass through
+ * (the usual `$connection_upgrade` map: `Connection: upgrade` only when the caller asked for one,
+ * none otherwise, so ordinary requests keep the pool), and so do streams: response buffering is
+ * off, each chunk goes on as it arrives (on json-post's small answers it made no measurable
+ * difference in requests/s or nginx CPU per request). Everything it writes stays in `prefix`.
  */
 export function nginxConfig (options: NginxConfigOptions): string {
   const { prefix, port, upstreamPort, keepalive = 64 } = options
@@ -55,6 +59,11 @@ http {
   scgi_temp_path ${join(prefix, 'scgi')};
   keepalive_requests 1000000;
 
+  map $http_upgrade $connection_upgrade {
+    default upgrade;
+    '' '';
+  }
+
   upstream app {
     server 127.0.0.1:${upstreamPort};
     keepalive ${keepalive};
@@ -66,8 +75,10 @@ http {
     location / {
       proxy_pass http://app;
       proxy_http_version 1.1;
-      proxy_set_header Connection "";
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $connection_upgrade;
       proxy_set_header Host $host;
+      proxy_buffering off;
     }
   }
 }

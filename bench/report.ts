@@ -2,6 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, release, totalmem, type as osType } from 'node:os'
 import { dirname } from 'node:path'
 import { type ExtraColumn, QUIET_CORES } from './aggregate.ts'
+import { renderChart } from './chart.ts'
 import type { Measurement } from './load.ts'
 import type { Evaluation, Ratio, Scenario, TargetResult } from './scenario.ts'
 import type { BenchSettings } from './settings.ts'
@@ -84,6 +85,7 @@ const ms = (n: number | undefined): string => n === undefined || !Number.isFinit
 const fixed = (n: number | undefined, digits: number): string => n === undefined || !Number.isFinite(n)
   ? '–'
   : n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+const peakRss = (m: Measurement): string => m.peakRssMb === undefined ? '–' : `${m.peakRssMb.toFixed(1)}${m.peakRssPhaseOnly === false ? ' ‡' : ''}`
 const signedMs = (n: number): string => `${n >= 0 ? '+' : '−'}${Math.abs(n).toFixed(2)}`
 
 function problems (m: Measurement | undefined): string | undefined {
@@ -97,6 +99,18 @@ function problems (m: Measurement | undefined): string | undefined {
   }
   if (m.ok === 0) parts.push('no 2xx response')
   return parts.join(', ')
+}
+
+/** How a ratio's values read: `1.23×`, `45.6%`, `1,234 req/s`, `+0.12 ms`, `0.052 vCPU`, `61.2 MB`. */
+export function formatOf (ratio: Ratio): (v: number) => string {
+  switch (ratio.unit) {
+    case '×': return v => `${v.toFixed(2)}×`
+    case '%': return v => `${(v * 100).toFixed(1)}%`
+    case 'req/s': return v => `${int(v)} req/s`
+    case 'vCPU': return v => `${v.toFixed(3)} vCPU`
+    case 'MB': return v => `${v.toFixed(1)} MB`
+    case 'ms': return v => `${signedMs(v)} ms`
+  }
 }
 
 const escapeStars = (text: string): string => text.replaceAll('*', '\\*')
@@ -113,12 +127,12 @@ function phaseTable (report: ScenarioReport, phase: PhaseInfo): string[] {
   const unit = phase.rateUnit ?? 'req/s'
   const perUnit = unit.replace(/\/s$/, '').replace(/s$/, '')
   const columns = phase.columns ?? []
-  const blanks = '| '.repeat(8 + columns.length)
+  const blanks = '| '.repeat(10 + columns.length)
   const lines = [
     `### ${phase.label}`,
     '',
-    `| target | ${unit} | × baseline | p50 | p90 | p99 | p99 − baseline | CPU µs/${perUnit}: target | app | ${columns.map(c => `${c.label} | `).join('')}errors |`,
-    `|---|---:|---:|---:|---:|---:|---:|---:|---:|${'---:|'.repeat(columns.length)}---|`
+    `| target | ${unit} | × baseline | p50 | p90 | p99 | p99 − baseline | CPU µs/${perUnit}: target | app | target vCPU | target peak RSS MB | ${columns.map(c => `${c.label} | `).join('')}errors |`,
+    `|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${'---:|'.repeat(columns.length)}---|`
   ]
   for (const target of report.targets) {
     if (target.skipped !== undefined) {
@@ -135,7 +149,7 @@ function phaseTable (report: ScenarioReport, phase: PhaseInfo): string[] {
     const comparable = !isBaseline && baseline !== undefined && baseline.valid && m.valid
     const issues = problems(m)
     const status = [issues === undefined ? '0' : `**${issues}** (not a valid number)`, failure].filter(p => p !== '').join('; ')
-    lines.push(`| ${target.label}${m.disturbed === true ? ' †' : ''} | ${int(m.rps)} | ${comparable ? `${(m.rps / baseline.rps).toFixed(2)}×` : '–'} | ${ms(m.p50Ms)} | ${ms(m.p90Ms)} | ${ms(m.p99Ms)} | ${comparable ? signedMs(m.p99Ms - baseline.p99Ms) : '–'} | ${int(m.cpu?.targetUsPerRequest ?? undefined)} | ${int(m.cpu?.appUsPerRequest ?? undefined)} | ${columns.map(c => `${fixed(m.extra?.[c.key], c.digits ?? 0)} | `).join('')}${status} |`)
+    lines.push(`| ${target.label}${m.disturbed === true ? ' †' : ''} | ${int(m.rps)} | ${comparable ? `${(m.rps / baseline.rps).toFixed(2)}×` : '–'} | ${ms(m.p50Ms)} | ${ms(m.p90Ms)} | ${ms(m.p99Ms)} | ${comparable ? signedMs(m.p99Ms - baseline.p99Ms) : '–'} | ${int(m.cpu?.targetUsPerRequest ?? undefined)} | ${int(m.cpu?.appUsPerRequest ?? undefined)} | ${fixed(m.cpu?.targetCoresUsed ?? undefined, 2)} | ${peakRss(m)} | ${columns.map(c => `${fixed(m.extra?.[c.key], c.digits ?? 0)} | `).join('')}${status} |`)
   }
   return lines
 }
@@ -152,9 +166,7 @@ function scenarioMarkdown (report: ScenarioReport, settings: BenchReport['settin
   lines.push('**Ratios** (made within each round, then the median of the rounds quiet for both sides; ' +
     '\\* marks a round disturbed by other load, left out of the median)', '')
   for (const ratio of report.ratios) {
-    const format = (v: number): string => ratio.unit === '×'
-      ? `${v.toFixed(2)}×`
-      : ratio.unit === '%' ? `${(v * 100).toFixed(1)}%` : ratio.unit === 'req/s' ? `${int(v)} req/s` : `${signedMs(v)} ms`
+    const format = formatOf(ratio)
     const value = ratio.value === null ? 'n/a' : format(ratio.value)
     const rounds = ratio.perRound === undefined || ratio.perRound.length < 2
       ? ''
@@ -166,6 +178,10 @@ function scenarioMarkdown (report: ScenarioReport, settings: BenchReport['settin
   const notes = [...(report.notes ?? []), ...report.targets.flatMap(t => (t.notes ?? []).map(n => `${t.label}: ${n}`))]
   const combined = report.targets.flatMap(t => Object.values(t.phases))
   const disturbed = combined.filter(m => m.disturbed === true).length
+  notes.push('target vCPU = CPU seconds of the target\'s own processes ÷ the phase\'s wall time (median of the rounds); ' +
+    'CPU µs per request ÷ 1,000 = CPU seconds per 1,000 requests = vCPU per 1,000 req/s. ' +
+    'Target peak RSS (MB = 10⁶ bytes) = the kernel\'s peak resident mark (VmHWM) of the target\'s own processes, reset at the start of each phase, the highest of the rounds' +
+    (combined.some(m => m.peakRssPhaseOnly === false) ? ' (‡: the mark could not be reset, peak since the process started)' : '') + '.')
   notes.push(`other load on the machine: a round counts as quiet when the rest of the machine used ≤ ${QUIET_CORES} cores during it; ` +
     'each figure is the median of the quiet rounds of its target and phase, or of all rounds when none was quiet (marked †). ' +
     (disturbed === 0 ? 'No figure is disturbed.' : `${disturbed} of ${combined.length} figures are disturbed (†): rerun on a quiet machine.`))
@@ -193,5 +209,6 @@ export function writeReport (report: BenchReport, jsonFile: string, markdownFile
   mkdirSync(dirname(jsonFile), { recursive: true })
   writeFileSync(jsonFile, JSON.stringify(report, null, 2) + '\n')
   writeFileSync(markdownFile, markdown)
+  writeFileSync(markdownFile.replace(/\.md$/, '') + '.svg', renderChart(report))
   return markdown
 }

@@ -9,6 +9,8 @@ import { measureCpu, QuietGate } from './cpu-usage.ts'
 import { type CpuUse, type LoadRequest, type Measurement, warmUp } from './load.ts'
 import { findNginx, nginxVersion } from './nginx-config.ts'
 import { safeUrl } from './postgres-schema.ts'
+import { watchPeakRss } from './process-memory.ts'
+import { updateReadme } from './readme-summary.ts'
 import { type BenchReport, environment, scenarioReport, type ScenarioReport, writeReport } from './report.ts'
 import type { BenchContext, LoadPhase, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from './scenario.ts'
 import { gateScenario } from './scenarios/gate.ts'
@@ -16,15 +18,16 @@ import { getBuildScenario } from './scenarios/get-build.ts'
 import { jsonPostScenario } from './scenarios/json-post.ts'
 import { sseScenario } from './scenarios/sse.ts'
 import { webhooksScenario } from './scenarios/webhooks.ts'
+import { websocketScenario } from './scenarios/websocket.ts'
 import { type BenchSettings, loadSettings } from './settings.ts'
 
 /**
- * `npm run bench`: the chosen scenarios (BENCH_SCENARIOS; default json-post), every target in
- * turn (several interleaved rounds), then bench/results/latest.{json,md} and the Markdown on
+ * `npm run bench`: the chosen scenarios (BENCH_SCENARIOS; default all), every target in
+ * turn (several interleaved rounds), then bench/results/latest.{json,md,svg} and the Markdown on
  * stdout. Progress goes to stderr.
  */
-const SCENARIOS: Scenario[] = [jsonPostScenario, sseScenario, webhooksScenario, getBuildScenario, gateScenario]
-const DEFAULT_SCENARIOS = ['json-post']
+const SCENARIOS: Scenario[] = [jsonPostScenario, sseScenario, webhooksScenario, getBuildScenario, gateScenario, websocketScenario]
+const DEFAULT_SCENARIOS = ['all']
 
 function chosenScenarios (settings: BenchSettings): Scenario[] {
   const names = settings.scenarios ?? DEFAULT_SCENARIOS
@@ -52,9 +55,10 @@ function summary (m: Measurement, unit = 'req/s'): string {
   const bad = m.valid ? '' : ` INVALID (errors ${m.errors}, timeouts ${m.timeouts}, non-2xx ${m.non2xx})`
   const cpu = m.cpu === undefined
     ? ''
-    : `; CPU µs/req target ${m.cpu.targetUsPerRequest?.toFixed(0) ?? '–'}, app ${m.cpu.appUsPerRequest?.toFixed(0) ?? '–'}; background ${m.cpu.backgroundCores?.toFixed(2) ?? '?'} cores`
+    : `; CPU µs/req target ${m.cpu.targetUsPerRequest?.toFixed(0) ?? '–'} (${m.cpu.targetCoresUsed?.toFixed(2) ?? '–'} vCPU), app ${m.cpu.appUsPerRequest?.toFixed(0) ?? '–'}; background ${m.cpu.backgroundCores?.toFixed(2) ?? '?'} cores`
+  const memory = m.peakRssMb === undefined ? '' : `; peak RSS ${m.peakRssMb.toFixed(1)} MB${m.peakRssPhaseOnly === false ? ' (since start)' : ''}`
   const extra = m.extra === undefined ? '' : `; ${Object.entries(m.extra).map(([k, v]) => `${k} ${Number.isInteger(v) ? v : v.toFixed(3)}`).join(', ')}`
-  return `${Math.round(m.rps)} ${unit}, p50 ${m.p50Ms.toFixed(2)} ms, p99 ${m.p99Ms.toFixed(2)} ms${cpu}${extra}${bad}`
+  return `${Math.round(m.rps)} ${unit}, p50 ${m.p50Ms.toFixed(2)} ms, p99 ${m.p99Ms.toFixed(2)} ms${cpu}${memory}${extra}${bad}`
 }
 
 function sumOf (seconds: Record<string, number>, children: BenchChild[]): number | null {
@@ -72,7 +76,9 @@ async function runPhase (phase: LoadPhase, target: RunningTarget, prepared: Prep
   const outsideBefore = outside === undefined ? {} : await outside()
   const pids = { ...Object.fromEntries([...target.children, ...shared].map(c => [c.name, c.pid])), ...outsideBefore }
   const run = target.runPhase ?? (async (p: LoadPhase, settings: BenchSettings) => await p.run(target.request, settings))
-  const { result, cpuSeconds, backgroundCores } = await measureCpu(pids, async () => await run(phase, ctx.settings), outside)
+  const readPeakRss = watchPeakRss(target.children.map(c => c.pid))
+  const { result, cpuSeconds, backgroundCores, wallSeconds } = await measureCpu(pids, async () => await run(phase, ctx.settings), outside)
+  const memory = readPeakRss()
   const targetSeconds = sumOf(cpuSeconds, target.children)
   const sharedSeconds = sumOf(cpuSeconds, shared)
   const childNames = new Set([...target.children, ...shared].map(c => c.name))
@@ -86,11 +92,12 @@ async function runPhase (phase: LoadPhase, target: RunningTarget, prepared: Prep
     appSeconds,
     loadGeneratorSeconds: cpuSeconds['load generator'] ?? 0,
     targetUsPerRequest: perRequest(targetSeconds),
+    targetCoresUsed: targetSeconds === null || wallSeconds <= 0 ? null : targetSeconds / wallSeconds,
     appUsPerRequest: perRequest(appSeconds),
     backgroundCores: backgroundCores ?? null,
     byProcess: cpuSeconds
   }
-  return { ...result, cpu }
+  return { ...result, cpu, ...(memory === undefined ? {} : { peakRssMb: memory.peakRssMb, peakRssPhaseOnly: memory.phaseOnly }) }
 }
 
 /** One round on one target: start, check a response, warm up, every phase, stop. Throws on failure. */
@@ -212,7 +219,13 @@ async function main (): Promise<number> {
   const jsonFile = join(resultsDir, 'latest.json')
   const markdownFile = join(resultsDir, 'latest.md')
   const markdown = writeReport(report, jsonFile, markdownFile)
-  log(`wrote ${relative(root, jsonFile)} and ${relative(root, markdownFile)}`)
+  log(`wrote ${relative(root, jsonFile)}, ${relative(root, markdownFile)} and its chart (.svg)`)
+  if (scenarios.length === SCENARIOS.length && settings.targets === undefined) {
+    const readme = join(root, 'README.md')
+    log(updateReadme(readme, report) ? 'updated the summary in README.md' : 'README.md has no bench-summary markers: not updated')
+  } else {
+    log('a partial run (BENCH_SCENARIOS or BENCH_TARGETS): README.md keeps the summary of the last full run')
+  }
   process.stdout.write(markdown)
   return 0
 }

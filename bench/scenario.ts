@@ -114,7 +114,7 @@ export interface Ratio {
   readonly label: string
   /** Null when a side is missing or invalid. */
   readonly value: number | null
-  readonly unit: '×' | 'ms' | '%' | 'req/s'
+  readonly unit: '×' | 'ms' | '%' | 'req/s' | 'vCPU' | 'MB'
   /** The same comparison within each round (null where a side is missing or invalid). */
   readonly perRound?: Array<number | null>
   /** Per round: both sides were quiet. */

@@ -137,13 +137,16 @@ export function nginxSkipReason (): string | undefined {
   return findNginx() === undefined ? 'nginx is not on the PATH' : undefined
 }
 
-/** nginx (one process, upstream keep-alive pool) in front of the app, with a generated config in the temp dir. */
-export async function startNginx (ctx: BenchContext, appPort: number): Promise<StartedServer> {
+/**
+ * nginx (one process, upstream keep-alive pool, WebSocket upgrades and streams passed through) in
+ * front of the server on `upstreamPort`, with a generated config in the temp dir.
+ */
+export async function startNginx (ctx: BenchContext, upstreamPort: number): Promise<StartedServer> {
   const nginx = findNginx()
   if (nginx === undefined) throw new Error('nginx is not on the PATH')
   const port = await freePort()
   const prefix = join(ctx.tmpDir, 'nginx')
-  const config = nginxConfig({ prefix, port, upstreamPort: appPort })
+  const config = nginxConfig({ prefix, port, upstreamPort })
   const configFile = join(ctx.tmpDir, 'nginx.conf')
   writeFileSync(configFile, config)
   const child = spawnChild({

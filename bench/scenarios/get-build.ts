@@ -4,12 +4,13 @@ import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { measureThroughput, type LoadRequest } from '../load.ts'
 import { type BenchSchema, createBenchSchema, safeUrl } from '../postgres-schema.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
-import { startBuildStoreProcess, startSidecarProcess, type StartedServer } from '../targets.ts'
+import { nginxSkipReason, startBuildStoreProcess, startNginx, startSidecarProcess, type StartedServer } from '../targets.ts'
 
 /**
  * Issue 5: Get Build through the sidecar (`/v2` forwarded with its Authorization) vs from the
  * store directly, on both backends (embedded PGlite, PostgreSQL). Targets: through the sidecar
- * ≥ 0.7× direct; the embedded store ≥ 5,000 Get Builds/s.
+ * ≥ 0.7× direct; the embedded store ≥ 5,000 Get Builds/s. nginx in front of the embedded store
+ * (where the store is fastest, so a proxy hop's cost shows most) prices a plain proxy hop.
  */
 const PROJECT = 'p'
 const APP = 'a'
@@ -109,6 +110,25 @@ function backendTargets (ctx: BenchContext, suffix: string, label: string, backe
   ]
 }
 
+/** nginx in front of a store: the same GET, the Authorization passed unchanged, nothing else. */
+function nginxTarget (ctx: BenchContext, backend: Backend): TargetDef {
+  const skipReason = nginxSkipReason()
+  return {
+    id: 'nginx',
+    label: 'nginx → store (embedded)',
+    ...(skipReason === undefined ? {} : { skipReason }),
+    start: async (): Promise<RunningTarget> => {
+      const nginx = await startNginx(ctx, backend.store.port)
+      return {
+        request: { url: `${nginx.origin}${PATH}`, method: 'GET', headers: { authorization: `Bearer ${backend.token}` } },
+        checkResponse: expectBuild,
+        children: [nginx.child],
+        stop: async () => { await nginx.child.stop() }
+      }
+    }
+  }
+}
+
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const adminToken = randomBytes(24).toString('hex')
   const started: StartedServer[] = []
@@ -142,6 +162,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     return {
       targets: [
         ...backendTargets(ctx, '', 'embedded', embeddedBackend, undefined),
+        nginxTarget(ctx, embeddedBackend),
         ...backendTargets(ctx, '-pg', 'PostgreSQL', pgBackend, pgSkip)
       ],
       children: started.map(s => s.child),
@@ -162,6 +183,14 @@ function evaluate (results: TargetResult[]): Evaluation {
     ownFigure('direct/rps', 'embedded store, Get Builds/s directly', 'req/s', rounds('direct'), x => x.rps),
     ownFigure('direct-pg/rps', 'PostgreSQL store, Get Builds/s directly', 'req/s', rounds('direct-pg'), x => x.rps)
   ]
+  if (results.some(r => r.id === 'nginx' && r.skipped === undefined)) {
+    ratios.push(
+      pairedRatio('nginx/direct', 'embedded: nginx / direct, Get Builds/s', '×', rounds('nginx'), rounds('direct'), (x, y) => x.rps / y.rps),
+      pairedRatio('sidecar/nginx', 'embedded: sidecar / nginx, Get Builds/s', '×', rounds('sidecar'), rounds('nginx'), (x, y) => x.rps / y.rps),
+      pairedRatio('cpu/sidecar/nginx', 'embedded: CPU per Get Build, sidecar / nginx (the proxy processes alone)', '×', rounds('sidecar'), rounds('nginx'),
+        (x, y) => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN))
+    )
+  }
   const ratio = (id: string): Ratio => ratios.find(r => r.id === id) as Ratio
   const pgSkipped = results.find(r => r.id === 'direct-pg')?.skipped
   const checks: Check[] = [
@@ -181,12 +210,12 @@ function evaluate (results: TargetResult[]): Evaluation {
 export const getBuildScenario: Scenario = {
   name: 'get-build',
   baselineId: 'direct',
-  description: `GET ${PATH} with a service-account token, from the build store bin directly and through the sidecar, on the embedded and the PostgreSQL backend`,
+  description: `GET ${PATH} with a service-account token, from the build store bin directly and through the sidecar, on the embedded and the PostgreSQL backend; through nginx on the embedded one`,
   phases: [{ id: 'throughput', label: 'max throughput', run: measureThroughput }],
   method: settings =>
     `Max throughput: autocannon, ${settings.connections} connections, pipelining 1. Both stores run the whole scenario (ADMIN_TOKEN set by the bench; ` +
     'the build put and the service account created through the admin API); PostgreSQL in a schema of its own, dropped at the end. ' +
-    'Latencies in ms, 2xx only; CPU µs/req = the sidecar, and the store (with its database backends).',
+    'Latencies in ms, 2xx only; CPU µs/req = the sidecar (or nginx), and the store (with its database backends).',
   prepare,
   evaluate
 }

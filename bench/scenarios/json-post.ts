@@ -1,7 +1,8 @@
 import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
-import { measureFixedRate, measureThroughput, type LoadRequest, type Measurement } from '../load.ts'
+import { measureFixedRate, measureManyConnections, measureThroughput, type LoadRequest, type Measurement } from '../load.ts'
 import { measurePacedRate } from '../paced-load.ts'
 import { pairedByRound } from '../aggregate.ts'
+import { ownFigure, thresholdCheck } from '../checks.ts'
 import { perRoundText } from '../report.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
@@ -10,8 +11,9 @@ import { nginxSkipReason, startBareProxy, startExampleApp, startNginx, startSide
 /**
  * The sidecar's bread and butter: a small JSON POST answered at once by the example app,
  * reached directly, through a bare http-proxy, through the sidecar (auth on, a cached token)
- * and through nginx. Targets (issue): sidecar ≥ 1.3× the bare proxy's requests/s; at a fixed
- * 1,000 requests/s its p99 no more than 1 ms above direct.
+ * and through nginx. Targets (issues 2 and 7): sidecar ≥ 1.3× the bare proxy's requests/s; at a
+ * fixed 1,000 requests/s its p99 no more than 1 ms above direct; under 0.1 vCPU per 1,000
+ * requests/s (Envoy's published figure is 0.35); under 80 MB RSS at 1,000 concurrent connections.
  */
 const PROJECT_ID = 'bench'
 const APP_NAME = 'app'
@@ -19,6 +21,10 @@ const BODY = '{"name":"Ada"}'
 const JSON_HEADERS = { 'content-type': 'application/json' }
 const THROUGHPUT_RATIO_TARGET = 1.3
 const P99_DELTA_TARGET_MS = 1
+const VCPU_PER_1000_RPS_TARGET = 0.1
+const RSS_TARGET_MB = 80
+/** V8's memory-lean mode, for the sidecar-lean row: what the memory target costs in throughput. */
+const LEAN_NODE_OPTIONS = '--optimize-for-size'
 
 function expectGreeting (status: number, body: string, pick: (parsed: Record<string, unknown>) => unknown): void {
   if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
@@ -41,15 +47,18 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const jwks = await serveJwks([issuer])
   const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
 
-  const sidecarTarget = (logLevel: 'warn' | 'info'): TargetDef => ({
-    id: logLevel === 'warn' ? 'sidecar' : 'sidecar-info',
-    label: `sidecar (LOG_LEVEL=${logLevel})`,
+  /** The sidecar as deployed (warn), with its per-request log line (info), or with V8 tuned for memory (lean). */
+  const sidecarTarget = (variant: 'warn' | 'info' | 'lean'): TargetDef => ({
+    id: variant === 'warn' ? 'sidecar' : `sidecar-${variant}`,
+    label: variant === 'lean' ? `sidecar (NODE_OPTIONS=${LEAN_NODE_OPTIONS})` : `sidecar (LOG_LEVEL=${variant})`,
     start: async () => {
+      const logLevel = variant === 'info' ? 'info' : 'warn'
       const sidecar = await startSidecarProcess(ctx, {
         appOrigin: app.origin,
         jwksUrl: jwks.url,
         logLevel,
-        env: { PROJECT_ID, APP_NAME }
+        name: `sidecar-${variant}`,
+        env: { PROJECT_ID, APP_NAME, ...(variant === 'lean' ? { NODE_OPTIONS: LEAN_NODE_OPTIONS } : {}) }
       })
       return {
         request: {
@@ -60,9 +69,11 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
         },
         checkResponse: enveloped,
         children: [sidecar.child],
-        notes: [logLevel === 'warn'
-          ? 'LOG_LEVEL=warn: no per-request log line'
-          : 'LOG_LEVEL=info: one pino line per request (to a file)'],
+        notes: [{
+          warn: 'LOG_LEVEL=warn: no per-request log line',
+          info: 'LOG_LEVEL=info: one pino line per request (to a file)',
+          lean: `LOG_LEVEL=warn, NODE_OPTIONS=${LEAN_NODE_OPTIONS}: V8 keeps a small young generation and collects more often (memory traded for CPU)`
+        }[variant]],
         stop: async () => { await sidecar.child.stop() }
       }
     }
@@ -85,6 +96,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     },
     sidecarTarget('warn'),
     ...(ctx.settings.sidecarInfo ? [sidecarTarget('info')] : []),
+    sidecarTarget('lean'),
     {
       id: 'nginx',
       label: 'nginx (1 worker, upstream keepalive)',
@@ -130,6 +142,11 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
   if (results.some(r => r.id === 'sidecar-info')) {
     ratios.push(rpsRatio('sidecar-info/sidecar', 'sidecar LOG_LEVEL=info / LOG_LEVEL=warn, requests/s', rounds('sidecar-info', 'throughput'), sidecarRps))
   }
+  if (results.some(r => r.id === 'sidecar-lean' && r.skipped === undefined)) {
+    ratios.push(rpsRatio('sidecar-lean/sidecar', `sidecar ${LEAN_NODE_OPTIONS} / default, requests/s`, rounds('sidecar-lean', 'throughput'), sidecarRps))
+    ratios.push(ownFigure('vcpu-per-1000/paced/sidecar-lean', `sidecar ${LEAN_NODE_OPTIONS}: vCPU per 1,000 req/s at ${settings.rate} req/s, evenly paced`, 'vCPU',
+      rounds('sidecar-lean', 'paced'), x => (x.cpu?.targetCoresUsed ?? NaN) / (x.rps / 1000)))
+  }
   for (const [phaseId, phaseName] of [['fixedRate', 'autocannon overallRate'], ['paced', 'evenly paced']] as const) {
     for (const result of results) {
       if (result.id === 'direct' || result.skipped !== undefined) continue
@@ -172,6 +189,27 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
       })
     }
   }
+
+  // Issue 7: CPU per 1,000 req/s at the evenly paced 1,000 req/s (the literal case), and at max
+  // throughput (where batching makes each request cheaper); RSS while holding many connections.
+  const vcpuAtRate = ownFigure('vcpu-per-1000/paced/sidecar', `sidecar vCPU per 1,000 req/s at ${settings.rate} req/s, evenly paced`, 'vCPU',
+    rounds('sidecar', 'paced'), x => (x.cpu?.targetCoresUsed ?? NaN) / (x.rps / 1000))
+  ratios.push(vcpuAtRate)
+  ratios.push(ownFigure('vcpu-per-1000/throughput/sidecar', 'sidecar CPU seconds per 1,000 requests at max throughput', 'vCPU',
+    sidecarRps, x => (x.cpu?.targetUsPerRequest ?? NaN) / 1000))
+  for (const result of results) {
+    if (result.id === 'direct' || result.skipped !== undefined) continue
+    ratios.push(ownFigure(`rss/many/${result.id}`, `${result.label}: peak RSS with ${settings.manyConnections} concurrent connections`, 'MB',
+      rounds(result.id, 'many'), x => x.peakRssMb ?? NaN))
+  }
+  const shortOfRate = rounds('sidecar', 'paced').filter((m): m is Measurement => m !== undefined && m.valid && m.rps < 0.9 * settings.rate)
+  checks.push(thresholdCheck(`sidecar CPU < ${VCPU_PER_1000_RPS_TARGET} vCPU per 1,000 req/s (at ${settings.rate} req/s, evenly paced)`,
+    vcpuAtRate, VCPU_PER_1000_RPS_TARGET, false,
+    shortOfRate.length > 0 ? `the rate was not reached (${shortOfRate.map(m => Math.round(m.rps)).join(', ')} req/s)` : undefined))
+  const many = rounds('sidecar', 'many').filter((m): m is Measurement => m !== undefined)
+  const rss = ratio('rss/many/sidecar')
+  checks.push(thresholdCheck(`sidecar RSS < ${RSS_TARGET_MB} MB with ${settings.manyConnections} concurrent connections`, rss, RSS_TARGET_MB, false,
+    many.some(m => m.peakRssMb === undefined) ? 'no memory figure (needs Linux /proc)' : undefined))
   return { ratios, checks }
 }
 
@@ -182,12 +220,14 @@ export const jsonPostScenario: Scenario = {
   phases: [
     { id: 'throughput', label: 'max throughput', run: measureThroughput },
     { id: 'fixedRate', label: 'fixed rate (autocannon overallRate)', run: measureFixedRate },
-    { id: 'paced', label: 'fixed rate, evenly paced', run: measurePacedRate }
+    { id: 'paced', label: 'fixed rate, evenly paced', run: measurePacedRate },
+    { id: 'many', label: 'many connections, max throughput', run: measureManyConnections }
   ],
   method: settings =>
     `Max throughput: ${settings.connections} connections, pipelining 1. ` +
     `Fixed rate: ${settings.rate} req/s, by autocannon \`overallRate\` over ${settings.rateConnections} connections ` +
     '(each connection spends its per-second budget in one burst) and by an evenly paced open-loop generator. ' +
+    `Many connections: ${settings.manyConnections} connections at once, pipelining 1, as fast as the target answers (what holding them costs in memory). ` +
     'Latencies in ms, 2xx responses only; CPU µs/req = CPU time of the target\'s own processes (proxy) and of the app, per response.',
   prepare,
   evaluate

@@ -4,13 +4,14 @@ import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import type { LoadRequest } from '../load.ts'
 import type { BenchSettings } from '../settings.ts'
 import { runStreams } from '../stream-load.ts'
-import { startBenchServer, startSidecarProcess } from '../targets.ts'
+import { nginxSkipReason, startBenchServer, startNginx, startSidecarProcess } from '../targets.ts'
 
 /**
  * Issue 3: events per second and per-event latency through the sidecar vs the app reached
  * directly, with 100 concurrent streams. The app (bench/stream-app.ts) streams NDJSON lines that
  * carry their send time; directly they are read line by line, through the sidecar as the SSE
  * events it makes of them. Targets: ≥ 0.8× direct events/s; p99 added per-event latency < 2 ms.
+ * nginx (response buffering off) passes the NDJSON through unchanged: the cost of a plain proxy hop.
  */
 const PROJECT_ID = 'bench'
 const APP_NAME = 'app'
@@ -31,15 +32,16 @@ async function prepare (ctx: Parameters<Scenario['prepare']>[0]): Promise<Prepar
   const issuer = await createTokenIssuer()
   const jwks = await serveJwks([issuer])
   const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
-  const direct = (): RunningTarget => ({
-    request: { url: `${app.origin}/stream`, method: 'GET', headers: {} },
+  const ndjson = (origin: string, children: RunningTarget['children'], stop: RunningTarget['stop']): RunningTarget => ({
+    request: { url: `${origin}/stream`, method: 'GET', headers: {} },
     checkResponse: expectEvents(false),
-    children: [],
-    stop: async () => {}
+    children,
+    stop
   })
+  const nginxSkip = nginxSkipReason()
   return {
     targets: [
-      { id: 'direct', label: 'direct (stream app, NDJSON)', start: async () => direct() },
+      { id: 'direct', label: 'direct (stream app, NDJSON)', start: async () => ndjson(app.origin, [], async () => {}) },
       {
         id: 'sidecar',
         label: 'sidecar (NDJSON → SSE)',
@@ -58,6 +60,15 @@ async function prepare (ctx: Parameters<Scenario['prepare']>[0]): Promise<Prepar
             notes: ['auth on (a cached token), LOG_LEVEL=warn'],
             stop: async () => { await sidecar.child.stop() }
           }
+        }
+      },
+      {
+        id: 'nginx',
+        label: 'nginx (NDJSON passed through)',
+        ...(nginxSkip === undefined ? {} : { skipReason: nginxSkip }),
+        start: async () => {
+          const nginx = await startNginx(ctx, app.port)
+          return ndjson(nginx.origin, [nginx.child], async () => { await nginx.child.stop() })
         }
       }
     ],
@@ -83,6 +94,23 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
     ownFigure('sidecar/paced-rate', 'sidecar events/s in the paced phase / the paced rate', '×', rounds('sidecar', 'paced'),
       x => x.rps / pacedRate(settings))
   ]
+  if (results.some(r => r.id === 'nginx' && r.skipped === undefined)) {
+    ratios.push(
+      pairedRatio('nginx/direct', 'nginx / direct, events/s at max throughput', '×',
+        rounds('nginx', 'throughput'), rounds('direct', 'throughput'), (x, y) => x.rps / y.rps),
+      pairedRatio('sidecar/nginx', 'sidecar / nginx, events/s at max throughput', '×',
+        rounds('sidecar', 'throughput'), rounds('nginx', 'throughput'), (x, y) => x.rps / y.rps),
+      pairedRatio('nginx-added-p50/paced', `nginx: added per-event latency p50 (nginx − direct) at ${pacedRate(settings)} events/s`, 'ms',
+        rounds('nginx', 'paced'), rounds('direct', 'paced'), (x, y) => x.p50Ms - y.p50Ms),
+      pairedRatio('nginx-added-p99/paced', `nginx: added per-event latency p99 (nginx − direct) at ${pacedRate(settings)} events/s`, 'ms',
+        rounds('nginx', 'paced'), rounds('direct', 'paced'), (x, y) => x.p99Ms - y.p99Ms),
+      pairedRatio('sidecar-nginx-p99/paced', `per-event latency p99, sidecar − nginx at ${pacedRate(settings)} events/s`, 'ms',
+        rounds('sidecar', 'paced'), rounds('nginx', 'paced'), (x, y) => x.p99Ms - y.p99Ms),
+      pairedRatio('cpu/sidecar/nginx', 'CPU per event at max throughput, sidecar / nginx (the proxy processes alone; the sidecar also reframes NDJSON as SSE)', '×',
+        rounds('sidecar', 'throughput'), rounds('nginx', 'throughput'),
+        (x, y) => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN))
+    )
+  }
   const ratio = (id: string): Ratio => ratios.find(r => r.id === id) as Ratio
   // The paced phase only measures latency when the events went out at the pace asked for.
   const short = [...rounds('sidecar', 'paced'), ...rounds('direct', 'paced')]
@@ -99,7 +127,8 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
     ratios,
     checks,
     notes: ['per-event latency = arrival at the client − the send time the app wrote into the event (one machine, one clock); ' +
-      'added latency = sidecar − direct, made round by round. At max events/s the latencies are mostly queueing behind the backlog.']
+      'added latency = sidecar (or nginx) − direct, made round by round. At max events/s the latencies are mostly queueing behind the backlog.',
+    'nginx (proxy_buffering off) passes the NDJSON lines through unchanged, read like the app\'s own: a plain proxy hop, where the sidecar also makes SSE events of the lines.']
   }
 }
 
@@ -114,7 +143,7 @@ const columns = [
 export const sseScenario: Scenario = {
   name: 'sse',
   baselineId: 'direct',
-  description: 'NDJSON streams from a bench app (each line carries its send time), read directly and as SSE through the sidecar',
+  description: 'NDJSON streams from a bench app (each line carries its send time), read directly, as SSE through the sidecar, and through nginx',
   phases: [
     { id: 'throughput', label: 'max events/s (streams without pause)', rateUnit: 'events/s', columns, run: streamsPhase(false) },
     { id: 'paced', label: 'paced streams (per-event latency)', rateUnit: 'events/s', columns, run: streamsPhase(true) }

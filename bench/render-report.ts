@@ -1,0 +1,45 @@
+import { readFileSync, writeFileSync } from 'node:fs'
+import { dirname, join, relative, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { renderChart } from './chart.ts'
+import { updateReadme } from './readme-summary.ts'
+import { type BenchReport, renderMarkdown } from './report.ts'
+
+/**
+ * Re-renders a report without re-running the bench: reads a latest.json (default
+ * bench/results/latest.json) and writes the .md and .svg beside it, with the same base name.
+ *
+ *   node --import tsx bench/render-report.ts [--readme] [path/to/latest.json]
+ *
+ * `--readme` also rewrites the summary between the markers in the project README.
+ */
+const defaultJson = join(dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json')
+const args = process.argv.slice(2)
+const readme = args.includes('--readme')
+const jsonFile = resolve(args.find(a => a !== '--readme') ?? defaultJson)
+
+let report: BenchReport
+try {
+  report = JSON.parse(readFileSync(jsonFile, 'utf8')) as BenchReport
+} catch (error) {
+  console.error(`bench:render: cannot read ${jsonFile}: ${(error as Error).message}`)
+  process.exit(1)
+}
+if (report.schema !== 1 || !Array.isArray(report.scenarios)) {
+  console.error(`bench:render: ${jsonFile} is not a bench report (schema 1 with scenarios)`)
+  process.exit(1)
+}
+
+const base = jsonFile.replace(/\.json$/, '')
+for (const [file, content] of [[`${base}.md`, renderMarkdown(report)], [`${base}.svg`, renderChart(report)]] as const) {
+  writeFileSync(file, content)
+  console.error(`wrote ${relative(process.cwd(), file)}`)
+}
+if (readme) {
+  const readmeFile = join(dirname(fileURLToPath(import.meta.url)), '..', 'README.md')
+  if (!updateReadme(readmeFile, report)) {
+    console.error('bench:render: README.md has no bench-summary markers')
+    process.exit(1)
+  }
+  console.error('updated the summary in README.md')
+}
