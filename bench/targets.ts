@@ -101,6 +101,8 @@ export interface SidecarStartOptions {
   env?: NodeJS.ProcessEnv
   /** Name of the child (and its log file); distinct per variant. */
   name?: string
+  /** Flags for node itself, before the script (V8 flags that NODE_OPTIONS does not allow, e.g. --optimize-for-size). */
+  nodeArgs?: string[]
 }
 
 /** The sidecar bin (`dist/bin/app-sidecar.js`), ready when its admin `/readyz` answers 200. */
@@ -111,7 +113,7 @@ export async function startSidecarProcess (ctx: BenchContext, options: SidecarSt
   const child = spawnChild({
     name,
     command: process.execPath,
-    args: [...cpuProfArgs(ctx, name), join(ctx.root, 'dist/bin/app-sidecar.js')],
+    args: [...cpuProfArgs(ctx, name), ...(options.nodeArgs ?? []), join(ctx.root, 'dist/bin/app-sidecar.js')],
     env: {
       PORT: String(port),
       ADMIN_PORT: String(adminPort),

@@ -24,7 +24,7 @@ const P99_DELTA_TARGET_MS = 1
 const VCPU_PER_1000_RPS_TARGET = 0.1
 const RSS_TARGET_MB = 80
 /** V8's memory-lean mode, for the sidecar-lean row: what the memory target costs in throughput. */
-const LEAN_NODE_OPTIONS = '--optimize-for-size'
+const LEAN_NODE_FLAG = '--optimize-for-size'
 
 function expectGreeting (status: number, body: string, pick: (parsed: Record<string, unknown>) => unknown): void {
   if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
@@ -50,7 +50,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   /** The sidecar as deployed (warn), with its per-request log line (info), or with V8 tuned for memory (lean). */
   const sidecarTarget = (variant: 'warn' | 'info' | 'lean'): TargetDef => ({
     id: variant === 'warn' ? 'sidecar' : `sidecar-${variant}`,
-    label: variant === 'lean' ? `sidecar (NODE_OPTIONS=${LEAN_NODE_OPTIONS})` : `sidecar (LOG_LEVEL=${variant})`,
+    label: variant === 'lean' ? `sidecar (node ${LEAN_NODE_FLAG})` : `sidecar (LOG_LEVEL=${variant})`,
     start: async () => {
       const logLevel = variant === 'info' ? 'info' : 'warn'
       const sidecar = await startSidecarProcess(ctx, {
@@ -58,7 +58,8 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
         jwksUrl: jwks.url,
         logLevel,
         name: `sidecar-${variant}`,
-        env: { PROJECT_ID, APP_NAME, ...(variant === 'lean' ? { NODE_OPTIONS: LEAN_NODE_OPTIONS } : {}) }
+        env: { PROJECT_ID, APP_NAME },
+        ...(variant === 'lean' ? { nodeArgs: [LEAN_NODE_FLAG] } : {})
       })
       return {
         request: {
@@ -72,7 +73,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
         notes: [{
           warn: 'LOG_LEVEL=warn: no per-request log line',
           info: 'LOG_LEVEL=info: one pino line per request (to a file)',
-          lean: `LOG_LEVEL=warn, NODE_OPTIONS=${LEAN_NODE_OPTIONS}: V8 keeps a small young generation and collects more often (memory traded for CPU)`
+          lean: `LOG_LEVEL=warn, run as \`node ${LEAN_NODE_FLAG} app-sidecar.js\`: V8 keeps a small young generation and collects more often (memory traded for CPU)`
         }[variant]],
         stop: async () => { await sidecar.child.stop() }
       }
@@ -143,8 +144,8 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
     ratios.push(rpsRatio('sidecar-info/sidecar', 'sidecar LOG_LEVEL=info / LOG_LEVEL=warn, requests/s', rounds('sidecar-info', 'throughput'), sidecarRps))
   }
   if (results.some(r => r.id === 'sidecar-lean' && r.skipped === undefined)) {
-    ratios.push(rpsRatio('sidecar-lean/sidecar', `sidecar ${LEAN_NODE_OPTIONS} / default, requests/s`, rounds('sidecar-lean', 'throughput'), sidecarRps))
-    ratios.push(ownFigure('vcpu-per-1000/paced/sidecar-lean', `sidecar ${LEAN_NODE_OPTIONS}: vCPU per 1,000 req/s at ${settings.rate} req/s, evenly paced`, 'vCPU',
+    ratios.push(rpsRatio('sidecar-lean/sidecar', `sidecar ${LEAN_NODE_FLAG} / default, requests/s`, rounds('sidecar-lean', 'throughput'), sidecarRps))
+    ratios.push(ownFigure('vcpu-per-1000/paced/sidecar-lean', `sidecar ${LEAN_NODE_FLAG}: vCPU per 1,000 req/s at ${settings.rate} req/s, evenly paced`, 'vCPU',
       rounds('sidecar-lean', 'paced'), x => (x.cpu?.targetCoresUsed ?? NaN) / (x.rps / 1000)))
   }
   for (const [phaseId, phaseName] of [['fixedRate', 'autocannon overallRate'], ['paced', 'evenly paced']] as const) {
