@@ -8,21 +8,27 @@ import { fileURLToPath } from 'node:url'
 import { createParser } from 'eventsource-parser'
 import WebSocket from 'ws'
 import { createTokenIssuer, serveJwks } from '../src/demo/demo-token-issuer.ts'
+import { scrapeMetrics, sumOf } from './admin-metrics.ts'
 import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp200 } from './child-processes.ts'
 
 /**
  * `npm run soak`: SOAK_SECONDS (default 600) of mixed traffic through a real sidecar process:
  * plain calls (a third with a webhook to a flaky receiver), NDJSON streams turned into SSE, and
- * WebSockets. The sidecar's RSS, open file descriptors and sockets are sampled every second.
- * Fails (exit 1) when memory keeps growing, sockets leak, a call fails, or a webhook is lost or
- * delivered more often than the retry table allows.
+ * WebSockets. The sidecar's RSS, open file descriptors and sockets are sampled every second, and
+ * its V8 heap in use (its own /metrics). Fails (exit 1) when memory keeps growing, sockets leak, a
+ * call fails, or a webhook is lost or delivered more often than the retry table allows.
+ *
+ * Memory: RSS follows V8's heap *limit*, which V8 raises and lowers lazily, so it swings by tens
+ * of MB without a leak. What a leak raises is the live heap: the floor the heap in use falls back
+ * to after each collection. So the verdict compares the lowest heap-in-use of the last quarter of
+ * the run with that of the second quarter (after warm-up), and RSS only for runaway growth.
  */
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 600)
 const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 16)
 const ATTEMPTS = 3
 
-interface Sample { t: number, rssMb: number, fds: number, sockets: number }
+interface Sample { t: number, rssMb: number, fds: number, sockets: number, heapUsedMb?: number }
 interface Delivery { statuses: number[] }
 
 function procStats (pid: number): Omit<Sample, 't'> {
@@ -33,7 +39,7 @@ function procStats (pid: number): Omit<Sample, 't'> {
   for (const fd of fds) {
     try { if (readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:')) sockets++ } catch {}
   }
-  return { rssMb: rssKb / 1024, fds: fds.length, sockets }
+  return { rssMb: rssKb * 1024 / 1e6, fds: fds.length, sockets }
 }
 
 /** A receiver that answers 404 (retry), resets (retry) or 200, at random, and records each attempt per run id. */
@@ -127,7 +133,12 @@ async function main (): Promise<number> {
   const counts = { plain: 0, webhooks: 0, streams: 0, websockets: 0, failures: 0 }
   const failures: string[] = []
   const started = Date.now()
-  const sampler = setInterval(() => { samples.push({ t: (Date.now() - started) / 1000, ...procStats(sidecar.pid) }) }, 1000)
+  const adminOrigin = `http://127.0.0.1:${adminPort}`
+  const sampler = setInterval(() => {
+    const sample: Sample = { t: (Date.now() - started) / 1000, ...procStats(sidecar.pid) }
+    samples.push(sample)
+    scrapeMetrics(adminOrigin).then(metrics => { sample.heapUsedMb = sumOf(metrics, 'nodejs_heap_size_used_bytes') / 1e6 }, () => {})
+  }, 1000)
   let seq = 0
   const worker = async (): Promise<void> => {
     while (Date.now() - started < SECONDS * 1000) {
@@ -177,12 +188,17 @@ async function main (): Promise<number> {
   }
   if (receiver.deliveries.size !== counts.webhooks) webhookProblems.push(`${counts.webhooks} webhooks asked for, ${receiver.deliveries.size} seen by the receiver`)
 
-  // memory: the last quarter must not sit well above the second quarter (warm-up excluded)
+  // memory: the live heap (heap-in-use floor) of the last quarter must not sit well above the
+  // second quarter's (warm-up excluded); RSS may swing with V8's heap limit, but not run away
   const quarter = Math.max(1, Math.floor(samples.length / 4))
   const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0
+  const floor = (part: Sample[]): number => Math.min(...part.map(s => s.heapUsedMb ?? Infinity))
   const earlyRss = median(samples.slice(quarter, 2 * quarter).map(s => s.rssMb))
   const lateRss = median(samples.slice(-quarter).map(s => s.rssMb))
-  const memoryGrowing = lateRss > earlyRss * 1.3 && lateRss - earlyRss > 30
+  const earlyHeap = floor(samples.slice(quarter, 2 * quarter))
+  const lateHeap = floor(samples.slice(-quarter))
+  const heapGrowing = !Number.isFinite(earlyHeap) || !Number.isFinite(lateHeap) || (lateHeap > earlyHeap * 1.25 && lateHeap - earlyHeap > 10)
+  const memoryGrowing = heapGrowing || (lateRss > earlyRss * 2 && lateRss - earlyRss > 100)
   const socketLeak = end.sockets > baseline.sockets + 2 * CONCURRENCY + 8
 
   const result = {
@@ -192,6 +208,7 @@ async function main (): Promise<number> {
     failures,
     webhooks: { asked: counts.webhooks, seen: receiver.deliveries.size, delivered, problems: webhookProblems.slice(0, 20) },
     rssMb: { baseline: baseline.rssMb, early: earlyRss, late: lateRss, peak: Math.max(...samples.map(s => s.rssMb)) },
+    liveHeapMb: { early: earlyHeap, late: lateHeap },
     sockets: { baseline: baseline.sockets, end: end.sockets, peak: Math.max(...samples.map(s => s.sockets)) },
     fds: { baseline: baseline.fds, end: end.fds },
     verdict: { memoryGrowing, socketLeak, callFailures: counts.failures > 0, webhookProblems: webhookProblems.length > 0 },
