@@ -214,10 +214,18 @@ const DRAIN_QUIET_MS = 500
 
 const delay = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms)) }
 
+/**
+ * Connections the kernel may hold for a listener before it accepts them. Node's default, 511,
+ * overflows when a thousand callers connect at once: the dropped SYNs are retried only after 1, 3,
+ * 7 s, and some callers then wait seconds for their first byte. The kernel caps this at
+ * net.core.somaxconn (4096 on current Linux).
+ */
+export const LISTEN_BACKLOG = 4096
+
 function listen (server: Server, port: number, host: string): Promise<void> {
   return new Promise((resolve, reject) => {
     server.once('error', reject)
-    server.listen(port, host, () => {
+    server.listen({ port, host, backlog: LISTEN_BACKLOG }, () => {
       server.off('error', reject)
       resolve()
     })
