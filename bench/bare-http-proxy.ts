@@ -6,6 +6,7 @@ import httpProxy from 'http-proxy'
  * The bench's baseline: the thinnest useful Node reverse proxy, http-proxy with a keep-alive agent
  * to the app and nothing else (no auth, no run ids, no envelope, no logs, no metrics). WebSocket
  * upgrades pass through too (http-proxy's `ws` pass pipes the raw sockets, as the sidecar's does).
+ * Its accept queue is 4096, like the sidecar's (Node's 511 overflows with 1,000 callers connecting at once).
  * Run as its own process: `PORT=… TARGET_URL=http://127.0.0.1:… node --import tsx bench/bare-http-proxy.ts`
  */
 const port = Number(process.env.PORT ?? 8080)
@@ -32,7 +33,7 @@ server.on('upgrade', (req, socket, head) => {
   socket.on('error', () => { socket.destroy() })
   proxy.ws(req, socket, head)
 })
-server.listen(port, host, () => { process.stdout.write(`bare http-proxy on ${host}:${port} → ${target}\n`) })
+server.listen({ port, host, backlog: 4096 }, () => { process.stdout.write(`bare http-proxy on ${host}:${port} → ${target}\n`) })
 process.once('SIGTERM', () => {
   server.closeAllConnections()
   for (const socket of upgraded) socket.destroy()

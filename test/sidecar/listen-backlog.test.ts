@@ -24,8 +24,9 @@ function hasSs (): boolean {
   }
 }
 
-t.test('both listeners ask the kernel for a 4096-connection accept queue (Node defaults to 511)', async t => {
-  if (process.platform !== 'linux' || !hasSs()) { t.skip('needs Linux and `ss`'); return }
+const skip = process.platform !== 'linux' || !hasSs() ? 'needs Linux and `ss`' : false
+
+t.test('both listeners ask the kernel for a 4096-connection accept queue (Node defaults to 511)', { skip }, async t => {
   const app = await startTestServer((req, res) => { res.end() })
   const h = await startHarness(app.url, { DISABLE_AUTH: 'true' })
   t.teardown(async () => { await h.close(); await app.close() })
