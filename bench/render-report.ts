@@ -3,20 +3,25 @@ import { dirname, join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { renderChart } from './chart.ts'
 import { updateReadme } from './readme-summary.ts'
+import { SCENARIOS } from './scenarios/all.ts'
+import type { BenchSettings } from './settings.ts'
 import { type BenchReport, renderMarkdown } from './report.ts'
 
 /**
  * Re-renders a report without re-running the bench: reads a latest.json (default
  * bench/results/latest.json) and writes the .md and .svg beside it, with the same base name.
  *
- *   node --import tsx bench/render-report.ts [--readme] [path/to/latest.json]
+ *   node --import tsx bench/render-report.ts [--evaluate] [--readme] [path/to/latest.json]
  *
- * `--readme` also rewrites the summary between the markers in the project README.
+ * `--evaluate` first makes each scenario's ratios and checks again from the stored measurements
+ * (after a change to a scenario's `evaluate`; the JSON is rewritten too). `--readme` also rewrites
+ * the summary between the markers in the project README.
  */
 const defaultJson = join(dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json')
 const args = process.argv.slice(2)
 const readme = args.includes('--readme')
-const jsonFile = resolve(args.find(a => a !== '--readme') ?? defaultJson)
+const evaluate = args.includes('--evaluate')
+const jsonFile = resolve(args.find(a => !a.startsWith('--')) ?? defaultJson)
 
 let report: BenchReport
 try {
@@ -28,6 +33,21 @@ try {
 if (report.schema !== 1 || !Array.isArray(report.scenarios)) {
   console.error(`bench:render: ${jsonFile} is not a bench report (schema 1 with scenarios)`)
   process.exit(1)
+}
+
+if (evaluate) {
+  const settings: BenchSettings = { ...report.settings, targets: report.settings.targets === null ? undefined : new Set(report.settings.targets) }
+  report = {
+    ...report,
+    scenarios: report.scenarios.map(stored => {
+      const scenario = SCENARIOS.find(s => s.name === stored.name)
+      if (scenario === undefined) return stored
+      const evaluation = scenario.evaluate(stored.targets, settings)
+      return { ...stored, ratios: evaluation.ratios, checks: evaluation.checks, ...(evaluation.notes === undefined ? {} : { notes: evaluation.notes }) }
+    })
+  }
+  writeFileSync(jsonFile, JSON.stringify(report, null, 2) + '\n')
+  console.error(`re-evaluated and wrote ${relative(process.cwd(), jsonFile)}`)
 }
 
 const base = jsonFile.replace(/\.json$/, '')

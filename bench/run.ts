@@ -13,12 +13,7 @@ import { watchPeakRss } from './process-memory.ts'
 import { updateReadme } from './readme-summary.ts'
 import { type BenchReport, environment, scenarioReport, type ScenarioReport, writeReport } from './report.ts'
 import type { BenchContext, LoadPhase, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from './scenario.ts'
-import { gateScenario } from './scenarios/gate.ts'
-import { getBuildScenario } from './scenarios/get-build.ts'
-import { jsonPostScenario } from './scenarios/json-post.ts'
-import { sseScenario } from './scenarios/sse.ts'
-import { webhooksScenario } from './scenarios/webhooks.ts'
-import { websocketScenario } from './scenarios/websocket.ts'
+import { SCENARIOS } from './scenarios/all.ts'
 import { type BenchSettings, loadSettings } from './settings.ts'
 
 /**
@@ -26,7 +21,6 @@ import { type BenchSettings, loadSettings } from './settings.ts'
  * turn (several interleaved rounds), then bench/results/latest.{json,md,svg} and the Markdown on
  * stdout. Progress goes to stderr.
  */
-const SCENARIOS: Scenario[] = [jsonPostScenario, sseScenario, webhooksScenario, getBuildScenario, gateScenario, websocketScenario]
 const DEFAULT_SCENARIOS = ['all']
 
 function chosenScenarios (settings: BenchSettings): Scenario[] {
