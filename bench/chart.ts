@@ -181,7 +181,8 @@ function pickLatencyPhase (scenario: ScenarioReport, main: PhaseInfo): PhaseInfo
     const rate = rateOf(phase)
     return rate > 0 && rate < mainRate * LATENCY_PHASE_MAX_RATE_SHARE
   })
-  return slower.at(-1) ?? main
+  // an evenly paced phase is what a caller sees at a steady rate: the latency to show when there is one
+  return slower.find(phase => phase.id === 'paced') ?? slower.at(-1) ?? main
 }
 
 function barGroup (rows: Row[], top: number, style: { color: string, rowHeight: number, barHeight: number, size: number }): { svg: string[], bottom: number } {
