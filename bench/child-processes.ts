@@ -104,8 +104,21 @@ export function guardAgainstOrphans (cleanup: () => void): void {
   }
 }
 
-/** A free TCP port on loopback (bound and released; another process could take it, which is unlikely). */
+/** Ports this process has handed out: the kernel may offer a just-closed port again, and two servers of one target must not get the same. */
+const handedOut = new Set<number>()
+
+/** A free TCP port on loopback, never one handed out before (bound and released; another process could take it, which is unlikely). */
 export async function freePort (): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = await anyFreePort()
+    if (handedOut.has(port)) continue
+    handedOut.add(port)
+    return port
+  }
+  throw new Error('no free port that was not handed out already')
+}
+
+async function anyFreePort (): Promise<number> {
   const server = createServer()
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
