@@ -85,8 +85,7 @@ export interface LoadOptions {
  * between targets are the point of this bench.
  */
 export async function runLoad (request: LoadRequest, options: LoadOptions): Promise<Measurement> {
-  let latencies = new Float64Array(1 << 16)
-  let count = 0
+  const latencies = new Latencies()
   let finish: (error: unknown, result: autocannon.Result) => void = () => {}
   const done = new Promise<autocannon.Result>((resolve, reject) => {
     finish = (error, result) => { if (error === null || error === undefined) resolve(result); else reject(error as Error) }
@@ -105,17 +104,12 @@ export async function runLoad (request: LoadRequest, options: LoadOptions): Prom
   }, (error, result) => { finish(error, result) })
   instance.on('response', (_client, statusCode, _bytes, responseTime) => {
     if (statusCode < 200 || statusCode >= 300) return
-    if (count === latencies.length) {
-      const grown = new Float64Array(latencies.length * 2)
-      grown.set(latencies)
-      latencies = grown
-    }
-    latencies[count++] = responseTime
+    latencies.push(responseTime)
   })
   const result = await done
   const statusCodes: Record<string, number> = {}
   for (const [code, stat] of Object.entries(result.statusCodeStats ?? {})) statusCodes[code] = stat.count ?? 0
-  return summarize(latencies.subarray(0, count), {
+  return summarize(latencies.values.subarray(0, latencies.count), {
     ok: result['2xx'],
     errors: result.errors,
     timeouts: result.timeouts,
@@ -142,6 +136,20 @@ function uniqueIdRequest (ids: NonNullable<LoadOptions['requestIds']>): autocann
         if (name.length === 12 && name.toLowerCase() === 'x-request-id' && typeof value === 'string') { ids.onAnswered(value); return }
       }
     }
+  }
+}
+
+/** A growing list of latencies (ms), for the load generators that time each response themselves. */
+export class Latencies {
+  values = new Float64Array(1 << 16)
+  count = 0
+  push (value: number): void {
+    if (this.count === this.values.length) {
+      const grown = new Float64Array(this.values.length * 2)
+      grown.set(this.values)
+      this.values = grown
+    }
+    this.values[this.count++] = value
   }
 }
 

@@ -1,6 +1,6 @@
 import http from 'node:http'
 import { createParser } from 'eventsource-parser'
-import { type LoadRequest, type Measurement, summarize } from './load.ts'
+import { Latencies, type LoadRequest, type Measurement, summarize } from './load.ts'
 
 /**
  * The streaming load generator: `streams` concurrent requests to a bench/stream-app.ts stream
@@ -18,19 +18,6 @@ export interface StreamLoadOptions {
 }
 
 const nowUs = (): number => (performance.timeOrigin + performance.now()) * 1000
-
-class Latencies {
-  values = new Float64Array(1 << 16)
-  count = 0
-  push (value: number): void {
-    if (this.count === this.values.length) {
-      const grown = new Float64Array(this.values.length * 2)
-      grown.set(this.values)
-      this.values = grown
-    }
-    this.values[this.count++] = value
-  }
-}
 
 /** What one stream saw. */
 interface StreamOutcome { status: number, events: number, lost: number, failed: boolean }

@@ -1,5 +1,5 @@
 import WebSocket from 'ws'
-import { type LoadRequest, type Measurement, summarize } from './load.ts'
+import { Latencies, type LoadRequest, type Measurement, summarize } from './load.ts'
 
 /**
  * The WebSocket load generator: `connections` WebSockets to an echo endpoint (the example app's
@@ -30,19 +30,6 @@ const CLOSE_TIMEOUT_MS = 2_000
 function message (connection: number, seq: number): string {
   const head = `c${connection}#${seq} `
   return head + FILLER.slice(head.length)
-}
-
-class Latencies {
-  values = new Float64Array(1 << 16)
-  count = 0
-  push (value: number): void {
-    if (this.count === this.values.length) {
-      const grown = new Float64Array(this.values.length * 2)
-      grown.set(this.values)
-      this.values = grown
-    }
-    this.values[this.count++] = value
-  }
 }
 
 /** One connection's messages in flight (oldest first), what it got back, and how it ended. */
