@@ -8,27 +8,33 @@ import { fileURLToPath } from 'node:url'
 import { createParser } from 'eventsource-parser'
 import WebSocket from 'ws'
 import { createTokenIssuer, serveJwks } from '../src/demo/demo-token-issuer.ts'
-import { scrapeMetrics, sumOf } from './admin-metrics.ts'
+import { LiveHeapProbe } from './live-heap.ts'
 import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp200 } from './child-processes.ts'
 
 /**
  * `npm run soak`: SOAK_SECONDS (default 600) of mixed traffic through a real sidecar process:
  * plain calls (a third with a webhook to a flaky receiver), NDJSON streams turned into SSE, and
  * WebSockets. The sidecar's RSS, open file descriptors and sockets are sampled every second, and
- * its V8 heap in use (its own /metrics). Fails (exit 1) when memory keeps growing, sockets leak, a
- * call fails, or a webhook is lost or delivered more often than the retry table allows.
+ * its live heap every LIVE_HEAP_EVERY_S seconds. Fails (exit 1) when memory keeps growing, sockets
+ * leak, a call fails, or a webhook is lost or delivered more often than the retry table allows.
  *
- * Memory: RSS follows V8's heap *limit*, which V8 raises and lowers lazily, so it swings by tens
- * of MB without a leak. What a leak raises is the live heap: the floor the heap in use falls back
- * to after each collection. So the verdict compares the lowest heap-in-use of the last quarter of
- * the run with that of the second quarter (after warm-up), and RSS only for runaway growth.
+ * Memory: RSS follows V8's heap *limit*, which V8 raises and lowers lazily, and the heap in use
+ * between collections depends on when the collector last ran: both swing by tens of MB without a
+ * leak. What a leak raises is the live heap, what is left after a full collection. The sidecar
+ * runs with `--inspect` on loopback, and the soak forces that collection through the inspector
+ * protocol (bench/live-heap.ts), then reads the heap in use. The verdict compares the live heap of
+ * the last quarter of the run with the second quarter's (after warm-up), and RSS only for runaway
+ * growth.
  */
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 600)
 const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 16)
 const ATTEMPTS = 3
 
-interface Sample { t: number, rssMb: number, fds: number, sockets: number, heapUsedMb?: number }
+const LIVE_HEAP_EVERY_S = 20
+
+interface Sample { t: number, rssMb: number, fds: number, sockets: number }
+interface LiveHeap { t: number, mb: number }
 interface Delivery { statuses: number[] }
 
 function procStats (pid: number): Omit<Sample, 't'> {
@@ -110,11 +116,12 @@ async function main (): Promise<number> {
   const appPort = await freePort()
   const port = await freePort()
   const adminPort = await freePort()
+  const inspectPort = await freePort()
   const app = spawnChild({ name: 'app', command: process.execPath, args: ['dist/demo/example-app.js'], env: { PORT: String(appPort) }, cwd: ROOT, logDir })
   const sidecar = spawnChild({
     name: 'sidecar',
     command: process.execPath,
-    args: ['dist/bin/app-sidecar.js'],
+    args: [`--inspect=127.0.0.1:${inspectPort}`, 'dist/bin/app-sidecar.js'],
     env: {
       PORT: String(port), ADMIN_PORT: String(adminPort), HOST: '127.0.0.1', APP_URL: `http://127.0.0.1:${appPort}`,
       STORE_URL: jwks.url.origin, AUTH_JWKS_URL: jwks.url.href, LOG_LEVEL: 'warn', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8',
@@ -128,17 +135,17 @@ async function main (): Promise<number> {
   const auth = { authorization: `Bearer ${token}` }
   const base = `http://127.0.0.1:${port}/v4/soak/app`
   const baseline = procStats(sidecar.pid)
+  const probe = await LiveHeapProbe.connect(inspectPort)
 
   const samples: Sample[] = []
   const counts = { plain: 0, webhooks: 0, streams: 0, websockets: 0, failures: 0 }
   const failures: string[] = []
   const started = Date.now()
-  const adminOrigin = `http://127.0.0.1:${adminPort}`
-  const sampler = setInterval(() => {
-    const sample: Sample = { t: (Date.now() - started) / 1000, ...procStats(sidecar.pid) }
-    samples.push(sample)
-    scrapeMetrics(adminOrigin).then(metrics => { sample.heapUsedMb = sumOf(metrics, 'nodejs_heap_size_used_bytes') / 1e6 }, () => {})
-  }, 1000)
+  const liveHeap: LiveHeap[] = []
+  const elapsed = (): number => (Date.now() - started) / 1000
+  const readLiveHeap = async (): Promise<void> => { liveHeap.push({ t: elapsed(), mb: await probe.liveHeapMb() }) }
+  const sampler = setInterval(() => { samples.push({ t: elapsed(), ...procStats(sidecar.pid) }) }, 1000)
+  const heapSampler = setInterval(() => { readLiveHeap().catch(() => {}) }, LIVE_HEAP_EVERY_S * 1000)
   let seq = 0
   const worker = async (): Promise<void> => {
     while (Date.now() - started < SECONDS * 1000) {
@@ -170,6 +177,9 @@ async function main (): Promise<number> {
   // let pending webhook retries and keep-alive sockets settle
   await sleep(3000)
   clearInterval(sampler)
+  clearInterval(heapSampler)
+  await readLiveHeap()
+  probe.close()
   const end = procStats(sidecar.pid)
 
   // webhooks: each run id delivered exactly once when any attempt got a 200, and only then, within the retry table
@@ -188,16 +198,16 @@ async function main (): Promise<number> {
   }
   if (receiver.deliveries.size !== counts.webhooks) webhookProblems.push(`${counts.webhooks} webhooks asked for, ${receiver.deliveries.size} seen by the receiver`)
 
-  // memory: the live heap (heap-in-use floor) of the last quarter must not sit well above the
-  // second quarter's (warm-up excluded); RSS may swing with V8's heap limit, but not run away
+  // memory: the live heap of the last quarter must not sit well above the second quarter's
+  // (warm-up excluded); RSS may swing with V8's heap limit, but not run away
   const quarter = Math.max(1, Math.floor(samples.length / 4))
-  const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0
-  const floor = (part: Sample[]): number => Math.min(...part.map(s => s.heapUsedMb ?? Infinity))
+  const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN
   const earlyRss = median(samples.slice(quarter, 2 * quarter).map(s => s.rssMb))
   const lateRss = median(samples.slice(-quarter).map(s => s.rssMb))
-  const earlyHeap = floor(samples.slice(quarter, 2 * quarter))
-  const lateHeap = floor(samples.slice(-quarter))
-  const heapGrowing = !Number.isFinite(earlyHeap) || !Number.isFinite(lateHeap) || (lateHeap > earlyHeap * 1.25 && lateHeap - earlyHeap > 10)
+  const runSeconds = elapsed()
+  const earlyHeap = median(liveHeap.filter(h => h.t >= runSeconds / 4 && h.t < runSeconds / 2).map(h => h.mb))
+  const lateHeap = median(liveHeap.filter(h => h.t >= runSeconds * 3 / 4).map(h => h.mb))
+  const heapGrowing = !Number.isFinite(earlyHeap) || !Number.isFinite(lateHeap) || (lateHeap > earlyHeap * 1.2 && lateHeap - earlyHeap > 5)
   const memoryGrowing = heapGrowing || (lateRss > earlyRss * 2 && lateRss - earlyRss > 100)
   const socketLeak = end.sockets > baseline.sockets + 2 * CONCURRENCY + 8
 
@@ -208,7 +218,7 @@ async function main (): Promise<number> {
     failures,
     webhooks: { asked: counts.webhooks, seen: receiver.deliveries.size, delivered, problems: webhookProblems.slice(0, 20) },
     rssMb: { baseline: baseline.rssMb, early: earlyRss, late: lateRss, peak: Math.max(...samples.map(s => s.rssMb)) },
-    liveHeapMb: { early: earlyHeap, late: lateHeap },
+    liveHeapMb: { early: earlyHeap, late: lateHeap, readings: liveHeap },
     sockets: { baseline: baseline.sockets, end: end.sockets, peak: Math.max(...samples.map(s => s.sockets)) },
     fds: { baseline: baseline.fds, end: end.fds },
     verdict: { memoryGrowing, socketLeak, callFailures: counts.failures > 0, webhookProblems: webhookProblems.length > 0 },
