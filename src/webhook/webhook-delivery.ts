@@ -120,7 +120,15 @@ export class WebhookDelivery {
         headers['webhook-signature'] = signStandardWebhook(job.secret, job.runId, timestamp, job.body)
       }
     }
-    const timeout = AbortSignal.timeout(this.#settings.timeoutMs)
+    // One controller per attempt, aborted by the attempt's time limit or by the sender's shutdown
+    // signal, whose listener goes again when the attempt ends. Not AbortSignal.any([signal, …]):
+    // on Node 20 each call leaves an entry on the long-lived shutdown signal for good
+    // (nodejs/node#55351), a leak of about 70 bytes per attempt that the soak showed.
+    const attempt = new AbortController()
+    let timedOut = false
+    const timer = setTimeout(() => { timedOut = true; attempt.abort(new Error('webhook attempt timed out')) }, this.#settings.timeoutMs)
+    const shutdown = (): void => { attempt.abort(signal.reason) }
+    signal.addEventListener('abort', shutdown, { once: true })
     try {
       this.#settings.guard.checkLiteralHost(job.url.hostname)
       const response = await this.#agent.request({
@@ -129,12 +137,15 @@ export class WebhookDelivery {
         method: 'POST',
         headers,
         body: job.body,
-        signal: AbortSignal.any([signal, timeout])
+        signal: attempt.signal
       })
       await response.body.dump()
       return outcomeOfStatus(response.statusCode)
     } catch (error) {
-      return classify(error, timeout.aborted)
+      return classify(error, timedOut)
+    } finally {
+      clearTimeout(timer)
+      signal.removeEventListener('abort', shutdown)
     }
   }
 

@@ -1,5 +1,10 @@
+import { getEventListeners } from 'node:events'
 import { performance } from 'node:perf_hooks'
+import pino from 'pino'
 import t from 'tap'
+import { SidecarMetrics } from '../../src/sidecar/metrics.ts'
+import { AddressGuard } from '../../src/webhook/address-guard.ts'
+import { WebhookDelivery } from '../../src/webhook/webhook-delivery.ts'
 import { eventually, type Harness, type LogLine, type TestServer } from '../helpers/sidecar-harness.ts'
 import { closedPort, type ReceivedAttempt, type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { call, deliveriesFinished, linesWith, LOOPBACK_ENV, sidecarFor, startWebhookApp, wait, webhookCounts, type WebhookCounts } from './webhook-kit.ts'
@@ -231,4 +236,30 @@ t.test('WEBHOOK_MAX_DELAY_MS=0: retries follow at once', async t => {
   t.equal(r.attempts.length, 3)
   checkPauses(t, r.attempts, 0)
   checkFailure(t, r, 3, 'status 404')
+})
+
+t.test('attempts leave nothing on the long-lived shutdown signal (AbortSignal.any would: nodejs/node#55351)', async t => {
+  const receiver = await startWebhookReceiver([404, 200])
+  t.teardown(() => receiver.close())
+  const delivery = new WebhookDelivery({
+    attempts: 3,
+    maxDelayMs: 1,
+    timeoutMs: 2000,
+    brand: 'Sidecar',
+    guard: new AddressGuard([{ address: '127.0.0.0', prefix: 8, family: 4 }]),
+    metrics: new SidecarMetrics(),
+    logger: pino({ level: 'silent' })
+  })
+  t.teardown(() => delivery.close())
+  const shutdown = new AbortController()
+  const results: string[] = []
+  for (let i = 0; i < 20; i++) {
+    results.push(await delivery.deliver({ url: new URL(`${receiver.url}/hook`), runId: `sig-${i}`, body: '{}', secret: undefined }, shutdown.signal))
+  }
+  t.same(results, Array(20).fill('delivered'), 'the first job took a 404 and a retry, the others went through at once')
+  t.equal(receiver.attempts.length, 21)
+  t.equal(getEventListeners(shutdown.signal, 'abort').length, 0, 'no abort listener is left behind')
+  const dependants = Object.getOwnPropertySymbols(shutdown.signal).find(s => s.description === 'kDependantSignals')
+  const kept = dependants === undefined ? undefined : (shutdown.signal as unknown as Record<symbol, Set<unknown> | undefined>)[dependants]
+  t.equal(kept?.size ?? 0, 0, 'no dependent signal is registered on it')
 })
