@@ -4,7 +4,8 @@ import {
   type BenchChild, freePort, spawnChild, waitForHttp200, waitForPort
 } from './child-processes.ts'
 import { findNginx, nginxConfig } from './nginx-config.ts'
-import type { BenchContext } from './scenario.ts'
+import type { LoadRequest } from './load.ts'
+import type { BenchContext, RunningTarget } from './scenario.ts'
 
 /**
  * Starting the servers under test, each as its own process, each waited for until it is ready.
@@ -15,6 +16,18 @@ export interface StartedServer {
   readonly port: number
   /** `http://127.0.0.1:<port>` */
   readonly origin: string
+}
+
+/**
+ * A target that is one server of its own in front of what the scenario shares (the bare proxy,
+ * nginx): started by `start`, called with `request(origin)`, its process stopped with it.
+ */
+export function serverTarget (start: () => Promise<StartedServer>, request: (origin: string) => LoadRequest,
+  checkResponse: RunningTarget['checkResponse']): () => Promise<RunningTarget> {
+  return async () => {
+    const server = await start()
+    return { request: request(server.origin), checkResponse, children: [server.child], stop: async () => { await server.child.stop() } }
+  }
 }
 
 /** The example app (`dist/demo/example-app.js`): POST /run {"name"} → {"greeting"}. */

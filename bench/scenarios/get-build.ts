@@ -4,7 +4,7 @@ import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { measureThroughput, type LoadRequest } from '../load.ts'
 import { type BenchSchema, createBenchSchema, safeUrl } from '../postgres-schema.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
-import { nginxSkipReason, startBuildStoreProcess, startNginx, startSidecarProcess, type StartedServer } from '../targets.ts'
+import { nginxSkipReason, serverTarget, startBuildStoreProcess, startNginx, startSidecarProcess, type StartedServer } from '../targets.ts'
 
 /**
  * Issue 5: Get Build through the sidecar (`/v2` forwarded with its Authorization) vs from the
@@ -117,15 +117,8 @@ function nginxTarget (ctx: BenchContext, backend: Backend): TargetDef {
     id: 'nginx',
     label: 'nginx → store (embedded)',
     ...(skipReason === undefined ? {} : { skipReason }),
-    start: async (): Promise<RunningTarget> => {
-      const nginx = await startNginx(ctx, backend.store.port)
-      return {
-        request: { url: `${nginx.origin}${PATH}`, method: 'GET', headers: { authorization: `Bearer ${backend.token}` } },
-        checkResponse: expectBuild,
-        children: [nginx.child],
-        stop: async () => { await nginx.child.stop() }
-      }
-    }
+    start: serverTarget(async () => await startNginx(ctx, backend.store.port),
+      origin => ({ url: `${origin}${PATH}`, method: 'GET', headers: { authorization: `Bearer ${backend.token}` } }), expectBuild)
   }
 }
 

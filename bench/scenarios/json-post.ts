@@ -6,7 +6,7 @@ import { ownFigure, thresholdCheck } from '../checks.ts'
 import { perRoundText } from '../report.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { nginxSkipReason, startBareProxy, startExampleApp, startNginx, startSidecarProcess } from '../targets.ts'
+import { nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startNginx, startSidecarProcess } from '../targets.ts'
 
 /**
  * The sidecar's bread and butter: a small JSON POST answered at once by the example app,
@@ -90,10 +90,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     {
       id: 'http-proxy',
       label: 'bare http-proxy (keep-alive agent)',
-      start: async () => {
-        const proxy = await startBareProxy(ctx, app.origin)
-        return { request: appRequest(proxy.origin), checkResponse: rawApp, children: [proxy.child], stop: async () => { await proxy.child.stop() } }
-      }
+      start: serverTarget(async () => await startBareProxy(ctx, app.origin), appRequest, rawApp)
     },
     sidecarTarget('warn'),
     ...(ctx.settings.sidecarInfo ? [sidecarTarget('info')] : []),
@@ -102,10 +99,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       id: 'nginx',
       label: 'nginx (1 worker, upstream keepalive)',
       ...(nginxSkip === undefined ? {} : { skipReason: nginxSkip }),
-      start: async () => {
-        const nginx = await startNginx(ctx, app.port)
-        return { request: appRequest(nginx.origin), checkResponse: rawApp, children: [nginx.child], stop: async () => { await nginx.child.stop() } }
-      }
+      start: serverTarget(async () => await startNginx(ctx, app.port), appRequest, rawApp)
     }
   ]
   return {

@@ -1,10 +1,10 @@
 import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
-import { type Check, type Evaluation, type PreparedScenario, type Ratio, type RunningTarget, type Scenario, type TargetResult } from '../scenario.ts'
+import { type Check, type Evaluation, type PreparedScenario, type Ratio, type Scenario, type TargetResult } from '../scenario.ts'
 import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import type { LoadRequest } from '../load.ts'
 import type { BenchSettings } from '../settings.ts'
 import { runStreams } from '../stream-load.ts'
-import { nginxSkipReason, startBenchServer, startNginx, startSidecarProcess } from '../targets.ts'
+import { nginxSkipReason, serverTarget, startBenchServer, startNginx, startSidecarProcess } from '../targets.ts'
 
 /**
  * Issue 3: events per second and per-event latency through the sidecar vs the app reached
@@ -32,16 +32,15 @@ async function prepare (ctx: Parameters<Scenario['prepare']>[0]): Promise<Prepar
   const issuer = await createTokenIssuer()
   const jwks = await serveJwks([issuer])
   const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
-  const ndjson = (origin: string, children: RunningTarget['children'], stop: RunningTarget['stop']): RunningTarget => ({
-    request: { url: `${origin}/stream`, method: 'GET', headers: {} },
-    checkResponse: expectEvents(false),
-    children,
-    stop
-  })
+  const ndjson = (origin: string): LoadRequest => ({ url: `${origin}/stream`, method: 'GET', headers: {} })
   const nginxSkip = nginxSkipReason()
   return {
     targets: [
-      { id: 'direct', label: 'direct (stream app, NDJSON)', start: async () => ndjson(app.origin, [], async () => {}) },
+      {
+        id: 'direct',
+        label: 'direct (stream app, NDJSON)',
+        start: async () => ({ request: ndjson(app.origin), checkResponse: expectEvents(false), children: [], stop: async () => {} })
+      },
       {
         id: 'sidecar',
         label: 'sidecar (NDJSON → SSE)',
@@ -66,10 +65,7 @@ async function prepare (ctx: Parameters<Scenario['prepare']>[0]): Promise<Prepar
         id: 'nginx',
         label: 'nginx (NDJSON passed through)',
         ...(nginxSkip === undefined ? {} : { skipReason: nginxSkip }),
-        start: async () => {
-          const nginx = await startNginx(ctx, app.port)
-          return ndjson(nginx.origin, [nginx.child], async () => { await nginx.child.stop() })
-        }
+        start: serverTarget(async () => await startNginx(ctx, app.port), ndjson, expectEvents(false))
       }
     ],
     children: [app.child],

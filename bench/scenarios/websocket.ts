@@ -1,9 +1,9 @@
 import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { ownFigure, pairedRatio, type PhaseRounds, roundsOf, withRounds } from '../checks.ts'
 import type { LoadRequest, Measurement } from '../load.ts'
-import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { nginxSkipReason, startBareProxy, startExampleApp, startNginx, startSidecarProcess, type StartedServer } from '../targets.ts'
+import { nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startNginx, startSidecarProcess } from '../targets.ts'
 import { MESSAGE_BYTES, runWebSockets } from '../ws-load.ts'
 
 /**
@@ -32,13 +32,6 @@ function expectAppAnswer (status: number, body: string): void {
 const wsRequest = (origin: string, path = '/ws', headers: Record<string, string> = {}): LoadRequest =>
   ({ url: `${origin}${path}`, method: 'GET', headers })
 
-/** A target that is one process in front of the app: the bare http-proxy or nginx. */
-function proxyTarget (start: () => Promise<StartedServer>): () => Promise<RunningTarget> {
-  return async () => {
-    const proxy = await start()
-    return { request: wsRequest(proxy.origin), checkResponse: expectAppAnswer, children: [proxy.child], stop: async () => { await proxy.child.stop() } }
-  }
-}
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const app = await startExampleApp(ctx)
@@ -55,7 +48,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     {
       id: 'http-proxy',
       label: 'bare http-proxy (ws pass)',
-      start: proxyTarget(async () => await startBareProxy(ctx, app.origin))
+      start: serverTarget(async () => await startBareProxy(ctx, app.origin), origin => wsRequest(origin), expectAppAnswer)
     },
     {
       id: 'sidecar',
@@ -77,7 +70,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       id: 'nginx',
       label: 'nginx (1 worker, Upgrade passed)',
       ...(nginxSkip === undefined ? {} : { skipReason: nginxSkip }),
-      start: proxyTarget(async () => await startNginx(ctx, app.port))
+      start: serverTarget(async () => await startNginx(ctx, app.port), origin => wsRequest(origin), expectAppAnswer)
     }
   ]
   return {
