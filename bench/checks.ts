@@ -23,12 +23,6 @@ export function ownFigure (id: string, label: string, unit: Ratio['unit'], a: Ph
   return pairedRatio(id, label, unit, a, a, x => figure(x))
 }
 
-export const times = (v: number): string => `${v.toFixed(2)}×`
-export const millis = (v: number): string => `${v >= 0 ? '+' : '−'}${Math.abs(v).toFixed(2)} ms`
-export const percent = (v: number): string => `${(v * 100).toFixed(1)}%`
-
-export const perSecond = (v: number): string => `${Math.round(v).toLocaleString('en-US')} req/s`
-
 
 /** `value (per round: …)`, with † when no round was quiet. */
 export function withRounds (ratio: Ratio, value: number): string {
@@ -50,7 +44,7 @@ export function thresholdCheck (label: string, ratio: Ratio, limit: number, atLe
   const sign = margin >= 0 ? '+' : '−'
   const marginText = ratio.unit === '%'
     ? `${sign}${Math.abs(margin * 100).toFixed(1)} points`
-    : ratio.unit === 'ms' ? millis(margin) : `${sign}${format(Math.abs(margin))}`
+    : ratio.unit === 'ms' ? format(margin) : `${sign}${format(Math.abs(margin))}`
   return {
     label,
     status: pass ? 'PASS' : 'FAIL',

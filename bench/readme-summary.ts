@@ -1,5 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs'
-import type { BenchReport, ScenarioReport } from './report.ts'
+import { type BenchReport, int, type ScenarioReport } from './report.ts'
 
 /**
  * The short form of a bench report that the project README shows, between two markers, so the
@@ -9,7 +9,6 @@ import type { BenchReport, ScenarioReport } from './report.ts'
 export const SUMMARY_START = '<!-- bench-summary:start (written by npm run bench from bench/results/latest.json; edits here are overwritten) -->'
 export const SUMMARY_END = '<!-- bench-summary:end -->'
 
-const int = (n: number): string => Math.round(n).toLocaleString('en-US')
 const cell = (text: string): string => text.replace(/\s*\n\s*/g, ' ').replaceAll('|', '\\|').replaceAll('*', '\\*')
 
 /** The check's figure without its per-round list: `0.90×`, `+3.19 ms`. */

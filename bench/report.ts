@@ -80,7 +80,8 @@ const oneLine = (text: string): string => {
   const flat = text.replace(/\s*\n\s*/g, ' ').replaceAll('|', '\\|')
   return flat.length > 200 ? flat.slice(0, 199) + '…' : flat
 }
-const int = (n: number | undefined): string => n === undefined || !Number.isFinite(n) ? '–' : Math.round(n).toLocaleString('en-US')
+/** A whole number with thousands separators (`12,345`), `–` when there is none. */
+export const int = (n: number | undefined): string => n === undefined || !Number.isFinite(n) ? '–' : Math.round(n).toLocaleString('en-US')
 const ms = (n: number | undefined): string => n === undefined || !Number.isFinite(n) ? '–' : n.toFixed(2)
 const fixed = (n: number | undefined, digits: number): string => n === undefined || !Number.isFinite(n)
   ? '–'

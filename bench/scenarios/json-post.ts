@@ -3,7 +3,7 @@ import { measureFixedRate, measureManyConnections, measureThroughput, type LoadR
 import { measurePacedRate } from '../paced-load.ts'
 import { pairedByRound } from '../aggregate.ts'
 import { ownFigure, thresholdCheck } from '../checks.ts'
-import { perRoundText } from '../report.ts'
+import { formatOf, perRoundText } from '../report.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
 import { nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startNginx, startSidecarProcess } from '../targets.ts'
@@ -153,8 +153,6 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
   const ratio = (id: string): Ratio => ratios.find(r => r.id === id) as Ratio
   const perRound = (r: Ratio, format: (v: number) => string): string =>
     `per round: ${perRoundText(r, format)}${r.disturbed === true ? '; no round was quiet, disturbed by other load (†)' : ''}`
-  const times = (v: number): string => `${v.toFixed(2)}×`
-  const millis = (v: number): string => `${v >= 0 ? '+' : '−'}${Math.abs(v).toFixed(2)} ms`
 
   const throughput = ratio('sidecar/http-proxy')
   const throughputLabel = `sidecar ≥ ${THROUGHPUT_RATIO_TARGET}× bare http-proxy requests/s`
@@ -164,7 +162,7 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
       : {
           label: throughputLabel,
           status: throughput.value >= THROUGHPUT_RATIO_TARGET ? 'PASS' : 'FAIL',
-          detail: `${times(throughput.value)} (${perRound(throughput, times)})`
+          detail: `${formatOf(throughput)(throughput.value)} (${perRound(throughput, formatOf(throughput))})`
         }
   ]
   for (const [phaseId, phaseName] of [['fixedRate', 'autocannon overallRate'], ['paced', 'evenly paced']] as const) {
@@ -180,7 +178,7 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
       checks.push({
         label,
         status: delta.value <= P99_DELTA_TARGET_MS ? 'PASS' : 'FAIL',
-        detail: `${millis(delta.value)} (${perRound(delta, millis)})`
+        detail: `${formatOf(delta)(delta.value)} (${perRound(delta, formatOf(delta))})`
       })
     }
   }
