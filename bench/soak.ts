@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs'
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -9,6 +9,7 @@ import { createParser } from 'eventsource-parser'
 import WebSocket from 'ws'
 import { createTokenIssuer, serveJwks } from '../src/demo/demo-token-issuer.ts'
 import { LiveHeapProbe } from './live-heap.ts'
+import { rssMb } from './process-memory.ts'
 import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp200 } from './child-processes.ts'
 
 /**
@@ -38,14 +39,12 @@ interface LiveHeap { t: number, mb: number }
 interface Delivery { statuses: number[] }
 
 function procStats (pid: number): Omit<Sample, 't'> {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
-  const rssKb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0)
   const fds = readdirSync(`/proc/${pid}/fd`)
   let sockets = 0
   for (const fd of fds) {
     try { if (readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:')) sockets++ } catch {}
   }
-  return { rssMb: rssKb * 1024 / 1e6, fds: fds.length, sockets }
+  return { rssMb: rssMb(pid) ?? 0, fds: fds.length, sockets }
 }
 
 /** A receiver that answers 404 (retry), resets (retry) or 200, at random, and records each attempt per run id. */
