@@ -1,4 +1,4 @@
-import type { ServerResponse } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import { SidecarError } from '../errors.ts'
 
 const INTERNAL = new SidecarError(500, 'SIDECAR_INTERNAL', 'internal error')
@@ -23,5 +23,19 @@ export function sendError (res: ServerResponse, runId: string | undefined, error
     for (const name in known.headers) res.setHeader(name, known.headers[name] as string)
   }
   if (closeConnection) res.setHeader('connection', 'close')
+  else if (!res.req.complete) limitUnreadBody(res.req)
   res.end(body)
+}
+
+/** How long the rest of a refused request's body may take to arrive before its connection is cut. */
+export const UNREAD_BODY_MS = 1000
+
+/**
+ * Node reads a refused request's body to its end before the connection serves another request:
+ * a body that arrived with its headers costs nothing, but a trickled one would hold the
+ * connection open at the caller's pace, so it gets UNREAD_BODY_MS.
+ */
+function limitUnreadBody (req: IncomingMessage): void {
+  const timer = setTimeout(() => { req.socket.destroy() }, UNREAD_BODY_MS)
+  req.once('close', () => { clearTimeout(timer) })
 }
