@@ -1,29 +1,29 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
+import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
 import { AppUnreachableError, SidecarError } from '../errors.ts'
-import { sendError } from './error-response.ts'
-import { describeNetworkError } from './network-error.ts'
-import type { ResponseSink, SinkContext } from './response-sinks.ts'
+import { describeNetworkError } from '../shared/network-errors.ts'
+import type { ResponseCapture, ResponseSink, SinkContext } from '../shared/response-sink.ts'
 import type { WebhookTee } from '../webhook/webhook-tee.ts'
+import { CallerGoneError, type HttpCall } from './call-record.ts'
+import type { SinkChooser } from './response-table.ts'
 
-/** Picks the sink for an app response once its status and headers are known. */
-export type SinkChooser = (ctx: SinkContext, status: number, headers: IncomingHttpHeaders) => ResponseSink
-
-/** Raised into the app request when the caller goes away, so undici drops it at once. */
-export class CallerGoneError extends Error {
-  constructor () { super('caller disconnected') }
-}
+/** What a webhook reports for a call whose caller left before a plain answer was complete. */
+const CALLER_GONE = new SidecarError(499, 'SIDECAR_CALLER_GONE', 'caller disconnected')
 
 /**
  * An undici dispatch handler that relays one upstream response to one caller: it picks a sink
  * when headers arrive, pauses the upstream when the caller cannot keep up, and aborts the
- * upstream when the caller disconnects.
+ * upstream when the caller disconnects or the deadline passes.
  */
 export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext {
   readonly res: ServerResponse
   readonly runId: string
-  readonly tee: WebhookTee | undefined
-  forwardedAt = 0
+  readonly capture: ResponseCapture | undefined
+  /** When the request was forwarded (run_time_ms counts from here). */
+  readonly forwardedAt = performance.now()
+  readonly #call: HttpCall
+  readonly #tee: WebhookTee | undefined
   #controller: Dispatcher.DispatchController | undefined
   #sink: ResponseSink | undefined
   #callerGone = false
@@ -32,14 +32,19 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   readonly #unreachable: (detail: string) => SidecarError
   readonly #resume = (): void => { this.#controller?.resume() }
 
-  constructor (res: ServerResponse, runId: string, choose: SinkChooser,
+  constructor (call: HttpCall, choose: SinkChooser,
     unreachable: (detail: string) => SidecarError = detail => new AppUnreachableError(detail), tee?: WebhookTee) {
-    this.res = res
-    this.runId = runId
-    this.tee = tee
+    this.#call = call
+    this.res = call.res
+    this.runId = call.runId
+    this.#tee = tee
+    this.capture = tee?.capture
     this.#choose = choose
     this.#unreachable = unreachable
+    tee?.forwarded()
   }
+
+  answer (error: SidecarError): void { this.#call.answer(error) }
 
   /** The caller disconnected before the response was complete. */
   callerGone (): void {
@@ -72,36 +77,40 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
 
   onResponseEnd (): void {
     (this.#sink as ResponseSink).end()
-    this.tee?.finish()
+    this.#tee?.finish()
   }
 
-  onResponseError (_controller: Dispatcher.DispatchController, error: Error): void {
+  /**
+   * | why the app request failed        | the caller gets                                   | the webhook reports        |
+   * | the deadline passed               | 504 (a begun response: the sink's failure)        | the 504                    |
+   * | the caller left                   | nothing more: the connection is cut               | 499                        |
+   * | the app failed mid-response       | the sink's failure (an error event, a 502, a cut) | a 502                      |
+   * | the request body was refused (413) | that error, and the connection closes            | nothing (app never answered) |
+   * | the app could not be reached      | 502                                               | the 502                    |
+   * A stream's webhook reports the events sent instead, with status 200.
+   */
+  onResponseError (_controller: Dispatcher.DispatchController, cause: Error): void {
     const sink = this.#sink
-    const expired = this.#expired
-    if (expired !== undefined && !this.#callerGone) {
-      // a stream ends with an error event and reports the events sent; anything else is a 504
-      sink?.fail(expired)
-      if (sink?.streaming === true) this.tee?.finish()
-      else {
-        if (sink === undefined) sendError(this.res, this.runId, expired)
-        this.tee?.finishWith(expired.status, expired.body())
-      }
-    } else if (error instanceof CallerGoneError || this.#callerGone) {
+    let reported: SidecarError
+    if (this.#expired !== undefined && !this.#callerGone) {
+      reported = this.#expired
+      if (sink === undefined) this.answer(reported)
+      else sink.fail(reported)
+    } else if (this.#callerGone || cause instanceof CallerGoneError) {
+      reported = CALLER_GONE
       this.res.destroy()
-      // a stream reports the events sent; a plain call had no answer to report
-      if (sink?.streaming === true) this.tee?.finish()
-      else this.tee?.finishWith(499, '{"message":"caller disconnected"}')
     } else if (sink !== undefined) {
-      sink.fail(error)
-      if (sink.streaming) this.tee?.finish()
-      else this.tee?.finishWith(502, this.#unreachable(describeNetworkError(error)).body())
-    } else if (error instanceof SidecarError) {
-      sendError(this.res, this.runId, error, true)
-      this.tee?.cancel()
+      reported = this.#unreachable(describeNetworkError(cause))
+      sink.fail(cause)
+    } else if (cause instanceof SidecarError) {
+      this.answer(cause)
+      this.#tee?.cancel()
+      return
     } else {
-      const answer = this.#unreachable(describeNetworkError(error))
-      sendError(this.res, this.runId, answer)
-      this.tee?.finishWith(answer.status, answer.body())
+      reported = this.#unreachable(describeNetworkError(cause))
+      this.answer(reported)
     }
+    if (sink?.streaming === true) this.#tee?.finish()
+    else this.#tee?.finishWith(reported.status, reported.body())
   }
 }

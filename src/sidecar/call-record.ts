@@ -1,8 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
+import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
+import { SidecarError } from '../errors.ts'
 import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
+import { knownError, sendError, writeRawError } from '../shared/http-answers.ts'
 import type { RouteLabel, SidecarMetrics } from './metrics.ts'
+import { runIdFor } from './run-id.ts'
 
 /** What every finished request leaves behind: one log line, its metrics, and its drain slot freed. */
 export interface CallRecorder {
@@ -11,30 +15,138 @@ export interface CallRecorder {
   readonly inflight: InflightTracker
 }
 
-/**
- * Starts accounting for one request; when the response closes (finished or cut) it runs
- * `cleanup` (the call's own, so one listener serves both), logs one line (method, path without
- * query, status, duration in ms, run id) and counts it.
- */
-export function recordCall (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse, runId: string,
-  cleanup?: () => void): void {
-  const startedAt = performance.now()
-  recorder.inflight.begin()
-  res.once('close', () => {
-    cleanup?.()
-    recorder.inflight.end()
-    const seconds = (performance.now() - startedAt) / 1000
-    const status = res.writableFinished ? res.statusCode : (res.headersSent ? res.statusCode : 499)
-    recorder.metrics.recordRequest(route, status, seconds)
-    const url = req.url ?? ''
-    const queryAt = url.indexOf('?')
-    recorder.logger.info({
-      method: req.method,
-      path: queryAt === -1 ? url : url.slice(0, queryAt),
-      status,
-      duration: Math.round(seconds * 1e6) / 1e3,
-      runId,
-      ...(res.writableFinished ? undefined : { aborted: true })
-    }, 'request')
-  })
+/** The reason a call aborts when its caller goes away before the answer is complete. */
+export class CallerGoneError extends Error {
+  constructor () { super('caller disconnected') }
 }
+
+/** The sidecar's answer to an exception nobody expected (it is logged once, with its stack). */
+export const SIDECAR_INTERNAL = new SidecarError(500, 'SIDECAR_INTERNAL', 'internal error')
+
+/**
+ * One request from arrival to close: its run id, an abort (caller gone, deadline) that whoever
+ * holds the call at that moment acts on, and what to free when it closes. On close it logs one
+ * line (method, path without query, status, duration in ms, run id) and counts the request.
+ */
+export abstract class RecordedCall {
+  readonly req: IncomingMessage
+  readonly runId: string
+  /** The app has the request: its relay answers from now on. */
+  forwarded = false
+  #controller: AbortController | undefined
+  #reason: Error | undefined
+  #onAbort: ((reason: Error) => void) | undefined
+  #onClose: Array<() => void> | undefined
+  #closed = false
+
+  constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, closes: Duplex | ServerResponse) {
+    this.req = req
+    this.runId = runIdFor(req.headers['x-request-id'])
+    const startedAt = performance.now()
+    const url = req.url as string // before a forward step rewrites it
+    recorder.inflight.begin()
+    closes.once('close', () => {
+      this.#closed = true
+      if (!this.finished) this.abort(new CallerGoneError())
+      if (this.#onClose !== undefined) for (const free of this.#onClose) free()
+      recorder.inflight.end()
+      const seconds = (performance.now() - startedAt) / 1000
+      const status = this.status
+      recorder.metrics.recordRequest(route, status, seconds)
+      const queryAt = url.indexOf('?')
+      recorder.logger.info({
+        method: req.method,
+        path: queryAt === -1 ? url : url.slice(0, queryAt),
+        status,
+        duration: Math.round(seconds * 1e6) / 1e3,
+        runId: this.runId,
+        ...(this.finished || route === 'websocket' ? undefined : { aborted: true })
+      }, route === 'websocket' ? 'websocket' : 'request')
+    })
+  }
+
+  /** The status to log and count (499: the caller left before any answer). */
+  abstract get status (): number
+  /** The answer went out whole. */
+  abstract get finished (): boolean
+  /** The caller can no longer be answered (it left, or an answer was sent). */
+  abstract get settled (): boolean
+  /** Answers with the sidecar's own JSON error; an unexpected exception is logged and answered 500. */
+  abstract answer (error: unknown): void
+
+  /** Aborts when the caller leaves or the deadline passes (for waits that take a signal). */
+  get signal (): AbortSignal {
+    this.#controller ??= new AbortController()
+    if (this.#reason !== undefined && !this.#controller.signal.aborted) this.#controller.abort(this.#reason)
+    return this.#controller.signal
+  }
+
+  /** Ends whatever the call is doing; the first reason wins. */
+  abort (reason: Error): void {
+    if (this.#reason !== undefined) return
+    this.#reason = reason
+    this.#controller?.abort(reason)
+    this.#onAbort?.(reason)
+  }
+
+  /** The one party that acts on an abort from now on (the app request's relay). */
+  onAbort (handler: (reason: Error) => void): void {
+    this.#onAbort = handler
+    if (this.#reason !== undefined) handler(this.#reason)
+  }
+
+  /** Runs `free` when the call closes (finished or cut), or at once when it already has. */
+  onClose (free: () => void): void {
+    if (this.#closed) free()
+    else (this.#onClose ??= []).push(free)
+  }
+}
+
+/** An HTTP request and its response. */
+export class HttpCall extends RecordedCall {
+  readonly res: ServerResponse
+  readonly #logger: Logger
+
+  constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse) {
+    super(recorder, route, req, res)
+    this.res = res
+    this.#logger = recorder.logger
+  }
+
+  get status (): number { return this.res.headersSent ? this.res.statusCode : 499 }
+  get finished (): boolean { return this.res.writableFinished }
+  get settled (): boolean { return this.res.writableEnded || this.res.destroyed }
+
+  answer (error: unknown): void {
+    if (this.settled) return
+    sendError(this.res, error, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
+  }
+}
+
+/** A WebSocket upgrade: its answer is the app's 101 (or refusal), or the sidecar's error on the raw socket. */
+export class UpgradeCall extends RecordedCall {
+  readonly socket: Duplex
+  /** The status of the answer the caller got (0: none yet). */
+  answered = 0
+  readonly #logger: Logger
+
+  constructor (recorder: CallRecorder, req: IncomingMessage, socket: Duplex) {
+    super(recorder, 'websocket', req, socket)
+    socket.on('error', ignoreSocketError) // 'close' follows, and ends the call
+    this.socket = socket
+    this.#logger = recorder.logger
+  }
+
+  get status (): number { return this.answered === 0 ? 499 : this.answered }
+  get finished (): boolean { return this.answered !== 0 }
+  get settled (): boolean { return this.socket.destroyed || this.answered !== 0 }
+
+  answer (error: unknown): void {
+    if (this.settled) return
+    const known = knownError(error, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
+    this.answered = known.status
+    writeRawError(this.socket, known, this.runId)
+  }
+}
+
+function ignoreSocketError (): void {}

@@ -1,36 +1,22 @@
-import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
-import { performance } from 'node:perf_hooks'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Duplex } from 'node:stream'
 import type { Pool } from 'undici'
-import type { SidecarConfig } from '../config/sidecar-config.ts'
-import { readBearerToken } from '../auth/bearer-token.ts'
 import type { TokenVerifier } from '../auth/token-verifier.ts'
-import { DeadlineExceededError, RouteNotFoundError } from '../errors.ts'
-import type { ConcurrencyGate, Release } from '../lifecycle/concurrency-gate.ts'
-import { AppResponseRelay, CallerGoneError } from './app-response-relay.ts'
-import { type CallRecorder, recordCall } from './call-record.ts'
-import { sendError } from './error-response.ts'
-import { appRequestHeaders } from './forward-headers.ts'
-import { type InvokeRoute, parseInvokeRoute, splitQuery, type SplitQuery } from './invoke-route.ts'
-import { type RequestBody, requestBodyFor } from './request-body.ts'
-import { envelopeSink, passthroughSink, type ResponseSink, type SinkContext } from './response-sinks.ts'
-import { runIdFor } from './run-id.ts'
+import type { SidecarConfig } from '../config/sidecar-config.ts'
+import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import { createStreamSinks } from '../stream/stream-sinks.ts'
-import { parseWebhookEndpoint } from '../webhook/webhook-endpoint.ts'
 import type { WebhookSender } from '../webhook/webhook-sender.ts'
-import { WebhookTee } from '../webhook/webhook-tee.ts'
-
-function mediaType (contentType: string | undefined): string {
-  if (contentType === undefined) return ''
-  const semicolon = contentType.indexOf(';')
-  return (semicolon === -1 ? contentType : contentType.slice(0, semicolon)).trim().toLowerCase()
-}
-
-function acceptsEventStream (accept: string | undefined): boolean {
-  return accept !== undefined && accept.toLowerCase().includes('text/event-stream')
-}
-
-const NO_ROUTE: InvokeRoute = { projectId: '', appName: '', appPath: '/', query: '' }
-const NO_QUERY: SplitQuery = { forwarded: '', webhookEndpoint: undefined, accessToken: undefined }
+import { createAppForward } from './app-forward.ts'
+import { authorizeCall } from './authorize-call.ts'
+import { startDeadline } from './call-deadline.ts'
+import { type CallRecorder, HttpCall, UpgradeCall } from './call-record.ts'
+import { matchRoute } from './match-route.ts'
+import { readRequestBody } from './request-body.ts'
+import { responseTable } from './response-table.ts'
+import { takeSlot } from './take-slot.ts'
+import { watchCaller } from './watch-caller.ts'
+import { createWebSocketForward, type WebSocketForward } from './websocket-forward.ts'
+import { webhookRequest } from './webhook-request.ts'
 
 export interface InvokeDeps extends CallRecorder {
   readonly config: SidecarConfig
@@ -41,156 +27,62 @@ export interface InvokeDeps extends CallRecorder {
   readonly gate: ConcurrencyGate
 }
 
-/** One `/v4` call as it walks the pipeline. */
-interface InvokeCall {
-  readonly req: IncomingMessage
-  readonly res: ServerResponse
-  readonly runId: string
-  route: InvokeRoute
-  query: SplitQuery
-  /** Where to deliver this call's webhook, when it asked for one. */
-  webhook: URL | undefined
-  /** Set once the call waits in the queue: aborting it gives up the wait. */
-  wait: AbortController | undefined
-  /** Set once the call is forwarded to the app. */
-  relay: AppResponseRelay | undefined
-  /** Frees the call's concurrency slot, once it has one. */
-  release: Release | undefined
-  deadline: NodeJS.Timeout | undefined
+/**
+ * A `/v4/{project}/{app}/{path…}` call, stage by stage in the SPEC's order of checks. Each stage
+ * throws the SidecarError its check answers with; the call answers it (with `X-Request-Id`).
+ */
+export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
+  const { config, gate, verifier } = deps
+  const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs: config.sseHeartbeatSeconds * 1000 })
+  const forwardToApp = createAppForward({
+    app: deps.app,
+    basePath: config.appUrl.pathname.replace(/\/$/, ''),
+    chooseSink: responseTable(streams, config.runtime),
+    webhooks: deps.webhooks,
+    webhookMaxBodyBytes: config.webhookMaxBodyBytes,
+    dropAuthorization: verifier !== undefined,
+    dropAcceptEncoding: config.runtime === 'cortex'
+  })
+
+  async function invoke (call: HttpCall): Promise<void> {
+    const route = matchRoute(call.req.url as string, config)               // 404 unknown route, project or app
+    await authorizeCall(verifier, call.req.headers, route)                 // 401 bad token, 403 another project
+    const webhook = webhookRequest(route, call.req.headers)                // 400 malformed webhookEndpoint
+    const body = await readRequestBody(call.req, config.maxBodyBytes)      // 400 bad Content-Length, 413 too large
+    await takeSlot(gate, call)                                             // 503 queue full; waits for first readiness
+    forwardToApp(call, route, body, webhook)                               // 502 app unreachable; the response table
+  }
+
+  return function handleInvoke (req, res) {
+    const call = new HttpCall(deps, 'invoke', req, res)                    // run id; log line, metrics, drain on close
+    startDeadline(call, config.deadlineSeconds)                            // 504 past DEADLINE_SECONDS
+    invoke(call).catch(error => { call.answer(error) })
+  }
 }
 
 /**
- * The `/v4/{project}/{app}/{path…}` pipeline, in the SPEC's order of checks:
- * route (404) → auth (401/403) → the request itself (400 webhookEndpoint, 413 body) →
- * the concurrency gate (503 queue full; waits for the app's first readiness) → the app (502),
- * with the response teed to the webhook sender when the call asked for one, and the whole
- * bounded by DEADLINE_SECONDS (504, or an error event on a stream).
+ * A WebSocket upgrade on `/v4/…`: the same route, auth and gate stages as a call (no webhook, no
+ * deadline), then the handshake and every frame pass to and from the app untouched.
  */
-export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
-  const { config } = deps
-  const basePath = config.appUrl.pathname.replace(/\/$/, '')
-  const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs: config.sseHeartbeatSeconds * 1000 })
+export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks'>): WebSocketForward & {
+  handleUpgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void
+} {
+  const { config, gate, verifier } = deps
+  const forward = createWebSocketForward(deps)
 
-  function matchRoute (call: InvokeCall): void {
-    const route = parseInvokeRoute(call.req.url as string)
-    if (route === undefined ||
-        (config.projectId !== undefined && route.projectId !== config.projectId) ||
-        (config.appName !== undefined && route.appName !== config.appName)) {
-      throw new RouteNotFoundError('no such app')
+  async function upgrade (call: UpgradeCall, head: Buffer, caller: ReturnType<typeof watchCaller>): Promise<void> {
+    const route = matchRoute(call.req.url as string, config)               // 404 unknown route, project or app
+    await authorizeCall(verifier, call.req.headers, route)                 // 401 bad token, 403 another project
+    const slot = await takeSlot(gate, call)                                // 503 queue full; held until the socket closes
+    forward.toApp(call, route, slot, caller.stop(head))                    // 502; the app's 101 or its refusal
+  }
+
+  return {
+    ...forward,
+    handleUpgrade (req, socket, head) {
+      const call = new UpgradeCall(deps, req, socket)                      // run id; log line, metrics, drain on close
+      const caller = watchCaller(call)                                     // the caller's FIN ends a wait; early bytes kept
+      upgrade(call, head, caller).catch(error => { caller.stop(head); call.answer(error) })
     }
-    call.route = route
-    call.query = splitQuery(route.query, config.allowQueryToken)
-  }
-
-  function authorize (call: InvokeCall): Promise<void> | undefined {
-    if (deps.verifier === undefined) return undefined
-    const token = readBearerToken(call.req.headers, call.query.accessToken)
-    return deps.verifier.authorize(token, call.route.projectId)
-  }
-
-  function checkRequest (call: InvokeCall): void {
-    const endpoint = call.query.webhookEndpoint
-    call.webhook = endpoint === undefined ? undefined : parseWebhookEndpoint(endpoint)
-  }
-
-  function forwardToApp (call: InvokeCall, body: RequestBody): void {
-    const { req, res } = call
-    const tee = call.webhook === undefined ? undefined : teeFor(call, call.webhook)
-    const relay = new AppResponseRelay(res, call.runId, chooseSink, undefined, tee)
-    call.relay = relay
-    const headers = appRequestHeaders(req, call.runId, {
-      dropAuthorization: deps.verifier !== undefined,
-      dropAcceptEncoding: config.runtime === 'cortex',
-      upgrade: false
-    })
-    const query = call.query.forwarded
-    relay.forwardedAt = performance.now()
-    tee?.forwarded()
-    deps.app.dispatch({
-      method: req.method as string,
-      path: basePath + call.route.appPath + (query === '' ? '' : '?' + query),
-      headers,
-      body
-    }, relay)
-  }
-
-  function teeFor (call: InvokeCall, url: URL): WebhookTee {
-    const secret = call.req.headers['x-webhook-secret']
-    return new WebhookTee(url, call.runId, typeof secret === 'string' && secret !== '' ? secret : undefined,
-      config.webhookMaxBodyBytes, deps.webhooks)
-  }
-
-  /** The SPEC's response table: three kinds of stream, then the runtime's rule. */
-  function chooseSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): ResponseSink {
-    const hasBody = status >= 200 && status < 300 && status !== 204 && status !== 205 && ctx.res.req.method !== 'HEAD'
-    const readable = headers['content-encoding'] === undefined || headers['content-encoding'] === 'identity'
-    if (hasBody && readable) {
-      const type = mediaType(headers['content-type'])
-      if (type === 'text/event-stream') return streams.eventStream(ctx)
-      if (type === 'application/x-ndjson' || type === 'application/jsonl') return streams.ndjson(ctx)
-      if (headers['content-length'] === undefined && acceptsEventStream(ctx.res.req.headers.accept)) return streams.chunks(ctx)
-      if (config.runtime === 'cortex') return envelopeSink(ctx, status, headers)
-    }
-    return passthroughSink(ctx, status, headers)
-  }
-
-  /** Queues for a slot; the wait ends early if the caller leaves or the deadline passes. */
-  function waitForSlot (call: InvokeCall): Promise<Release> {
-    const wait = new AbortController()
-    const callerGone = (): void => { wait.abort(new CallerGoneError()) }
-    call.wait = wait
-    call.res.once('close', callerGone)
-    return deps.gate.acquire(wait.signal).finally(() => {
-      call.res.off('close', callerGone)
-      call.wait = undefined
-    })
-  }
-
-  function expire (call: InvokeCall): void {
-    const error = new DeadlineExceededError(config.deadlineSeconds)
-    if (call.relay !== undefined) {
-      call.relay.expire(error)
-    } else {
-      call.wait?.abort(error)
-      sendError(call.res, call.runId, error)
-    }
-  }
-
-  async function run (call: InvokeCall): Promise<void> {
-    matchRoute(call)
-    const pending = authorize(call)
-    if (pending !== undefined) await pending
-    checkRequest(call)
-    let body = requestBodyFor(call.req, config.maxBodyBytes)
-    if (body instanceof Promise) body = await body
-    call.release = deps.gate.tryAcquire() ?? await waitForSlot(call)
-    // the caller left, or the deadline answered, while this call waited
-    if (call.res.destroyed || call.res.writableEnded) {
-      call.release()
-      return
-    }
-    forwardToApp(call, body)
-  }
-
-  /** The response closed (finished or cut): free what the call holds. */
-  function closeCall (call: InvokeCall): void {
-    clearTimeout(call.deadline)
-    call.release?.()
-    if (call.relay !== undefined && !call.res.writableFinished) call.relay.callerGone()
-  }
-
-  const deadlineMs = config.deadlineSeconds * 1000
-
-  return function handleInvoke (req, res) {
-    const runId = runIdFor(req.headers['x-request-id'])
-    const call: InvokeCall = {
-      req, res, runId, route: NO_ROUTE, query: NO_QUERY, webhook: undefined, wait: undefined, relay: undefined, release: undefined,
-      deadline: deadlineMs > 0 ? setTimeout(expireCall, deadlineMs) : undefined
-    }
-    function expireCall (): void { expire(call) }
-    recordCall(deps, 'invoke', req, res, runId, () => { closeCall(call) })
-    run(call).catch(error => {
-      if (!res.writableEnded && !res.destroyed) sendError(res, runId, error, (error as { status?: number }).status === 413)
-    })
   }
 }

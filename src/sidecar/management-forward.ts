@@ -2,11 +2,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Pool } from 'undici'
 import { MethodNotAllowedError, StoreUnreachableError } from '../errors.ts'
 import { AppResponseRelay } from './app-response-relay.ts'
-import { type CallRecorder, recordCall } from './call-record.ts'
-import { sendError } from './error-response.ts'
+import { type CallRecorder, HttpCall } from './call-record.ts'
 import { appRequestHeaders } from './forward-headers.ts'
 import { passthroughSink } from './response-sinks.ts'
-import { runIdFor } from './run-id.ts'
 
 export interface ManagementDeps extends CallRecorder {
   readonly store: Pool
@@ -15,22 +13,22 @@ export interface ManagementDeps extends CallRecorder {
 }
 
 const READ_ONLY = 'GET, HEAD'
+const READ_HEADER_RULES = { dropAuthorization: false, dropAcceptEncoding: false, upgrade: false }
 
 /** `GET|HEAD /v2/…`: forwarded to the build store with the same path, query and Authorization. */
 export function createManagementHandler (deps: ManagementDeps): (req: IncomingMessage, res: ServerResponse) => void {
   return function handleManagement (req, res) {
-    const runId = runIdFor(req.headers['x-request-id'])
-    recordCall(deps, 'management', req, res, runId)
+    const call = new HttpCall(deps, 'management', req, res)
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      sendError(res, runId, new MethodNotAllowedError(READ_ONLY))
+      call.answer(new MethodNotAllowedError(READ_ONLY))
       return
     }
-    const relay = new AppResponseRelay(res, runId, passthroughSink, detail => new StoreUnreachableError(detail))
-    res.once('close', () => { if (!res.writableFinished) relay.callerGone() })
+    const relay = new AppResponseRelay(call, passthroughSink, detail => new StoreUnreachableError(detail))
+    call.onAbort(() => { relay.callerGone() })
     deps.store.dispatch({
       method: req.method,
       path: deps.basePath + (req.url as string),
-      headers: appRequestHeaders(req, runId, { dropAuthorization: false, dropAcceptEncoding: false, upgrade: false }),
+      headers: appRequestHeaders(req, call.runId, READ_HEADER_RULES),
       body: null
     }, relay)
   }

@@ -1,11 +1,11 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 
+import type { StreamMetrics, WebhookMetrics } from '../shared/metric-contracts.ts'
+
 export type RouteLabel = 'invoke' | 'websocket' | 'management'
-export type WebhookAttemptOutcome = '2xx' | '404' | '4xx' | '5xx' | 'other' | 'network' | 'timeout' | 'refused'
-export type WebhookDeliveryResult = 'delivered' | 'failed' | 'dropped'
 
 /** The sidecar's Prometheus metrics, in a registry of its own (one per sidecar instance). */
-export class SidecarMetrics {
+export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
   readonly registry = new Registry()
   readonly requests = new Counter({
     name: 'sidecar_requests_total',
@@ -113,3 +113,4 @@ export class SidecarMetrics {
     histogram.observe(seconds)
   }
 }
+export type { WebhookAttemptOutcome } from '../shared/metric-contracts.ts'

@@ -1,3 +1,5 @@
+import { resultJson } from '../shared/run-result.ts'
+
 /** The cortex runtime's response body: the app's raw value wrapped with the run's facts. */
 export interface ResponseEnvelope {
   run_id: string
@@ -13,21 +15,4 @@ export interface ResponseEnvelope {
 export function envelopeJson (runId: string, body: Buffer, runTimeMs: number, timestamp: string): string {
   const text = body.toString('utf8')
   return `{"run_id":${JSON.stringify(runId)},"result":${resultJson(text)},"run_time_ms":${runTimeMs},"timestamp":"${timestamp}"}`
-}
-
-/** A body as a JSON value: embedded as sent when it parses as JSON, else a JSON string. */
-export function resultJson (text: string): string {
-  const trimmed = text.trim()
-  if (trimmed !== '') {
-    try {
-      JSON.parse(trimmed)
-      return trimmed
-    } catch {}
-  }
-  return JSON.stringify(text)
-}
-
-/** Milliseconds with microsecond precision, as a JSON number. */
-export function roundedMs (ms: number): number {
-  return Math.round(ms * 1000) / 1000
 }

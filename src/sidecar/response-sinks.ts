@@ -1,42 +1,20 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import { AppUnreachableError, SidecarError } from '../errors.ts'
-import { sendError } from './error-response.ts'
-import { describeNetworkError } from './network-error.ts'
+import { describeNetworkError } from '../shared/network-errors.ts'
 import { callerResponseHeaders } from './forward-headers.ts'
-import { envelopeJson, roundedMs } from './response-envelope.ts'
-import type { WebhookTee } from '../webhook/webhook-tee.ts'
-
-/** Where an app response goes: each kind of response the caller can get is one sink. */
-export interface ResponseSink {
-  /** Writes one chunk of the app's body; false asks the relay to pause reading from the app. */
-  write: (chunk: Buffer) => boolean
-  /** The app's body has ended. */
-  end: () => void
-  /** The app failed after its response began. */
-  fail: (error: Error) => void
-  /** A server-sent event stream (its webhook reports the events sent, with status 200). */
-  readonly streaming: boolean
-}
-
-/** What a sink needs to know of the call it answers. */
-export interface SinkContext {
-  readonly res: ServerResponse
-  readonly runId: string
-  /** When the request was forwarded (performance.now()). */
-  readonly forwardedAt: number
-  /** The call's webhook, when it asked for one: sinks feed it what the caller gets. */
-  readonly tee: WebhookTee | undefined
-}
+import { roundedMs } from '../shared/run-result.ts'
+import { envelopeJson } from './response-envelope.ts'
+import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
 
 /** Status, headers and body as the app sent them (hop-by-hop headers aside). */
 export function passthroughSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): ResponseSink {
-  const { res, tee } = ctx
+  const { res, capture } = ctx
   res.writeHead(status, callerResponseHeaders(headers, ctx.runId))
-  if (tee !== undefined) tee.capture.status = status
+  if (capture !== undefined) capture.status = status
   return {
     write: chunk => {
-      tee?.capture.body(chunk)
+      capture?.body(chunk)
       return res.write(chunk)
     },
     end: () => { res.end() },
@@ -53,15 +31,15 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
   const chunks: Buffer[] = []
   let size = 0
   let failed = false
-  const { tee } = ctx
-  if (tee !== undefined) tee.capture.status = status
+  const { capture } = ctx
+  if (capture !== undefined) capture.status = status
   return {
     streaming: false,
     write: chunk => {
-      tee?.capture.body(chunk)
+      capture?.body(chunk)
       size += chunk.length
       if (size > MAX_ENVELOPE_BYTES) {
-        if (!failed) sendError(ctx.res, ctx.runId, new AppUnreachableError('response too large to wrap'))
+        if (!failed) ctx.answer(new AppUnreachableError('response too large to wrap'))
         failed = true
         return true
       }
@@ -79,7 +57,7 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
       ctx.res.end(body)
     },
     fail: error => {
-      sendError(ctx.res, ctx.runId, error instanceof SidecarError ? error : new AppUnreachableError(describeNetworkError(error)))
+      ctx.answer(error instanceof SidecarError ? error : new AppUnreachableError(describeNetworkError(error)))
     }
   }
 }

@@ -1,5 +1,5 @@
-import { createServer, type Server, type ServerResponse, STATUS_CODES } from 'node:http'
-import type { AddressInfo, Socket } from 'node:net'
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import type { JWTVerifyGetKey } from 'jose'
 import type { DestinationStream, Logger } from 'pino'
 import { Pool } from 'undici'
@@ -13,12 +13,12 @@ import { ConcurrencyStats } from '../lifecycle/concurrency-stats.ts'
 import { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import { createLogger } from './access-log.ts'
 import { createAdminServer } from './admin-server.ts'
-import { sendError } from './error-response.ts'
-import { createInvokeHandler } from './invoke-pipeline.ts'
+import { SIDECAR_INTERNAL } from './call-record.ts'
+import { createInvokeHandler, createUpgradeHandler } from './invoke-pipeline.ts'
 import { createManagementHandler } from './management-forward.ts'
 import { SidecarMetrics } from './metrics.ts'
 import { runIdFor } from './run-id.ts'
-import { createWebSocketPassthrough, rejectUpgrade } from './websocket-passthrough.ts'
+import { answerClientError, sendError, writeRawError } from '../shared/http-answers.ts'
 import { AddressGuard } from '../webhook/address-guard.ts'
 import { WebhookDelivery } from '../webhook/webhook-delivery.ts'
 import { WebhookSender, type WebhookSenderLimits } from '../webhook/webhook-sender.ts'
@@ -54,12 +54,6 @@ export interface RunningSidecar {
 }
 
 const pathPrefix = (url: URL): string => url.pathname.replace(/\/$/, '')
-
-/** What the HTTP parser or the headers timer refused, answered as Node would (431, 408), else 400. */
-const CLIENT_ERRORS: Readonly<Record<string, [number, string]>> = {
-  HPE_HEADER_OVERFLOW: [431, 'request headers too large'],
-  ERR_HTTP_REQUEST_TIMEOUT: [408, 'request headers timed out']
-}
 
 /** Starts the public and admin listeners of one sidecar. */
 export async function startSidecar (config: SidecarConfig, options: SidecarOptions = {}): Promise<RunningSidecar> {
@@ -108,7 +102,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const recorder = { logger, metrics, inflight }
   const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks, gate })
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl) })
-  const websockets = createWebSocketPassthrough({ ...recorder, config, verifier, gate })
+  const websockets = createUpgradeHandler({ ...recorder, config, verifier, gate })
 
   const headersTimeout = options.headersTimeoutMs ?? 60_000
   // Node checks the headers timer every connectionsCheckingInterval (30 s by default): check a short one more often
@@ -118,30 +112,17 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     const url = req.url as string
     if (url.startsWith('/v4/')) invoke(req, res)
     else if (url.startsWith('/v2/') || url === '/v2' || url.startsWith('/v2?')) management(req, res)
-    else sendError(res, runIdFor(req.headers['x-request-id']), new RouteNotFoundError())
+    else sendError(res, new RouteNotFoundError(), { runId: runIdFor(req.headers['x-request-id']), logger, internal: SIDECAR_INTERNAL })
   })
   server.on('upgrade', (req, socket, head) => {
     if ((req.url as string).startsWith('/v4/')) {
       websockets.handleUpgrade(req, socket, head)
     } else {
       socket.on('error', () => {})
-      rejectUpgrade(socket, runIdFor(req.headers['x-request-id']), new RouteNotFoundError())
+      writeRawError(socket, new RouteNotFoundError(), runIdFor(req.headers['x-request-id']))
     }
   })
-  server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket & { _httpMessage?: ServerResponse | null }) => {
-    // bytes after a `Connection: close` request belong to no request: they are ignored, and the
-    // connection closes once that request's answer is sent (cutting it would lose the answer)
-    if (error.code === 'HPE_CLOSED_CONNECTION') return
-    // an answer must not be written into a response already under way on this connection
-    if (!socket.writable || error.code === 'ECONNRESET' || socket._httpMessage?.headersSent === true) {
-      socket.destroy()
-      return
-    }
-    const [status, message] = CLIENT_ERRORS[error.code ?? ''] ?? [400, 'malformed request']
-    const body = JSON.stringify({ message })
-    socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] as string}\r\ncontent-type: application/json; charset=utf-8\r\n` +
-      `content-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`)
-  })
+  server.on('clientError', answerClientError)
   const admin = createAdminServer({ metrics, readiness, health, draining: () => draining })
 
   await listen(server, config.port, config.host)

@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http'
-import type { SidecarMetrics } from '../sidecar/metrics.ts'
+import type { StreamMetrics } from '../shared/metric-contracts.ts'
 import { frameSseError, frameSseEvent, SSE_HEARTBEAT } from './sse-frame.ts'
 
 /** Where a stream's bytes stand, for deciding whether a heartbeat comment may be inserted. */
@@ -15,13 +15,13 @@ const CR = 0x0d
  */
 export class SseWriter {
   readonly #res: ServerResponse
-  readonly #metrics: SidecarMetrics
+  readonly #metrics: StreamMetrics
   readonly #timer: NodeJS.Timeout | undefined
   #boundary: Boundary = 'event'
   #lastByte = NL
   #closed = false
 
-  constructor (res: ServerResponse, runId: string, heartbeatMs: number, metrics: SidecarMetrics) {
+  constructor (res: ServerResponse, runId: string, heartbeatMs: number, metrics: StreamMetrics) {
     this.#res = res
     this.#metrics = metrics
     res.writeHead(200, {

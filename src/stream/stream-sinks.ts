@@ -1,14 +1,14 @@
 import { StringDecoder } from 'node:string_decoder'
 import { createParser } from 'eventsource-parser'
 import { SidecarError } from '../errors.ts'
-import { describeNetworkError } from '../sidecar/network-error.ts'
-import type { SidecarMetrics } from '../sidecar/metrics.ts'
-import type { ResponseSink, SinkContext } from '../sidecar/response-sinks.ts'
+import { describeNetworkError } from '../shared/network-errors.ts'
+import type { StreamMetrics } from '../shared/metric-contracts.ts'
+import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
 import { NdjsonSplitter } from './ndjson-splitter.ts'
 import { SseWriter } from './sse-writer.ts'
 
 export interface StreamSinkDeps {
-  readonly metrics: SidecarMetrics
+  readonly metrics: StreamMetrics
   readonly heartbeatMs: number
 }
 
@@ -28,17 +28,17 @@ const failure = (error: Error): string =>
 
 export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
   const open = (ctx: SinkContext): SseWriter => {
-    if (ctx.tee !== undefined) ctx.tee.capture.status = 200
+    if (ctx.capture !== undefined) ctx.capture.status = 200
     return new SseWriter(ctx.res, ctx.runId, deps.heartbeatMs, deps.metrics)
   }
 
   return {
     eventStream (ctx) {
-      const tee = ctx.tee
+      const capture = ctx.capture
       const writer = open(ctx)
       const decoder = new StringDecoder('utf8')
       let events = 0
-      const parser = createParser({ onEvent: event => { events++; tee?.capture.event(event.data) } })
+      const parser = createParser({ onEvent: event => { events++; capture?.event(event.data) } })
       return {
         write: chunk => {
           events = 0
@@ -52,12 +52,12 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
     },
 
     ndjson (ctx) {
-      const tee = ctx.tee
+      const capture = ctx.capture
       const writer = open(ctx)
       const splitter = new NdjsonSplitter()
       let writable = true
       const onLine = (line: string): void => {
-        tee?.capture.event(line)
+        capture?.event(line)
         writable = writer.event(line) && writable
       }
       return {
@@ -78,12 +78,12 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
     },
 
     chunks (ctx) {
-      const tee = ctx.tee
+      const capture = ctx.capture
       const writer = open(ctx)
       const decoder = new StringDecoder('utf8')
       const emit = (text: string): boolean => {
         if (text === '') return true
-        tee?.capture.event(text)
+        capture?.event(text)
         return writer.event(text)
       }
       return {

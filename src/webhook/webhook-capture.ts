@@ -1,4 +1,4 @@
-import { resultJson } from '../sidecar/response-envelope.ts'
+import { resultJson } from '../shared/run-result.ts'
 
 /**
  * The copy of one response kept for its webhook (the tee): the body bytes, or the values of the

@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks'
-import { roundedMs } from '../sidecar/response-envelope.ts'
+import { roundedMs } from '../shared/run-result.ts'
 import { WebhookCapture, webhookBody } from './webhook-capture.ts'
 import type { WebhookSender } from './webhook-sender.ts'
 

@@ -1,7 +1,7 @@
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { startHarness, startTestServer } from '../helpers/sidecar-harness.ts'
-import { UNREAD_BODY_MS } from '../../src/sidecar/error-response.ts'
+import { UNREAD_BODY_MS } from '../../src/shared/http-answers.ts'
 import { parseResponses } from './hostile-kit.ts'
 
 // A caller the sidecar refuses before reading its body must not keep the connection by
@@ -34,7 +34,10 @@ async function trickle (target: string, headers: string, ms = UNREAD_BODY_MS + 2
   })
   const closedAfterMs = await new Promise<number | undefined>(resolve => {
     const timer = setTimeout(() => { resolve(undefined) }, ms)
-    socket.once('end', () => { clearTimeout(timer); resolve(Date.now() - answeredAt) })
+    // a FIN, or a reset when trickled bytes were still unread on the sidecar's side
+    const closed = (): void => { clearTimeout(timer); resolve(Date.now() - answeredAt) }
+    socket.once('end', closed)
+    socket.once('close', closed)
   })
   clearInterval(drip)
   socket.destroy()

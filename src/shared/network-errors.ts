@@ -1,4 +1,11 @@
-/** A short, secret-free description of why an upstream call failed. */
+const TIMEOUT_CODES = new Set(['ETIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
+
+/** True when an upstream call failed because a connect, headers or body timer ran out. */
+export function isNetworkTimeout (error: Error): boolean {
+  return TIMEOUT_CODES.has((error as NodeJS.ErrnoException).code ?? '')
+}
+
+/** A short, secret-free description of why an upstream call failed (the app, the store, a webhook receiver). */
 export function describeNetworkError (error: Error): string {
   const code = (error as NodeJS.ErrnoException).code
   switch (code) {

@@ -1,0 +1,34 @@
+import type { ServerResponse } from 'node:http'
+import type { SidecarError } from '../errors.ts'
+
+/** Where an app response goes: each kind of response the caller can get is one sink. */
+export interface ResponseSink {
+  /** Writes one chunk of the app's body; false asks the relay to pause reading from the app. */
+  write: (chunk: Buffer) => boolean
+  /** The app's body has ended. */
+  end: () => void
+  /** The app failed after its response began. */
+  fail: (error: Error) => void
+  /** A server-sent event stream (its webhook reports the events sent, with status 200). */
+  readonly streaming: boolean
+}
+
+/** A copy of what the caller gets, kept for the call's webhook: sinks feed it as they write. */
+export interface ResponseCapture {
+  /** The status the caller got (200 for a stream). */
+  status: number
+  body: (chunk: Buffer) => void
+  event: (data: string) => void
+}
+
+/** What a sink needs to know of the call it answers. */
+export interface SinkContext {
+  readonly res: ServerResponse
+  readonly runId: string
+  /** When the request was forwarded (performance.now()). */
+  readonly forwardedAt: number
+  /** Set when the call asked for a webhook. */
+  readonly capture: ResponseCapture | undefined
+  /** Answers with the sidecar's own JSON error (the response has not begun). */
+  answer: (error: SidecarError) => void
+}

@@ -1,0 +1,48 @@
+import type { Pool } from 'undici'
+import { DeadlineExceededError } from '../errors.ts'
+import type { WebhookSender } from '../webhook/webhook-sender.ts'
+import { WebhookTee } from '../webhook/webhook-tee.ts'
+import { AppResponseRelay } from './app-response-relay.ts'
+import type { HttpCall } from './call-record.ts'
+import { appRequestHeaders } from './forward-headers.ts'
+import type { CallRoute } from './match-route.ts'
+import type { RequestBody } from './request-body.ts'
+import type { SinkChooser } from './response-table.ts'
+import type { WebhookRequest } from './webhook-request.ts'
+
+export interface AppForwardDeps {
+  readonly app: Pool
+  /** APP_URL's path, without a trailing slash ('' for none). */
+  readonly basePath: string
+  readonly chooseSink: SinkChooser
+  readonly webhooks: WebhookSender
+  readonly webhookMaxBodyBytes: number
+  /** The sidecar checked `Authorization`, so it is not forwarded. */
+  readonly dropAuthorization: boolean
+  /** The cortex envelope reads the body, so the app is asked not to encode it. */
+  readonly dropAcceptEncoding: boolean
+}
+
+/**
+ * The forward stage (502): the request goes to the app; its answer comes back through the
+ * response table, teed to the webhook sender when the call asked for one.
+ */
+export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined) => void {
+  const headerRules = { dropAuthorization: deps.dropAuthorization, dropAcceptEncoding: deps.dropAcceptEncoding, upgrade: false }
+  return function forwardToApp (call, route, body, webhook) {
+    if (call.settled) return // the caller left, or the deadline answered, while the call waited
+    const tee = webhook === undefined
+      ? undefined
+      : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks)
+    const relay = new AppResponseRelay(call, deps.chooseSink, undefined, tee)
+    call.forwarded = true
+    call.onAbort(reason => { if (reason instanceof DeadlineExceededError) relay.expire(reason); else relay.callerGone() })
+    const query = route.forwardedQuery
+    deps.app.dispatch({
+      method: call.req.method as string,
+      path: deps.basePath + route.appPath + (query === '' ? '' : '?' + query),
+      headers: appRequestHeaders(call.req, call.runId, headerRules),
+      body
+    }, relay)
+  }
+}
