@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import pino, { type DestinationStream, type Logger } from 'pino'
+import { answerClientError } from '../shared/http-answers.ts'
 import { BuildRepository } from './build-repository.ts'
 import { type Database, openEmbeddedDatabase, openPostgresDatabase } from './database.ts'
 import { migrate } from './migrations.ts'
@@ -79,13 +80,7 @@ export async function startBuildStore (config: StoreConfig, options: BuildStoreO
     })
     const listening = createServer({ keepAliveTimeout: 65_000, headersTimeout: 60_000, requestTimeout: 60_000 }, handler)
     server = listening
-    listening.on('clientError', (error: NodeJS.ErrnoException, socket) => {
-      if (socket.writable && error.code !== 'HPE_CLOSED_CONNECTION' && error.code !== 'ECONNRESET') {
-        socket.end('HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 31\r\nconnection: close\r\n\r\n{"message":"malformed request"}')
-      } else {
-        socket.destroy()
-      }
-    })
+    listening.on('clientError', answerClientError)
     await new Promise<void>((resolve, reject) => {
       listening.once('error', reject)
       listening.listen(config.port, config.host, () => { listening.off('error', reject); resolve() })
