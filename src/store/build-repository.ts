@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache'
 import { type Build, type BuildFields, type BuildKey, composeBuild } from './build-schema.ts'
 import type { Database } from './database.ts'
 
@@ -21,14 +22,13 @@ const cacheKey = (key: BuildKey): string => `${key.projectId}/${key.appId}/${key
  */
 export class BuildRepository {
   readonly #database: Database
-  readonly #cache: Map<string, string> | undefined
-  readonly #cacheBytes: number
-  #cachedBytes = 0
+  readonly #cache: LRUCache<string, string> | undefined
 
   constructor (database: Database, cacheBytes = 32 * 1024 * 1024) {
     this.#database = database
-    this.#cache = database.kind === 'embedded' && cacheBytes > 0 ? new Map() : undefined
-    this.#cacheBytes = cacheBytes
+    this.#cache = database.kind === 'embedded' && cacheBytes > 0
+      ? new LRUCache({ maxSize: cacheBytes, maxEntrySize: cacheBytes, sizeCalculation: json => json.length })
+      : undefined
   }
 
   /** Creates or replaces the build at `key`; `createdAt` survives a replace, `updatedAt` is now. */
@@ -68,20 +68,6 @@ export class BuildRepository {
   get cachedBuilds (): number { return this.#cache?.size ?? 0 }
 
   #remember (name: string, json: string): void {
-    const cache = this.#cache
-    if (cache === undefined) return
-    const previous = cache.get(name)
-    if (previous !== undefined) {
-      cache.delete(name)
-      this.#cachedBytes -= previous.length
-    }
-    if (json.length > this.#cacheBytes) return
-    while (this.#cachedBytes + json.length > this.#cacheBytes) {
-      const [oldest, text] = cache.entries().next().value as [string, string]
-      cache.delete(oldest)
-      this.#cachedBytes -= text.length
-    }
-    cache.set(name, json)
-    this.#cachedBytes += json.length
+    this.#cache?.set(name, json)
   }
 }

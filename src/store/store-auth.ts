@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { errors as joseErrors } from 'jose'
+import { LRUCache } from 'lru-cache'
 import {
   AdminTokenRequiredError, StoreForbiddenProjectError, StoreInvalidTokenError, StoreMissingTokenError
 } from '../errors.ts'
@@ -20,7 +21,7 @@ export interface StoreAuthOptions {
   adminToken: string | undefined
   signer: TokenSigner
   serviceAccounts: ServiceAccounts
-  /** Most verified tokens remembered; the oldest is dropped beyond it. */
+  /** Most verified tokens remembered; the least recently used is dropped beyond it. */
   cacheSize?: number
 }
 
@@ -33,14 +34,13 @@ export class StoreAuth {
   readonly #adminDigest: Buffer | undefined
   readonly #signer: TokenSigner
   readonly #serviceAccounts: ServiceAccounts
-  readonly #cache = new Map<string, VerifiedToken>()
-  readonly #cacheSize: number
+  readonly #cache: LRUCache<string, VerifiedToken>
 
   constructor (options: StoreAuthOptions) {
     this.#adminDigest = options.adminToken === undefined ? undefined : digest(options.adminToken)
     this.#signer = options.signer
     this.#serviceAccounts = options.serviceAccounts
-    this.#cacheSize = options.cacheSize ?? 10_000
+    this.#cache = new LRUCache({ max: options.cacheSize ?? 10_000 })
   }
 
   /** Throws a 401 unless `authorization` carries the admin token. */
@@ -79,10 +79,6 @@ export class StoreAuth {
       throw tokenError(error)
     }
     const verified = { projectId: claims.projectId, jti: claims.jti, expiresAtMs: claims.exp * 1000 }
-    if (this.#cache.size >= this.#cacheSize) {
-      const oldest = this.#cache.keys().next().value
-      if (oldest !== undefined) this.#cache.delete(oldest)
-    }
     this.#cache.set(token, verified)
     return verified
   }

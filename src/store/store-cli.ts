@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises'
+import { parseArgs } from 'node:util'
 import { ConfigError } from '../errors.ts'
 import { ID_PATTERN_SOURCE } from './build-schema.ts'
 import { loadStoreClientConfig } from './store-config.ts'
@@ -69,16 +70,12 @@ export async function runStoreCommand (args: readonly string[], io: CommandIo): 
 }
 
 function parseOptions (args: readonly string[], needs: readonly OptionName[]): Record<OptionName, string> {
-  const values: Partial<Record<OptionName, string>> = {}
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i] as string
-    if (!arg.startsWith('--')) throw new UsageError(`unexpected argument "${arg}"`)
-    const equals = arg.indexOf('=')
-    const option = (equals === -1 ? arg.slice(2) : arg.slice(2, equals)) as OptionName
-    if (!needs.includes(option)) throw new UsageError(`--${option} is not an option of this command`)
-    const value = equals === -1 ? args[++i] : arg.slice(equals + 1)
-    if (value === undefined) throw new UsageError(`--${option} needs a value`)
-    values[option] = value
+  let values: Partial<Record<OptionName, string>>
+  try {
+    const options = Object.fromEntries(needs.map(name => [name, { type: 'string' as const }]))
+    values = parseArgs({ args: [...args], options, strict: true, allowPositionals: false }).values as Partial<Record<OptionName, string>>
+  } catch (error) {
+    throw usageErrorOf(error as NodeJS.ErrnoException)
   }
   for (const option of needs) {
     const value = values[option]
@@ -88,6 +85,18 @@ function parseOptions (args: readonly string[], needs: readonly OptionName[]): R
     }
   }
   return values as Record<OptionName, string>
+}
+
+/** parseArgs's errors, said in this CLI's words (its own name the option). */
+function usageErrorOf (error: NodeJS.ErrnoException): UsageError {
+  const named = /'(-[^ '<]+)/.exec(error.message)?.[1] ?? ''
+  switch (error.code) {
+    case 'ERR_PARSE_ARGS_UNKNOWN_OPTION':
+      return new UsageError(named.startsWith('--') ? `${named} is not an option of this command` : `unexpected argument "${named}"`)
+    case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE': return new UsageError(`${named} needs a value`)
+    case 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL': return new UsageError(`unexpected argument "${/'([^']*)'/.exec(error.message)?.[1] ?? ''}"`)
+    default: return new UsageError(error.message)
+  }
 }
 
 async function readBuildFile (file: string, io: CommandIo): Promise<string> {
