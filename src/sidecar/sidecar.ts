@@ -133,6 +133,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const port = (server.address() as AddressInfo).port
   const adminPort = (admin.address() as AddressInfo).port
   logger.info({ port, adminPort, appUrl: config.appUrl.href, storeUrl: config.storeUrl.href, runtime: config.runtime, auth: !config.disableAuth }, 'sidecar listening')
+  logger.flush() // tooling waiting for the ports (PORT=0) reads this line now, not at the next batch
 
   async function close (): Promise<void> {
     await webhooks.drain(Promise.resolve())

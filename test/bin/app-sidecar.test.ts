@@ -1,9 +1,11 @@
 import { request } from 'node:http'
+import { connect } from 'node:net'
+import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { runBin } from '../helpers/child-process.ts'
 import { send } from '../helpers/http-client.ts'
-import { eventually, startTestServer } from '../helpers/sidecar-harness.ts'
+import { eventually, freePort, startTestServer } from '../helpers/sidecar-harness.ts'
 
 const BASE_ENV = { PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1' }
 
@@ -26,6 +28,23 @@ t.test('an invalid value stops start-up with one line naming the variable', asyn
     t.match(lines[0], new RegExp(`^app-sidecar: invalid configuration: ${name}: `))
     t.equal(child.stdout, '')
   }
+})
+
+t.test('the start-up line naming the ports is written as soon as the listeners are open, not with the next batch', async t => {
+  const app = await startTestServer((req, res) => { res.end() })
+  t.teardown(() => app.close())
+  const adminPort = await freePort()
+  const child = runBin('app-sidecar', { ...BASE_ENV, ADMIN_PORT: String(adminPort), APP_URL: app.url, DISABLE_AUTH: 'true' })
+  t.teardown(() => { child.process.kill('SIGKILL') })
+  // the admin listener opens last, right before the line is logged: from the moment it accepts,
+  // the line must follow at once (log lines are otherwise batched for up to 250 ms)
+  while (!(await accepts(adminPort))) await new Promise(resolve => setTimeout(resolve, 2))
+  const acceptedAt = performance.now()
+  const line = await child.waitForLine(line => line.msg === 'sidecar listening', 5000)
+  const lagMs = performance.now() - acceptedAt
+  t.equal(line.adminPort, adminPort)
+  t.type(line.port, 'number')
+  t.ok(lagMs < 60, `the line came ${lagMs.toFixed(1)} ms after the admin port accepted`)
 })
 
 t.test('a port in use: a clear error and a non-zero exit', async t => {
@@ -98,3 +117,11 @@ t.test('the grace period ends what is left, and the process still exits 0', asyn
   t.equal(await outcome, 'ECONNRESET', 'the caller sees the connection cut')
   t.ok(child.lines.some(line => line.msg === 'stopped' && line.clean === false))
 })
+
+/** True when something accepts a TCP connection on loopback `port`. */
+async function accepts (port: number): Promise<boolean> {
+  return await new Promise(resolve => {
+    const socket = connect(port, '127.0.0.1', () => { socket.destroy(); resolve(true) })
+    socket.once('error', () => { resolve(false) })
+  })
+}
