@@ -40,7 +40,6 @@ export class ConcurrencyGate {
 
   get inflight (): number { return this.#inflight }
   get waiting (): number { return this.#waiting }
-  get isOpen (): boolean { return this.#open }
 
   /** The app is ready: let waiting calls through. */
   open (): void {

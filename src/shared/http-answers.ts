@@ -30,7 +30,7 @@ export function sendJson (res: ServerResponse, status: number, json: string, hea
 export function knownError (error: unknown, ctx: AnswerContext): SidecarError {
   if (error instanceof SidecarError) return error
   const err = error as NodeJS.ErrnoException
-  ctx.logger.error({ err, code: err?.code, runId: ctx.runId }, 'unexpected error')
+  ctx.logger.error({ err, code: err?.code, runId: ctx.runId }, 'request failed')
   return ctx.internal
 }
 
