@@ -1,4 +1,5 @@
 import { isIP } from 'node:net'
+import ipaddr from 'ipaddr.js'
 import { ConfigError } from '../errors.ts'
 
 /** Turns one raw environment value into a typed value, or throws a ConfigError naming the variable. */
@@ -101,17 +102,18 @@ export const parseHeaderBrand: EnvParser<string> = (name, raw) => {
 
 export interface Cidr { readonly address: string, readonly prefix: number, readonly family: 4 | 6 }
 
-/** A comma-separated list of CIDR ranges such as `127.0.0.0/8,fd00::/8`. */
+/** A comma-separated list of CIDR ranges such as `127.0.0.0/8,fd00::/8` (addresses in their standard form only). */
 export const parseCidrList: EnvParser<Cidr[]> = (name, raw) => {
   return raw.split(',').map(part => part.trim()).filter(part => part !== '').map(part => {
-    const [address = '', prefixText, extra] = part.split('/')
-    const family = isIP(address)
-    const maxPrefix = family === 6 ? 128 : 32
-    const prefix = Number(prefixText)
-    if (family === 0 || extra !== undefined || prefixText === undefined ||
-        !/^\d{1,3}$/.test(prefixText) || prefix > maxPrefix) {
+    const slash = part.indexOf('/')
+    let range: [ipaddr.IPv4 | ipaddr.IPv6, number]
+    try {
+      // ipaddr.js also reads hex and octal IPv4 forms: isIP keeps to the standard ones
+      if (isIP(part.slice(0, slash)) === 0) throw new Error('not a standard address')
+      range = ipaddr.parseCIDR(part)
+    } catch {
       throw new ConfigError(name, `expected CIDR ranges like 127.0.0.0/8, got "${part}"`)
     }
-    return { address, prefix, family: family as 4 | 6 }
+    return { address: range[0].toString(), prefix: range[1], family: range[0].kind() === 'ipv6' ? 6 : 4 }
   })
 }
