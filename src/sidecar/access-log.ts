@@ -2,7 +2,7 @@ import pino, { type DestinationStream, type Logger } from 'pino'
 import type { LogLevel } from '../config/sidecar-config.ts'
 
 /** How long a buffered log line may wait before it is written. */
-export const LOG_FLUSH_INTERVAL_MS = 250
+const LOG_FLUSH_INTERVAL_MS = 250
 
 /**
  * The sidecar's pino logger. Request lines carry only method, path (no query), status, duration

@@ -3,7 +3,7 @@ import { Readable } from 'node:stream'
 import { BodyTooLargeError, MalformedRequestError } from '../errors.ts'
 
 /** Bodies up to this size are read whole before forwarding: one write to the app instead of a stream pipe. */
-export const SMALL_BODY_BYTES = 64 * 1024
+const SMALL_BODY_BYTES = 64 * 1024
 
 export type RequestBody = Buffer | Readable | null
 

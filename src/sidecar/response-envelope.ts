@@ -1,13 +1,5 @@
 import { resultJson } from '../shared/run-result.ts'
 
-/** The cortex runtime's response body: the app's raw value wrapped with the run's facts. */
-export interface ResponseEnvelope {
-  run_id: string
-  result: unknown
-  run_time_ms: number
-  timestamp: string
-}
-
 /**
  * Serialises the envelope for a 2xx body. A body that parses as JSON is embedded as it was sent
  * (it is valid JSON, so no re-serialisation is needed); any other body becomes a JSON string.

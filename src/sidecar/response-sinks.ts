@@ -24,7 +24,7 @@ export function passthroughSink (ctx: SinkContext, status: number, headers: Inco
 }
 
 /** Largest app body the cortex envelope will buffer; beyond it the call fails with 502. */
-export const MAX_ENVELOPE_BYTES = 256 * 1024 * 1024
+const MAX_ENVELOPE_BYTES = 256 * 1024 * 1024
 
 /** The cortex runtime's 2xx answer: the whole body, wrapped as `{run_id, result, run_time_ms, timestamp}`. */
 export function envelopeSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): ResponseSink {

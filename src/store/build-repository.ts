@@ -3,7 +3,7 @@ import { type Build, type BuildFields, type BuildKey, composeBuild } from './bui
 import type { Database } from './database.ts'
 
 /** A build as stored, with its JSON text ready to send. */
-export interface StoredBuild {
+interface StoredBuild {
   readonly build: Build
   readonly json: string
   /** True when the PUT created it, false when it replaced one. */

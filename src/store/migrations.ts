@@ -45,7 +45,7 @@ export const MIGRATIONS: readonly Migration[] = [
 ]
 
 /** Serialises concurrent starts of several stores on one PostgreSQL database. */
-export const MIGRATION_LOCK = 707_000_001
+const MIGRATION_LOCK = 707_000_001
 
 /**
  * Applies the migrations not yet recorded in `schema_migrations`, in order, all in one

@@ -4,7 +4,7 @@ import { ValueErrorType } from '@sinclair/typebox/errors'
 import { InvalidBodyError } from '../errors.ts'
 
 /** RFC 3339 date-time with a time zone, as `format: date-time` means in JSON Schema. */
-export const DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i
+const DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i
 
 /** True for an RFC 3339 date-time that names a real instant (no 30 February, no hour 25). */
 export function isDateTime (value: string): boolean {

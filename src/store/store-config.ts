@@ -36,7 +36,7 @@ interface Variable<K extends string, T> {
 const TOKEN_CHARACTERS = /^[A-Za-z0-9\-._~+/]+=*$/
 const MIN_ADMIN_TOKEN_LENGTH = 16
 
-export const parseAdminToken: EnvParser<string | undefined> = (name, raw) => {
+const parseAdminToken: EnvParser<string | undefined> = (name, raw) => {
   if (!TOKEN_CHARACTERS.test(raw)) {
     throw new ConfigError(name, 'expected letters, digits and - . _ ~ + / (then = padding), without spaces')
   }
@@ -47,7 +47,7 @@ export const parseAdminToken: EnvParser<string | undefined> = (name, raw) => {
 }
 
 /** A `postgres://` or `postgresql://` URL; the value itself is never echoed (it may hold a password). */
-export const parseDatabaseUrl: EnvParser<string | undefined> = (name, raw) => {
+const parseDatabaseUrl: EnvParser<string | undefined> = (name, raw) => {
   let url: URL | undefined
   try { url = new URL(raw.trim()) } catch { url = undefined }
   if (url === undefined || (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') || url.hostname === '') {
@@ -59,7 +59,7 @@ export const parseDatabaseUrl: EnvParser<string | undefined> = (name, raw) => {
 const parseHost: EnvParser<string> = (_name, raw) => raw.trim()
 const parseDataDir: EnvParser<string> = (_name, raw) => resolve(raw)
 
-export const STORE_VARIABLES = [
+const STORE_VARIABLES = [
   { name: 'PORT', key: 'port', defaultText: '7070', meaning: 'listener; 0 picks a free port', parse: parsePort, fallback: () => 7070 },
   { name: 'HOST', key: 'host', defaultText: '0.0.0.0', meaning: 'bind address', parse: parseHost, fallback: () => '0.0.0.0' },
   { name: 'DATABASE_URL', key: 'databaseUrl', defaultText: undefined, meaning: 'PostgreSQL URL; unset = embedded PostgreSQL in DATA_DIR', parse: parseDatabaseUrl, fallback: () => undefined },

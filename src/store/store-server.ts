@@ -43,7 +43,7 @@ export interface RunningBuildStore {
 }
 
 /** The store's pino logger; tokens and the database URL never reach it. */
-export function createStoreLogger (level: StoreConfig['logLevel'], destination?: DestinationStream): Logger {
+function createStoreLogger (level: StoreConfig['logLevel'], destination?: DestinationStream): Logger {
   return pino({
     level,
     base: { name: 'build-store' },
