@@ -7,13 +7,16 @@ export class SidecarError extends Error {
   readonly code: string
   /** Extra response headers (for example `Retry-After`). */
   readonly headers: Readonly<Record<string, string>> | undefined
+  /** Why, as the log line says it (never sent to the caller): the message with where it happened. */
+  readonly reason: string
 
-  constructor (status: number, code: string, message: string, headers?: Record<string, string>) {
+  constructor (status: number, code: string, message: string, headers?: Record<string, string>, reason?: string) {
     super(message)
     this.name = new.target.name
     this.status = status
     this.code = code
     this.headers = headers
+    this.reason = reason ?? message
   }
 
   /** The JSON body sent to the caller. */
@@ -55,12 +58,18 @@ export class BodyTooLargeError extends SidecarError {
 }
 
 export class AppUnreachableError extends SidecarError {
-  constructor (detail: string) { super(502, 'SIDECAR_APP_UNREACHABLE', `app unreachable: ${detail}`) }
+  /** `target`: the app's URL, for the log line. */
+  constructor (detail: string, target?: string) {
+    const message = `app unreachable: ${detail}`
+    super(502, 'SIDECAR_APP_UNREACHABLE', message, undefined, target === undefined ? message : `${message} (${target})`)
+  }
 }
 
 export class StoreUnreachableError extends SidecarError {
-  constructor (detail: string) {
-    super(502, 'SIDECAR_STORE_UNREACHABLE', `build store unreachable: ${detail}`)
+  /** `why`: what failed and where, for the log line (a JWKS fetch's status, the store's URL). */
+  constructor (detail: string, why?: string) {
+    const message = `build store unreachable: ${detail}`
+    super(502, 'SIDECAR_STORE_UNREACHABLE', message, undefined, why === undefined ? message : `${message} (${why})`)
   }
 }
 
@@ -145,4 +154,16 @@ export class StoreMethodNotAllowedError extends StoreError {
 
 export class StoreInternalError extends StoreError {
   constructor () { super(500, 'STORE_INTERNAL', 'internal error') }
+}
+
+/** Another live build-store holds the embedded database folder; two writers would lose data. */
+export class DataDirInUseError extends Error {
+  readonly dataDir: string
+  readonly holderPid: number
+  constructor (dataDir: string, holderPid: number) {
+    super(`DATA_DIR ${dataDir} is in use by another build-store (pid ${holderPid})`)
+    this.name = 'DataDirInUseError'
+    this.dataDir = dataDir
+    this.holderPid = holderPid
+  }
 }

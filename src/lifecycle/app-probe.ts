@@ -1,6 +1,7 @@
 import { request } from 'node:http'
 import { request as requestTls } from 'node:https'
 import { connect } from 'node:net'
+import { describeNetworkError } from '../shared/network-errors.ts'
 
 export interface AppProbeOptions {
   appUrl: URL
@@ -19,6 +20,7 @@ export interface AppProbeOptions {
  */
 export class AppProbe {
   #passing = false
+  #lastFailure: string | undefined
   #timer: NodeJS.Timeout | undefined
   #stopped = false
   #firstPass: Array<() => void> = []
@@ -30,6 +32,9 @@ export class AppProbe {
 
   /** Whether the last probe passed. */
   get passing (): boolean { return this.#passing }
+
+  /** Why the last failed probe failed (`connection refused`, `status 503`, `timeout`), for logs. */
+  get lastFailure (): string | undefined { return this.#lastFailure }
 
   start (): void {
     this.#stopped = false
@@ -50,9 +55,11 @@ export class AppProbe {
   }
 
   async #tick (): Promise<void> {
-    const ok = await this.#probeOnce()
+    const failure = await this.#probeOnce()
     if (this.#stopped) return
+    const ok = failure === undefined
     this.#passing = ok
+    if (!ok) this.#lastFailure = failure
     if (ok && this.#firstPass.length > 0) {
       for (const wake of this.#firstPass) wake()
       this.#firstPass = []
@@ -61,17 +68,18 @@ export class AppProbe {
     this.#timer.unref()
   }
 
-  #probeOnce (): Promise<boolean> {
+  /** Undefined when the app passed, else why it did not. */
+  #probeOnce (): Promise<string | undefined> {
     const { appUrl, path, timeoutMs } = this.#options
     const port = Number(appUrl.port === '' ? (appUrl.protocol === 'https:' ? 443 : 80) : appUrl.port)
     const host = appUrl.hostname.replace(/^\[|\]$/g, '')
     return new Promise(resolve => {
       if (path === undefined) {
         const socket = connect({ host, port, timeout: timeoutMs })
-        const done = (ok: boolean): void => { socket.destroy(); resolve(ok) }
-        socket.once('connect', () => { done(true) })
-        socket.once('timeout', () => { done(false) })
-        socket.once('error', () => { done(false) })
+        const done = (failure: string | undefined): void => { socket.destroy(); resolve(failure) }
+        socket.once('connect', () => { done(undefined) })
+        socket.once('timeout', () => { done('timeout') })
+        socket.once('error', (error: Error) => { done(describeNetworkError(error)) })
         return
       }
       const basePath = appUrl.pathname.replace(/\/$/, '')
@@ -79,10 +87,10 @@ export class AppProbe {
       const req = send({ host, port, path: basePath + path, method: 'GET', agent: false, timeout: timeoutMs, headers: { 'user-agent': 'app-sidecar-probe' } }, res => {
         res.resume()
         const status = res.statusCode ?? 0
-        resolve(status >= 200 && status < 400)
+        resolve(status >= 200 && status < 400 ? undefined : `status ${status}`)
       })
-      req.once('timeout', () => { req.destroy() })
-      req.once('error', () => { resolve(false) })
+      req.once('timeout', () => { req.destroy(new Error('timeout')) })
+      req.once('error', (error: Error) => { resolve(describeNetworkError(error)) })
       req.end()
     })
   }

@@ -1,5 +1,5 @@
 import type { Pool } from 'undici'
-import { DeadlineExceededError } from '../errors.ts'
+import { AppUnreachableError, DeadlineExceededError } from '../errors.ts'
 import type { WebhookSender } from '../webhook/webhook-sender.ts'
 import { WebhookTee } from '../webhook/webhook-tee.ts'
 import { AppResponseRelay } from './app-response-relay.ts'
@@ -12,6 +12,8 @@ import type { WebhookRequest } from './webhook-request.ts'
 
 export interface AppForwardDeps {
   readonly app: Pool
+  /** APP_URL, as the log line names it when the app cannot be reached. */
+  readonly appUrl: string
   /** APP_URL's path, without a trailing slash ('' for none). */
   readonly basePath: string
   readonly chooseSink: SinkChooser
@@ -29,12 +31,13 @@ export interface AppForwardDeps {
  */
 export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined) => void {
   const headerRules = { dropAuthorization: deps.dropAuthorization, dropAcceptEncoding: deps.dropAcceptEncoding, upgrade: false }
+  const unreachable = (detail: string): AppUnreachableError => new AppUnreachableError(detail, deps.appUrl)
   return function forwardToApp (call, route, body, webhook) {
     if (call.settled) return // the caller left, or the deadline answered, while the call waited
     const tee = webhook === undefined
       ? undefined
       : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks)
-    const relay = new AppResponseRelay(call, deps.chooseSink, undefined, tee)
+    const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee)
     call.forwarded = true
     call.onAbort(reason => { if (reason instanceof DeadlineExceededError) relay.expire(reason); else relay.callerGone() })
     const query = route.forwardedQuery

@@ -33,6 +33,8 @@ export abstract class RecordedCall {
   readonly runId: string
   /** The app has the request: its relay answers from now on. */
   forwarded = false
+  /** The sidecar's own answer, when it gave one: its code and reason go in the log line. */
+  protected refusal: SidecarError | undefined
   #controller: AbortController | undefined
   #reason: Error | undefined
   #onAbort: ((reason: Error) => void) | undefined
@@ -60,7 +62,8 @@ export abstract class RecordedCall {
         status,
         duration: Math.round(seconds * 1e6) / 1e3,
         runId: this.runId,
-        ...(this.finished || route === 'websocket' ? undefined : { aborted: true })
+        ...(this.finished || route === 'websocket' ? undefined : { aborted: true }),
+        ...(this.refusal === undefined ? undefined : { error: this.refusal.code, reason: this.refusal.reason })
       }, route === 'websocket' ? 'websocket' : 'request')
     })
   }
@@ -119,7 +122,8 @@ export class HttpCall extends RecordedCall {
 
   answer (error: unknown): void {
     if (this.settled) return
-    sendError(this.res, error, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
+    this.refusal = knownError(error, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
+    sendError(this.res, this.refusal, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
   }
 }
 
@@ -144,6 +148,7 @@ export class UpgradeCall extends RecordedCall {
   answer (error: unknown): void {
     if (this.settled) return
     const known = knownError(error, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
+    this.refusal = known
     this.answered = known.status
     writeRawError(this.socket, known, this.runId)
   }

@@ -36,6 +36,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs: config.sseHeartbeatSeconds * 1000 })
   const forwardToApp = createAppForward({
     app: deps.app,
+    appUrl: config.appUrl.href,
     basePath: config.appUrl.pathname.replace(/\/$/, ''),
     chooseSink: responseTable(streams, config.runtime),
     webhooks: deps.webhooks,

@@ -10,6 +10,8 @@ export interface ManagementDeps extends CallRecorder {
   readonly store: Pool
   /** The path prefix of STORE_URL ('' for none). */
   readonly basePath: string
+  /** STORE_URL, as the log line names it when the store cannot be reached. */
+  readonly storeUrl: string
 }
 
 const READ_ONLY = 'GET, HEAD'
@@ -17,13 +19,15 @@ const READ_HEADER_RULES = { dropAuthorization: false, dropAcceptEncoding: false,
 
 /** `GET|HEAD /v2/…`: forwarded to the build store with the same path, query and Authorization. */
 export function createManagementHandler (deps: ManagementDeps): (req: IncomingMessage, res: ServerResponse) => void {
+  const storeUrl = deps.storeUrl
+  const unreachable = (detail: string): StoreUnreachableError => new StoreUnreachableError(detail, storeUrl)
   return function handleManagement (req, res) {
     const call = new HttpCall(deps, 'management', req, res)
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       call.answer(new MethodNotAllowedError(READ_ONLY))
       return
     }
-    const relay = new AppResponseRelay(call, passthroughSink, detail => new StoreUnreachableError(detail))
+    const relay = new AppResponseRelay(call, passthroughSink, unreachable)
     call.onAbort(() => { relay.callerGone() })
     deps.store.dispatch({
       method: req.method,

@@ -38,6 +38,8 @@ export interface SidecarOptions {
   storeTimeoutMs?: number
   /** Time a caller has to send a request's headers (default 60 s; tests shorten it). */
   headersTimeoutMs?: number
+  /** How often a warning names the app while calls wait for its first readiness (default 10 s). */
+  notReadyWarningMs?: number
 }
 
 export interface RunningSidecar {
@@ -98,10 +100,15 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   })
   // passed() also resolves when the probe stops (shutdown): only a real pass opens the gate
   void readiness.passed().then(() => { if (readiness.passing) gate.open() })
+  // calls waiting for an app that never gets ready would otherwise wait in silence
+  const notReady = setInterval(() => {
+    if (readiness.passing || gate.waiting === 0) return
+    logger.warn({ appUrl: config.appUrl.href, waiting: gate.waiting, probe: readiness.lastFailure }, 'calls are waiting for the app to be ready')
+  }, options.notReadyWarningMs ?? NOT_READY_WARNING_MS).unref()
 
   const recorder = { logger, metrics, inflight }
   const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks, gate })
-  const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl) })
+  const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl), storeUrl: config.storeUrl.href })
   const websockets = createUpgradeHandler({ ...recorder, config, verifier, gate })
 
   const headersTimeout = options.headersTimeoutMs ?? 60_000
@@ -136,6 +143,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   logger.flush() // tooling waiting for the ports (PORT=0) reads this line now, not at the next batch
 
   async function close (): Promise<void> {
+    clearInterval(notReady)
     await webhooks.drain(Promise.resolve())
     revocations.stop()
     stats.stop()
@@ -187,6 +195,9 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
 
   return { port, adminPort, logger, metrics, inflight, webhooks, drain, close }
 }
+
+/** How often a warning names the app while calls wait for it to be ready. */
+const NOT_READY_WARNING_MS = 10_000
 
 /** Longest wait for the build store's answer to a /v2 read (then 502). */
 const STORE_TIMEOUT_MS = 30_000

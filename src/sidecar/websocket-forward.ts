@@ -70,7 +70,7 @@ export function createWebSocketForward (deps: WebSocketForwardDeps): WebSocketFo
   proxy.on('error', (error, req, socket) => {
     const call = forwarded.get(req)?.call
     if (call === undefined || call.answered === 101 || !('write' in socket)) socket.destroy()
-    else call.answer(new AppUnreachableError(describeNetworkError(error)))
+    else call.answer(new AppUnreachableError(describeNetworkError(error), config.appUrl.href))
   })
 
   return {
