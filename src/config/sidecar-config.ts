@@ -23,6 +23,7 @@ export interface SidecarConfig {
   replicaConcurrency: number
   queueDepth: number
   maxBodyBytes: number
+  envelopeMaxBodyBytes: number
   deadlineSeconds: number
   responseGracePeriodSeconds: number
   readycheckPath: string | undefined
@@ -75,6 +76,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'REPLICA_CONCURRENCY', key: 'replicaConcurrency', defaultText: '0', meaning: 'most requests in flight to the app; 0 = no limit', parse: integerIn(0, 1_000_000), fallback: fixed(0) }),
   variable({ name: 'QUEUE_DEPTH', key: 'queueDepth', defaultText: '10 x concurrency, or 1000', meaning: 'requests allowed to wait; beyond it 503', parse: integerIn(0, 10_000_000), fallback: p => p.replicaConcurrency !== undefined && p.replicaConcurrency > 0 ? 10 * p.replicaConcurrency : 1000 }),
   variable({ name: 'MAX_BODY_BYTES', key: 'maxBodyBytes', defaultText: '67108864', meaning: 'largest request body; beyond it 413', parse: integerIn(0, 64 * GIB), fallback: fixed(67_108_864) }),
+  variable({ name: 'ENVELOPE_MAX_BODY_BYTES', key: 'envelopeMaxBodyBytes', defaultText: '33554432', meaning: 'largest 2xx app body the cortex envelope wraps; beyond it 502', parse: integerIn(0, GIB), fallback: fixed(33_554_432) }),
   variable({ name: 'DEADLINE_SECONDS', key: 'deadlineSeconds', defaultText: '0', meaning: 'longest a request may run; 0 = none', parse: numberUpTo(MAX_SECONDS), fallback: fixed(0) }),
   variable({ name: 'RESPONSE_GRACE_PERIOD_SECONDS', key: 'responseGracePeriodSeconds', defaultText: '900', meaning: 'on SIGTERM, how long in-flight work may finish', parse: numberUpTo(MAX_SECONDS), fallback: fixed(900) }),
   variable({ name: 'READYCHECK_PATH', key: 'readycheckPath', defaultText: undefined, meaning: 'app path probed for readiness; unset = TCP connect', parse: optionalString(parseHttpPath), fallback: fixed(undefined) }),

@@ -31,4 +31,6 @@ export interface SinkContext {
   readonly capture: ResponseCapture | undefined
   /** Answers with the sidecar's own JSON error (the response has not begun). */
   answer: (error: SidecarError) => void
+  /** Answers with the sidecar's own error and cuts the app request (the sink will not take the rest). */
+  cut: (error: SidecarError) => void
 }

@@ -46,6 +46,11 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
 
   answer (error: SidecarError): void { this.#call.answer(error) }
 
+  cut (error: SidecarError): void {
+    this.answer(error)
+    this.#controller?.abort(error)
+  }
+
   /** The caller disconnected before the response was complete. */
   callerGone (): void {
     this.#callerGone = true
@@ -85,6 +90,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
    * | the deadline passed               | 504 (a begun response: the sink's failure)        | the 504                    |
    * | the caller left                   | nothing more: the connection is cut               | 499                        |
    * | the app failed mid-response       | the sink's failure (an error event, a 502, a cut) | a 502                      |
+   * | the sink refused the body (too large to wrap) | its 502, already sent                 | that 502                   |
    * | the request body was refused (413) | that error, and the connection closes            | nothing (app never answered) |
    * | the app could not be reached      | 502                                               | the 502                    |
    * A stream's webhook reports the events sent instead, with status 200.
@@ -100,7 +106,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
       reported = CALLER_GONE
       this.res.destroy()
     } else if (sink !== undefined) {
-      reported = this.#unreachable(describeNetworkError(cause))
+      reported = cause instanceof SidecarError ? cause : this.#unreachable(describeNetworkError(cause))
       sink.fail(cause)
     } else if (cause instanceof SidecarError) {
       this.answer(cause)

@@ -38,7 +38,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     app: deps.app,
     appUrl: config.appUrl.href,
     basePath: config.appUrl.pathname.replace(/\/$/, ''),
-    chooseSink: responseTable(streams, config.runtime),
+    chooseSink: responseTable(streams, config.runtime, config.envelopeMaxBodyBytes),
     webhooks: deps.webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
     dropAuthorization: verifier !== undefined,

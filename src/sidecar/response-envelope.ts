@@ -1,10 +1,19 @@
+import { isUtf8Chunks, jsonStringBytes, trimJsonSpace } from '../shared/body-bytes.ts'
 import { resultJson } from '../shared/run-result.ts'
 
 /**
- * Serialises the envelope for a 2xx body. A body that parses as JSON is embedded as it was sent
- * (it is valid JSON, so no re-serialisation is needed); any other body becomes a JSON string.
+ * The cortex envelope of a 2xx body as the buffers to send in order:
+ * `{"run_id", "result", "run_time_ms", "timestamp"}`. A body that is JSON (`isJson`, checked as it
+ * arrived) is spliced in as sent, its chunks untouched; any other body becomes a JSON string.
+ * Nothing is parsed or joined, so the sidecar holds the body about once, not several times.
  */
-export function envelopeJson (runId: string, body: Buffer, runTimeMs: number, timestamp: string): string {
-  const text = body.toString('utf8')
-  return `{"run_id":${JSON.stringify(runId)},"result":${resultJson(text)},"run_time_ms":${runTimeMs},"timestamp":"${timestamp}"}`
+export function envelopeParts (runId: string, chunks: readonly Buffer[], isJson: boolean, runTimeMs: number, timestamp: string): Buffer[] {
+  const head = Buffer.from(`{"run_id":${JSON.stringify(runId)},"result":`)
+  const tail = Buffer.from(`,"run_time_ms":${runTimeMs},"timestamp":"${timestamp}"}`)
+  if (!isUtf8Chunks(chunks)) {
+    // rare: undecodable bytes become U+FFFD, as a JSON text would have shown them
+    return [head, Buffer.from(resultJson(Buffer.concat(chunks).toString('utf8'))), tail]
+  }
+  if (isJson) return [head, ...trimJsonSpace(chunks), tail]
+  return [head, jsonStringBytes(chunks), tail]
 }

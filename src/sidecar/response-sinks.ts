@@ -4,7 +4,8 @@ import { AppUnreachableError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import { callerResponseHeaders } from './forward-headers.ts'
 import { roundedMs } from '../shared/run-result.ts'
-import { envelopeJson } from './response-envelope.ts'
+import { envelopeParts } from './response-envelope.ts'
+import { JsonSyntax } from '../shared/json-syntax.ts'
 import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
 
 /** Status, headers and body as the app sent them (hop-by-hop headers aside). */
@@ -23,38 +24,46 @@ export function passthroughSink (ctx: SinkContext, status: number, headers: Inco
   }
 }
 
-/** Largest app body the cortex envelope will buffer; beyond it the call fails with 502. */
-const MAX_ENVELOPE_BYTES = 256 * 1024 * 1024
-
-/** The cortex runtime's 2xx answer: the whole body, wrapped as `{run_id, result, run_time_ms, timestamp}`. */
-export function envelopeSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): ResponseSink {
+/**
+ * The cortex runtime's 2xx answer: the whole body, wrapped as `{run_id, result, run_time_ms, timestamp}`.
+ * A body over `maxBytes` (ENVELOPE_MAX_BODY_BYTES) is answered 502 and the app request cut at once.
+ */
+export function envelopeSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders, maxBytes: number): ResponseSink {
   const chunks: Buffer[] = []
+  const syntax = new JsonSyntax()
   let size = 0
-  let failed = false
+  let refused = false
   const { capture } = ctx
   if (capture !== undefined) capture.status = status
   return {
     streaming: false,
     write: chunk => {
+      if (refused) return true
       capture?.body(chunk)
       size += chunk.length
-      if (size > MAX_ENVELOPE_BYTES) {
-        if (!failed) ctx.answer(new AppUnreachableError('response too large to wrap'))
-        failed = true
+      if (size > maxBytes) {
+        refused = true
+        chunks.length = 0
+        ctx.cut(new AppUnreachableError(`response body over ENVELOPE_MAX_BODY_BYTES (${maxBytes} bytes)`))
         return true
       }
+      syntax.push(chunk)
       chunks.push(chunk)
       return true
     },
     end: () => {
-      if (failed) return
+      if (refused) return
       const runTimeMs = roundedMs(performance.now() - ctx.forwardedAt)
-      const body = envelopeJson(ctx.runId, chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks), runTimeMs, new Date().toISOString())
+      const parts = envelopeParts(ctx.runId, chunks, syntax.end(), runTimeMs, new Date().toISOString())
+      let length = 0
+      for (const part of parts) length += part.length
       const out = callerResponseHeaders(headers, ctx.runId, true)
       out['content-type'] = 'application/json; charset=utf-8'
-      out['content-length'] = Buffer.byteLength(body)
+      out['content-length'] = length
       ctx.res.writeHead(status, out)
-      ctx.res.end(body)
+      const last = parts.length - 1
+      for (let i = 0; i < last; i++) ctx.res.write(parts[i])
+      ctx.res.end(parts[last])
     },
     fail: error => {
       ctx.answer(error instanceof SidecarError ? error : new AppUnreachableError(describeNetworkError(error)))

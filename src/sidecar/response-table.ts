@@ -11,14 +11,14 @@ export type SinkChooser = (ctx: SinkContext, status: number, headers: IncomingHt
  * caller that accepts SSE (the three stream rows, for 2xx bodies the sidecar can read), then the
  * runtime's rule: the cortex envelope, else everything as the app sent it.
  */
-export function responseTable (streams: StreamSinks, runtime: 'cortex' | 'custom'): SinkChooser {
+export function responseTable (streams: StreamSinks, runtime: 'cortex' | 'custom', envelopeMaxBytes: number): SinkChooser {
   return function chooseSink (ctx, status, headers) {
     if (!hasReadableBody(ctx, status, headers)) return passthroughSink(ctx, status, headers)
     const type = mediaType(headers['content-type'])
     if (type === 'text/event-stream') return streams.eventStream(ctx)
     if (type === 'application/x-ndjson' || type === 'application/jsonl') return streams.ndjson(ctx)
     if (headers['content-length'] === undefined && acceptsEventStream(ctx.res.req.headers.accept)) return streams.chunks(ctx)
-    if (runtime === 'cortex') return envelopeSink(ctx, status, headers)
+    if (runtime === 'cortex') return envelopeSink(ctx, status, headers, envelopeMaxBytes)
     return passthroughSink(ctx, status, headers)
   }
 }
