@@ -5,7 +5,8 @@ import { AppUnreachableError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import type { ResponseCapture, ResponseSink, SinkContext } from '../shared/response-sink.ts'
 import type { WebhookTee } from '../webhook/webhook-tee.ts'
-import { CallerGoneError, type HttpCall } from './call-record.ts'
+import { CallerGoneError } from './call-record.ts'
+import type { HttpCall } from './http-call.ts'
 import type { SinkChooser } from './response-table.ts'
 
 /** What a webhook reports for a call whose caller left before a plain answer was complete. */

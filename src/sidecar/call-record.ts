@@ -4,7 +4,6 @@ import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
 import { SidecarError } from '../errors.ts'
 import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
-import { knownError, sendError, writeRawError } from '../shared/http-answers.ts'
 import type { RouteLabel, SidecarMetrics } from './metrics.ts'
 import { runIdFor } from './run-id.ts'
 
@@ -104,54 +103,3 @@ export abstract class RecordedCall {
     else (this.#onClose ??= []).push(free)
   }
 }
-
-/** An HTTP request and its response. */
-export class HttpCall extends RecordedCall {
-  readonly res: ServerResponse
-  readonly #logger: Logger
-
-  constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse) {
-    super(recorder, route, req, res)
-    this.res = res
-    this.#logger = recorder.logger
-  }
-
-  get status (): number { return this.res.headersSent ? this.res.statusCode : 499 }
-  get finished (): boolean { return this.res.writableFinished }
-  get settled (): boolean { return this.res.writableEnded || this.res.destroyed }
-
-  answer (error: unknown): void {
-    if (this.settled) return
-    this.refusal = knownError(error, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
-    sendError(this.res, this.refusal, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
-  }
-}
-
-/** A WebSocket upgrade: its answer is the app's 101 (or refusal), or the sidecar's error on the raw socket. */
-export class UpgradeCall extends RecordedCall {
-  readonly socket: Duplex
-  /** The status of the answer the caller got (0: none yet). */
-  answered = 0
-  readonly #logger: Logger
-
-  constructor (recorder: CallRecorder, req: IncomingMessage, socket: Duplex) {
-    super(recorder, 'websocket', req, socket)
-    socket.on('error', ignoreSocketError) // 'close' follows, and ends the call
-    this.socket = socket
-    this.#logger = recorder.logger
-  }
-
-  get status (): number { return this.answered === 0 ? 499 : this.answered }
-  get finished (): boolean { return this.answered !== 0 }
-  get settled (): boolean { return this.socket.destroyed || this.answered !== 0 }
-
-  answer (error: unknown): void {
-    if (this.settled) return
-    const known = knownError(error, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
-    this.refusal = known
-    this.answered = known.status
-    writeRawError(this.socket, known, this.runId)
-  }
-}
-
-function ignoreSocketError (): void {}

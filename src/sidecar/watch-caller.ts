@@ -1,4 +1,5 @@
-import { CallerGoneError, type UpgradeCall } from './call-record.ts'
+import { CallerGoneError } from './call-record.ts'
+import type { UpgradeCall } from './upgrade-call.ts'
 
 /** Most bytes a caller may send before its upgrade is answered; beyond it the connection is cut. */
 const EARLY_BYTES_LIMIT = 64 * 1024
