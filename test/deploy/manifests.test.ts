@@ -1,0 +1,401 @@
+// The Kubernetes manifests and the image they run: valid against the Kubernetes schemas, and holding
+// the security and lifecycle settings the example once lost (issue 13), so it cannot rot again.
+import { spawnSync } from 'node:child_process'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+import { parseAllDocuments } from 'yaml'
+import { Deployment } from 'kubernetes-models/apps/v1'
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1'
+import { PodDisruptionBudget } from 'kubernetes-models/policy/v1'
+import {
+  ConfigMap, type IContainer, type IPodSpec, type IProbe, type ISecurityContext, Namespace, Secret, Service,
+  ServiceAccount
+} from 'kubernetes-models/v1'
+import { loadSidecarConfig, SIDECAR_VARIABLES } from '../../src/config/sidecar-config.ts'
+import { loadStoreConfig, storeHelp } from '../../src/store/store-config.ts'
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const DEPLOY = join(ROOT, 'deploy')
+const EXAMPLE_SUFFIX = '.example.yaml'
+/** The name manifests give the project's image; kustomization.yaml's `images:` points it at a registry. */
+const IMAGE_NAME = 'app-sidecar'
+/** bench/results/latest.md, json-post (Node 20): the sidecar's measured peaks and CPU. */
+const SIDECAR_PEAK_RSS_1000_CONNECTIONS = 166.0e6
+const SIDECAR_PEAK_RSS_1000_RPS = 125.0e6
+const SIDECAR_VCPU_AT_1000_RPS = 0.32
+/** A model that loads for minutes must not be restarted by liveness in the meantime. */
+const MIN_APP_STARTUP_SECONDS = 300
+
+interface Validatable { validate: () => void }
+type ModelFactory = (data: unknown) => Validatable
+const model = (Ctor: new (data: never) => Validatable): ModelFactory => data => new Ctor(data as never)
+
+/** The kinds deploy/ may hold, each validated by its schema; a bare Pod is deliberately absent. */
+const MODELS: Record<string, ModelFactory> = {
+  'v1/Namespace': model(Namespace),
+  'v1/Service': model(Service),
+  'v1/ConfigMap': model(ConfigMap),
+  'v1/ServiceAccount': model(ServiceAccount),
+  'v1/Secret': model(Secret),
+  'apps/v1/Deployment': model(Deployment),
+  'networking.k8s.io/v1/NetworkPolicy': model(NetworkPolicy),
+  'policy/v1/PodDisruptionBudget': model(PodDisruptionBudget)
+}
+
+interface Manifest { file: string, kind: string, name: string, data: Record<string, unknown> }
+
+function parseYamlFile (path: string): Array<Record<string, unknown>> {
+  return parseAllDocuments(readFileSync(path, 'utf8')).map(doc => {
+    if (doc.errors.length > 0) throw new Error(`${path}: ${doc.errors.map(e => e.message).join('; ')}`)
+    return doc.toJS() as Record<string, unknown>
+  }).filter(doc => doc !== null)
+}
+
+function toManifests (file: string): Manifest[] {
+  return parseYamlFile(join(DEPLOY, file)).map(data => {
+    const metadata = data.metadata as { name?: string } | undefined
+    return { file, kind: String(data.kind), name: String(metadata?.name), data }
+  })
+}
+
+const kustomization = parseYamlFile(join(DEPLOY, 'kustomization.yaml'))[0] as {
+  namespace?: string, resources?: string[], images?: Array<{ name: string, newName?: string, newTag?: string }>
+}
+const listed = kustomization.resources ?? []
+const yamlFiles = readdirSync(DEPLOY).filter(f => /\.ya?ml$/.test(f) && f !== 'kustomization.yaml').sort()
+const exampleFiles = yamlFiles.filter(f => f.endsWith(EXAMPLE_SUFFIX))
+const manifests = listed.filter(f => existsSync(join(DEPLOY, f))).flatMap(toManifests)
+const examples = exampleFiles.flatMap(toManifests)
+const deployments = manifests.filter(m => m.kind === 'Deployment').map(m => ({ ...m, object: m.data as unknown as Deployment }))
+
+function podSpecOf (d: Deployment): IPodSpec {
+  const spec = d.spec?.template.spec
+  if (spec === undefined) throw new Error(`Deployment ${d.metadata?.name} has no pod template spec`)
+  return spec
+}
+
+function containersOf (spec: IPodSpec): IContainer[] {
+  return [...(spec.initContainers ?? []), ...spec.containers]
+}
+
+function findContainer (name: string): { deployment: Deployment, pod: IPodSpec, container: IContainer } {
+  for (const { object } of deployments) {
+    const pod = podSpecOf(object)
+    const container = pod.containers.find(c => c.name === name)
+    if (container !== undefined) return { deployment: object, pod, container }
+  }
+  throw new Error(`no Deployment has a container named ${name}`)
+}
+
+/** A probe's or Service's port: a number, or a name looked up in the container's own ports (kubelet rules). */
+function resolvePort (port: number | string | undefined, container: IContainer): number | undefined {
+  if (typeof port === 'number') return port
+  return container.ports?.find(p => p.name === port)?.containerPort
+}
+
+function httpProbe (probe: IProbe | undefined, container: IContainer): { path: string | undefined, port: number | undefined } {
+  return { path: probe?.httpGet?.path, port: resolvePort(probe?.httpGet?.port, container) }
+}
+
+function literalEnv (container: IContainer): Record<string, string> {
+  const env: Record<string, string> = {}
+  for (const e of container.env ?? []) if (e.value !== undefined) env[e.name] = e.value
+  return env
+}
+
+const UNITS: Record<string, number> = { m: 1e-3, '': 1, k: 1e3, K: 1e3, M: 1e6, G: 1e9, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30 }
+function quantity (value: string | number | undefined): number {
+  const match = /^([0-9.]+)(m|k|K|M|G|Ki|Mi|Gi)?$/.exec(String(value))
+  if (match === null) return Number.NaN
+  return Number(match[1]) * (UNITS[match[2] ?? ''] ?? Number.NaN)
+}
+
+function matchesLabels (selector: Record<string, string> | undefined, labels: Record<string, string> | undefined): boolean {
+  if (selector === undefined || Object.keys(selector).length === 0) return false
+  return Object.entries(selector).every(([k, v]) => labels?.[k] === v)
+}
+
+function deploymentSelectedBy (selector: Record<string, string> | undefined): Deployment {
+  const found = deployments.filter(d => matchesLabels(selector, d.object.spec?.template.metadata?.labels))
+  if (found.length !== 1) throw new Error(`selector ${JSON.stringify(selector)} matches ${found.length} Deployments`)
+  return (found[0] as { object: Deployment }).object
+}
+
+/** Maps a port number of a pod to the container that declares it. */
+function containerWithPort (d: Deployment, port: number | string | undefined): { container: IContainer, port: number } | undefined {
+  for (const container of podSpecOf(d).containers) {
+    const resolved = resolvePort(port, container)
+    if (resolved !== undefined && container.ports?.some(p => p.containerPort === resolved) === true) return { container, port: resolved }
+  }
+  return undefined
+}
+
+// ── Dockerfile ──────────────────────────────────────────────────────────────────────────────
+
+interface Instruction { op: string, args: string }
+interface Stage { from: string, name: string | undefined, instructions: Instruction[] }
+
+function parseDockerfile (text: string): Stage[] {
+  const lines = text.replace(/\\\r?\n/g, ' ').split(/\r?\n/).map(l => l.trim()).filter(l => l !== '' && !l.startsWith('#'))
+  const stages: Stage[] = []
+  for (const line of lines) {
+    const [op = '', ...rest] = line.split(/\s+/)
+    const instruction = { op: op.toUpperCase(), args: rest.join(' ') }
+    if (instruction.op === 'FROM') {
+      const [from = '', as, name] = rest
+      stages.push({ from, name: as?.toUpperCase() === 'AS' ? name : undefined, instructions: [] })
+    } else if (instruction.op !== 'ARG' || stages.length > 0) {
+      const stage = stages.at(-1)
+      if (stage === undefined) throw new Error(`Dockerfile: ${instruction.op} before FROM`)
+      stage.instructions.push(instruction)
+    }
+  }
+  return stages
+}
+
+const stages = parseDockerfile(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))
+const runtime = stages.at(-1) as Stage
+const buildStage = stages.find(s => s.name === 'build')
+const last = (stage: Stage, op: string): string | undefined => stage.instructions.filter(i => i.op === op).at(-1)?.args
+const execForm = (args: string | undefined): unknown => args === undefined ? undefined : JSON.parse(args)
+const buildConfig = JSON.parse(readFileSync(join(ROOT, 'tsconfig.build.json'), 'utf8')) as { compilerOptions: { rootDir: string, outDir: string } }
+
+/** Where a path inside the image comes from in this repository: /app/dist/x.js is built from src/x.ts. */
+function sourceOfImagePath (path: string): string | undefined {
+  const prefix = `/app/${buildConfig.compilerOptions.outDir}/`
+  if (!path.startsWith(prefix) || !path.endsWith('.js')) return undefined
+  return join(ROOT, buildConfig.compilerOptions.rootDir, path.slice(prefix.length).replace(/\.js$/, '.ts'))
+}
+
+// ── tests ───────────────────────────────────────────────────────────────────────────────────
+
+t.test('kustomization.yaml lists every manifest, and only files that exist', async t => {
+  t.ok(listed.length > 0, 'resources: is not empty')
+  t.same([...listed].sort(), yamlFiles.filter(f => !f.endsWith(EXAMPLE_SUFFIX)), 'every YAML file but the examples is listed')
+  for (const file of exampleFiles) t.notOk(listed.includes(file), `${file} (an example) is not applied`)
+  t.equal(kustomization.namespace, 'app-sidecar', 'one namespace for everything')
+  const image = kustomization.images?.find(i => i.name === IMAGE_NAME)
+  t.match(image, { newName: /\S/, newTag: /^(?!latest$)\S+$/ }, 'the image is pinned to a tag in one place')
+})
+
+t.test('every manifest is valid against the Kubernetes schemas', async t => {
+  t.ok(manifests.length >= 7, `found ${manifests.length} objects`)
+  for (const m of [...manifests, ...examples]) {
+    const apiVersion = String(m.data.apiVersion)
+    const factory = MODELS[`${apiVersion}/${m.kind}`]
+    if (factory === undefined) {
+      t.fail(`${m.file}: ${apiVersion} ${m.kind} is not a kind deploy/ may hold (workloads are Deployments)`)
+      continue
+    }
+    t.doesNotThrow(() => { factory(m.data).validate() }, `${m.file}: ${m.kind} ${m.name}`)
+    t.match(m.name, /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, `${m.file}: a DNS-1123 name`)
+  }
+  t.notOk(manifests.some(m => m.kind === 'Secret'), 'no Secret (and so no secret value) among the applied manifests')
+  const namespace = manifests.find(m => m.kind === 'Namespace')
+  t.match(namespace?.data, { metadata: { name: kustomization.namespace, labels: { 'pod-security.kubernetes.io/enforce': 'restricted' } } },
+    'the namespace enforces the "restricted" Pod Security Standard')
+})
+
+t.test('every pod and container runs non-root, read-only, without capabilities, under RuntimeDefault seccomp', async t => {
+  const [uid, gid] = (last(runtime, 'USER') ?? '').split(':').map(Number)
+  t.ok(deployments.length >= 2, 'the app and the build store')
+  for (const { name, object } of deployments) {
+    const pod = podSpecOf(object)
+    t.equal(pod.automountServiceAccountToken, false, `${name}: no API token mounted`)
+    t.equal(pod.enableServiceLinks, false, `${name}: no *_PORT variables injected into the config`)
+    t.notOk(pod.hostNetwork === true || pod.hostPID === true || pod.hostIPC === true, `${name}: no host namespaces`)
+    t.equal(pod.securityContext?.seccompProfile?.type, 'RuntimeDefault', `${name}: pod seccomp RuntimeDefault`)
+    for (const volume of pod.volumes ?? []) {
+      t.ok(volume.emptyDir !== undefined || volume.secret !== undefined || volume.configMap !== undefined || volume.projected !== undefined,
+        `${name}: volume ${volume.name} is a kind the restricted standard allows`)
+    }
+    for (const c of containersOf(pod)) {
+      const at = `${name}/${c.name}`
+      const own: ISecurityContext = c.securityContext ?? {}
+      const podLevel = pod.securityContext ?? {}
+      t.equal(own.runAsNonRoot ?? podLevel.runAsNonRoot, true, `${at}: runAsNonRoot`)
+      t.equal(own.runAsUser ?? podLevel.runAsUser, uid, `${at}: runAsUser is the image's numeric USER`)
+      t.equal(own.runAsGroup ?? podLevel.runAsGroup, gid, `${at}: runAsGroup is the image's numeric group`)
+      t.ok(Number.isInteger(uid) && (uid ?? 0) > 0, `${at}: numeric non-root uid ${uid}`)
+      t.equal(own.readOnlyRootFilesystem, true, `${at}: readOnlyRootFilesystem`)
+      t.equal(own.allowPrivilegeEscalation, false, `${at}: allowPrivilegeEscalation false`)
+      t.notOk(own.privileged, `${at}: not privileged`)
+      t.same(own.capabilities, { drop: ['ALL'] }, `${at}: every capability dropped, none added`)
+      t.equal(own.seccompProfile?.type ?? podLevel.seccompProfile?.type, 'RuntimeDefault', `${at}: seccomp RuntimeDefault`)
+      const tmp = c.volumeMounts?.find(v => v.mountPath === '/tmp')
+      t.ok(tmp !== undefined && pod.volumes?.find(v => v.name === tmp.name)?.emptyDir !== undefined, `${at}: a writable emptyDir at /tmp`)
+      t.equal(c.image, IMAGE_NAME, `${at}: runs the project's image (tagged by kustomization.yaml)`)
+      const entry = (c.command ?? execForm(last(runtime, 'ENTRYPOINT')) ?? []) as string[]
+      const script = (c.command === undefined ? (c.args ?? []) : c.command.slice(1))[0]
+      t.same(entry.slice(0, 1), ['node'], `${at}: node runs it`)
+      const source = sourceOfImagePath(script ?? '')
+      t.ok(source !== undefined && existsSync(source), `${at}: ${script} is in the image (built from ${source})`)
+      const { requests, limits } = c.resources ?? {}
+      for (const resource of ['cpu', 'memory']) {
+        const request = quantity(requests?.[resource])
+        const limit = quantity(limits?.[resource])
+        t.ok(request > 0 && limit >= request, `${at}: ${resource} request ${requests?.[resource]} ≤ limit ${limits?.[resource]}`)
+      }
+    }
+  }
+})
+
+t.test('the app pod: the sidecar fronts a loopback app, probes on the admin port, the app outlives the drain', async t => {
+  const { pod, container: sidecar } = findContainer('sidecar')
+  const app = pod.containers.find(c => c.name !== 'sidecar')
+  if (app === undefined) throw new Error('the app pod has no app container')
+  const env = literalEnv(sidecar)
+  for (const name of Object.keys(env)) {
+    t.ok(SIDECAR_VARIABLES.some(v => v.name === name), `${name} is a sidecar variable`)
+  }
+  const config = loadSidecarConfig(env)
+  t.equal(config.appUrl.hostname, '127.0.0.1', 'APP_URL is loopback: the app is reachable only through the sidecar')
+  t.notOk(app.ports !== undefined && app.ports.length > 0, 'the app container declares no port')
+  t.equal(resolvePort('http', sidecar), config.port, 'port "http" is the sidecar\'s PORT')
+  t.equal(resolvePort('admin', sidecar), config.adminPort, 'port "admin" is the sidecar\'s ADMIN_PORT')
+
+  t.same(httpProbe(sidecar.startupProbe, sidecar), { path: '/livez', port: config.adminPort }, 'sidecar startup: /livez on admin')
+  t.same(httpProbe(sidecar.livenessProbe, sidecar), { path: '/livez', port: config.adminPort }, 'sidecar liveness: /livez on admin')
+  t.same(httpProbe(sidecar.readinessProbe, sidecar), { path: '/readyz', port: config.adminPort }, 'sidecar readiness: /readyz on admin')
+  t.same(httpProbe(app.startupProbe, app), { path: '/healthz', port: config.adminPort }, 'app startup: /healthz on admin')
+  t.same(httpProbe(app.livenessProbe, app), { path: '/healthz', port: config.adminPort }, 'app liveness: /healthz on admin')
+  const startup = app.startupProbe ?? {}
+  const startupSeconds = (startup.periodSeconds ?? 10) * (startup.failureThreshold ?? 3)
+  t.ok(startupSeconds >= MIN_APP_STARTUP_SECONDS, `the app may take ${startupSeconds} s to start before liveness counts`)
+
+  t.ok(env.RESPONSE_GRACE_PERIOD_SECONDS !== undefined, 'RESPONSE_GRACE_PERIOD_SECONDS is set explicitly')
+  const drain = config.responseGracePeriodSeconds
+  const preStopSleep = app.lifecycle?.preStop?.sleep?.seconds ?? 0
+  const grace = pod.terminationGracePeriodSeconds ?? 30
+  t.ok(preStopSleep >= drain, `the app keeps serving (preStop sleep ${preStopSleep} s) while the sidecar drains (${drain} s)`)
+  t.ok(grace > preStopSleep && grace > drain, `terminationGracePeriodSeconds ${grace} is above the preStop sleep and the drain`)
+
+  const requests = sidecar.resources?.requests ?? {}
+  const limits = sidecar.resources?.limits ?? {}
+  t.ok(quantity(limits.memory) > SIDECAR_PEAK_RSS_1000_CONNECTIONS, `sidecar memory limit ${limits.memory} is above the measured 166 MB peak`)
+  t.ok(quantity(requests.memory) >= SIDECAR_PEAK_RSS_1000_RPS, `sidecar memory request ${requests.memory} covers the measured 125 MB at 1,000 req/s`)
+  t.ok(quantity(requests.cpu) >= SIDECAR_VCPU_AT_1000_RPS, `sidecar cpu request ${requests.cpu} covers the measured 0.32 vCPU at 1,000 req/s`)
+})
+
+t.test('Services expose only the public ports, never the admin port nor the app', async t => {
+  const { container: sidecar } = findContainer('sidecar')
+  const { container: store } = findContainer('build-store')
+  const expected: Record<string, { container: IContainer, port: number }> = {
+    'hello-app': { container: sidecar, port: resolvePort('http', sidecar) ?? -1 },
+    'build-store': { container: store, port: resolvePort('http', store) ?? -1 }
+  }
+  const services = manifests.filter(m => m.kind === 'Service')
+  t.same(services.map(s => s.name).sort(), Object.keys(expected).sort(), 'one Service per Deployment')
+  for (const s of services) {
+    const service = s.data as unknown as Service
+    const target = deploymentSelectedBy(service.spec?.selector)
+    const ports = (service.spec?.ports ?? []).map(p => containerWithPort(target, p.targetPort ?? p.port))
+    t.same(ports, [expected[s.name]], `${s.name}: exactly one port, to ${expected[s.name]?.container.name}:${expected[s.name]?.port}`)
+    t.not(service.spec?.type, 'NodePort', `${s.name}: not opened on every node`)
+  }
+})
+
+t.test('NetworkPolicies admit callers to the public port alone', async t => {
+  for (const { name, object } of deployments) {
+    const labels = object.spec?.template.metadata?.labels
+    const policies = manifests.filter(m => m.kind === 'NetworkPolicy').map(m => m.data as unknown as NetworkPolicy)
+      .filter(p => matchesLabels(p.spec?.podSelector?.matchLabels, labels))
+    t.equal(policies.length, 1, `${name}: one NetworkPolicy selects its pods`)
+    const policy = policies[0]
+    t.ok(policy?.spec?.policyTypes?.includes('Ingress'), `${name}: the policy governs ingress`)
+    // The public port is the one its Service exposes (pinned to sidecar:8000 and store:7070 above).
+    const service = manifests.filter(m => m.kind === 'Service').map(m => m.data as unknown as Service)
+      .find(s => deploymentSelectedBy(s.spec?.selector) === object)
+    const publicPort = containerWithPort(object, service?.spec?.ports?.[0]?.targetPort)?.port
+    t.ok(publicPort !== undefined, `${name}: a Service names its public port`)
+    const rules = policy?.spec?.ingress ?? []
+    t.ok(rules.length > 0, `${name}: at least one ingress rule`)
+    for (const rule of rules) {
+      const ports = (rule.ports ?? []).map(p => containerWithPort(object, p.port)?.port)
+      t.same(ports, [publicPort], `${name}: a rule admits port ${publicPort} only (a rule without ports would admit all)`)
+    }
+  }
+})
+
+t.test('the build store reads DATABASE_URL from a Secret; no secret value sits in a manifest', async t => {
+  const { pod, container: store } = findContainer('build-store')
+  t.same(store.args, ['/app/dist/bin/build-store.js'], 'the same image, the other bin')
+  const databaseUrl = store.env?.find(e => e.name === 'DATABASE_URL')
+  t.ok(databaseUrl?.value === undefined && databaseUrl?.valueFrom?.secretKeyRef?.key === 'DATABASE_URL', 'DATABASE_URL comes from a Secret')
+  const help = storeHelp()
+  const env = literalEnv(store)
+  for (const name of (store.env ?? []).map(e => e.name)) t.match(help, new RegExp(`\\n  ${name} `), `${name} is a store variable`)
+  const config = loadStoreConfig({ ...env, DATABASE_URL: 'postgres://user:pw@db.example:5432/store' })
+  const port = resolvePort('http', store)
+  t.equal(config.port, port, 'the store listens on its declared port')
+  for (const probe of [store.startupProbe, store.livenessProbe, store.readinessProbe]) {
+    t.same(httpProbe(probe, store), { path: '/healthz', port }, 'store probe: /healthz')
+  }
+  t.equal(pod.containers.length, 1, 'the store runs alone in its pod')
+
+  for (const { name, object } of deployments) {
+    for (const c of containersOf(podSpecOf(object))) {
+      for (const e of c.env ?? []) {
+        if (/TOKEN|SECRET|PASSWORD|DATABASE_URL|_KEY$/.test(e.name)) {
+          t.ok(e.value === undefined && e.valueFrom?.secretKeyRef !== undefined, `${name}/${c.name}: ${e.name} from a Secret, not a literal`)
+        }
+      }
+    }
+  }
+  const refs = (store.env ?? []).flatMap(e => e.valueFrom?.secretKeyRef === undefined ? [] : [e.valueFrom.secretKeyRef])
+  for (const example of examples) {
+    const secret = example.data as unknown as Secret
+    t.equal(example.kind, 'Secret', `${example.file} is a Secret`)
+    t.match(secret.metadata?.annotations, { 'app-sidecar.dev/example': /placeholder/ }, `${example.file} is marked as an example`)
+    for (const [key, value] of Object.entries(secret.stringData ?? {})) t.match(value, /CHANGE-ME/, `${example.file}: ${key} is a placeholder`)
+    t.same(secret.data, undefined, `${example.file}: no opaque (base64) value`)
+    for (const ref of refs) {
+      t.equal(ref.name, secret.metadata?.name, `the store's secretKeyRef names ${example.name}`)
+      t.ok(Object.hasOwn(secret.stringData ?? {}, ref.key), `${example.file} shows the key ${ref.key}`)
+    }
+  }
+  t.ok(examples.length > 0 || refs.length === 0, 'an example shows the Secret the store needs')
+})
+
+t.test('the Dockerfile: Node 24 LTS, a numeric user, a writable data folder, one image for both bins', async t => {
+  t.same(stages.map(s => s.from), ['node:24-bookworm-slim', 'node:24-bookworm-slim'], 'build and runtime stages on node:24-bookworm-slim')
+  t.match(last(runtime, 'USER'), /^[1-9][0-9]*:[0-9]+$/, 'USER is numeric uid:gid, not a name')
+  t.equal(last(runtime, 'WORKDIR'), '/app')
+  t.match(last(runtime, 'ENV'), /(^|\s)DATA_DIR=\/app\/data(\s|$)/, 'DATA_DIR=/app/data')
+  const uid = (last(runtime, 'USER') ?? '').split(':')[0]
+  const run = runtime.instructions.filter(i => i.op === 'RUN').map(i => i.args).join(' ')
+  t.match(run, /mkdir -p \/app\/data/, 'the data folder exists')
+  t.match(run, new RegExp(`chown ${uid}(:[0-9]+)? /app/data`), 'the data folder belongs to the runtime user')
+  t.ok(runtime.instructions.some(i => i.op === 'COPY' && i.args === `--from=build /src/${buildConfig.compilerOptions.outDir} ./${buildConfig.compilerOptions.outDir}`),
+    'the runtime stage takes the compiled output from the build stage')
+  t.ok(buildStage !== undefined && last(buildStage, 'WORKDIR') === '/src', 'the build stage compiles in /src')
+  t.ok(buildStage?.instructions.some(i => i.op === 'COPY' && i.args === 'src ./src') === true, 'the build stage has the sources')
+  t.ok(buildStage?.instructions.some(i => i.op === 'RUN' && /npm run build/.test(i.args)) === true, 'the build stage compiles them')
+  t.same(execForm(last(runtime, 'ENTRYPOINT')), ['node'], 'ENTRYPOINT node: the command picks the bin')
+  t.same(execForm(last(runtime, 'CMD')), ['/app/dist/bin/app-sidecar.js'], 'the sidecar by default')
+
+  const bins = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { bin: Record<string, string> }).bin
+  t.same(Object.keys(bins).sort(), ['app-sidecar', 'build-store'], 'package.json names both bins')
+  for (const [name, path] of Object.entries(bins)) {
+    const source = sourceOfImagePath(`/app/${path}`)
+    t.ok(source !== undefined && existsSync(source), `bin ${name} (/app/${path}) is built into the image`)
+  }
+  const ignored = readFileSync(join(ROOT, '.dockerignore'), 'utf8').split('\n').map(l => l.trim())
+  for (const needed of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src']) {
+    t.notOk(ignored.includes(needed), `.dockerignore keeps ${needed} in the build context`)
+  }
+})
+
+const kubectl = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' })
+t.test('kubectl kustomize renders the base as listed', { skip: kubectl.status === 0 ? false : 'kubectl is not installed' }, async t => {
+  const rendered = spawnSync('kubectl', ['kustomize', DEPLOY], { encoding: 'utf8' })
+  t.equal(rendered.status, 0, rendered.stderr)
+  const objects = parseAllDocuments(rendered.stdout).map(d => d.toJS() as { kind: string, metadata: { name: string, namespace?: string } })
+  t.same(objects.map(o => `${o.kind}/${o.metadata.name}`).sort(), manifests.map(m => `${m.kind}/${m.name}`).sort(), 'every listed object, nothing else')
+  for (const o of objects) if (o.kind !== 'Namespace') t.equal(o.metadata.namespace, kustomization.namespace, `${o.kind}/${o.metadata.name} namespaced`)
+  const image = kustomization.images?.find(i => i.name === IMAGE_NAME)
+  const images = new Set(rendered.stdout.match(/image: \S+/g))
+  t.same([...images], [`image: ${image?.newName}:${image?.newTag}`], 'every container runs the tagged image')
+})
