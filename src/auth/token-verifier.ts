@@ -1,5 +1,7 @@
-import { createRemoteJWKSet, errors as joseErrors, jwtVerify, type JWTVerifyGetKey } from 'jose'
+import { createLocalJWKSet, errors as joseErrors, type JSONWebKeySet, jwtVerify, type JWTVerifyGetKey } from 'jose'
+import { LRUCache } from 'lru-cache'
 import { ForbiddenProjectError, InvalidTokenError, SidecarError, StoreUnreachableError } from '../errors.ts'
+import { fetchBoundedJson } from './bounded-json.ts'
 
 /** What the sidecar keeps of a token it has verified. */
 export interface VerifiedToken {
@@ -11,10 +13,12 @@ export interface VerifiedToken {
 
 export interface TokenVerifierOptions {
   jwksUrl: URL
-  /** Most verified tokens kept; the oldest is dropped beyond it. */
+  /** Most verified tokens kept; the least recently used is dropped beyond it. */
   cacheSize?: number
   /** Shortest time between two JWKS fetches caused by an unknown `kid`. */
   refetchCooldownMs?: number
+  /** After a failed JWKS fetch, no new fetch for this long: calls in between are refused at once (502). */
+  retryAfterFailureMs?: number
   /** Override of the key source (tests); by default the remote JWKS at `jwksUrl`. */
   keys?: JWTVerifyGetKey
   /** Token ids revoked at the store; a revoked token is refused even when cached. */
@@ -24,21 +28,54 @@ export interface TokenVerifierOptions {
 /** Asymmetric algorithms only: `none` and HMAC are refused whatever a token's header says. */
 export const ACCEPTED_ALGORITHMS = ['EdDSA', 'ES256', 'RS256']
 
+/** Largest JWKS response read: a key set is a few keys of under 1 KiB each; more is refused unbuffered. */
+export const JWKS_MAX_BYTES = 1024 * 1024
+
 /**
  * Verifies bearer tokens (JWTs) against the build store's JWKS and remembers the ones it has
  * verified until they expire, so the hot path checks a signature once per token, not per request.
  */
 export class TokenVerifier {
   readonly #keys: JWTVerifyGetKey
-  readonly #cache = new Map<string, VerifiedToken>()
-  readonly #cacheSize: number
+  readonly #cache: LRUCache<string, VerifiedToken>
+  readonly #keySet: RemoteKeys | undefined
+  #loading: NodeJS.Timeout | undefined
   readonly #revoked: { has: (jti: string | undefined) => boolean }
 
   constructor (options: TokenVerifierOptions) {
-    this.#cacheSize = options.cacheSize ?? 10_000
+    this.#cache = new LRUCache({ max: options.cacheSize ?? 10_000 })
     this.#revoked = options.revoked ?? { has: () => false }
-    this.#keys = options.keys ?? remoteKeys(options.jwksUrl, options.refetchCooldownMs ?? 30_000)
+    if (options.keys !== undefined) {
+      this.#keys = options.keys
+      this.#keySet = undefined
+    } else {
+      this.#keySet = remoteKeys(options.jwksUrl, {
+        refetchCooldownMs: options.refetchCooldownMs ?? 30_000,
+        retryAfterFailureMs: options.retryAfterFailureMs ?? 5_000
+      })
+      this.#keys = this.#keySet.getKey
+    }
   }
+
+  /** Why no token can be verified yet (no key set was ever fetched), or undefined once one was. */
+  get keysMissing (): string | undefined {
+    return this.#keySet === undefined || this.#keySet.loaded() ? undefined : this.#keySet.lastFailure() ?? 'not fetched yet'
+  }
+
+  /** Fetches the key set now, then again every `retryMs` until one arrives (so readiness need not wait for a caller). */
+  loadKeys (retryMs: number): void {
+    const keySet = this.#keySet
+    if (keySet === undefined || this.#loading !== undefined) return
+    const attempt = (): void => {
+      this.#loading = undefined
+      if (keySet.loaded()) return
+      keySet.load().catch(() => { this.#loading = setTimeout(attempt, retryMs).unref() })
+    }
+    attempt()
+  }
+
+  /** Stops retrying loadKeys(). */
+  stop (): void { clearTimeout(this.#loading) }
 
   /**
    * Resolves when `token` is valid for `projectId`; rejects with the SidecarError to answer.
@@ -70,10 +107,6 @@ export class TokenVerifier {
       jti: payload.jti,
       expiresAtMs: (payload.exp as number) * 1000
     }
-    if (this.#cache.size >= this.#cacheSize) {
-      const oldest = this.#cache.keys().next().value
-      if (oldest !== undefined) this.#cache.delete(oldest)
-    }
     this.#cache.set(token, verified)
     return verified
   }
@@ -82,29 +115,81 @@ export class TokenVerifier {
   get cachedTokens (): number { return this.#cache.size }
 }
 
+/** The key set could not be fetched (or, backing off after a failure, was not tried): a 502. */
+class KeySetUnavailableError extends Error {}
+
+/** The store's key set as the verifier uses it. */
+interface RemoteKeys {
+  readonly getKey: JWTVerifyGetKey
+  /** A key set was fetched at least once. */
+  loaded: () => boolean
+  /** Why the last fetch failed, while the latest one did. */
+  lastFailure: () => string | undefined
+  /** Fetches now (or joins the fetch under way); rejects when it fails or is backing off. */
+  load: () => Promise<void>
+}
+
+const KEYS_MAX_AGE_MS = 10 * 60_000
+const JWKS_TIMEOUT_MS = 5_000
+
 /**
- * The remote JWKS, refetched when a token names an unknown `kid`, at most once per `cooldownMs`.
- * jose's own cooldown counts from any fetch (the first one, the periodic refresh), which would
- * refuse a key rotated shortly after one; here only refetches caused by an unknown `kid` count.
+ * The remote JWKS: fetched on first use and when older than 10 min, refetched when a token names
+ * an unknown `kid` at most once per `refetchCooldownMs` (only such refetches count, so a key rotated
+ * just after the first fetch is still picked up). One fetch at a time, its outcome shared by every
+ * caller waiting; after a failure nothing is fetched for `retryAfterFailureMs`, so forged tokens
+ * cannot turn a struggling store into a retry storm.
  */
-function remoteKeys (url: URL, cooldownMs: number): JWTVerifyGetKey {
-  const remote = createRemoteJWKSet(url, { cooldownDuration: Infinity, cacheMaxAge: 10 * 60_000, timeoutDuration: 5_000 })
+function remoteKeys (url: URL, timing: { refetchCooldownMs: number, retryAfterFailureMs: number }): RemoteKeys {
+  let keys: JWTVerifyGetKey | undefined
+  let fetchedAt = -Infinity
+  let failedAt = -Infinity
+  let failure: string | undefined
   let lastRefetch = -Infinity
-  let refetching: Promise<void> | undefined // shared by the concurrent calls that asked for it
-  return async (header, token) => {
-    const fetchesNow = !remote.fresh // no keys yet, or stale: this very call fetches them
+  let fetching: Promise<JWTVerifyGetKey> | undefined
+
+  /** The fetch in flight, or a new one; throws at once while backing off after a failure. */
+  const fetchKeys = (): Promise<JWTVerifyGetKey> => {
+    if (fetching !== undefined) return fetching
+    if (Date.now() < failedAt + timing.retryAfterFailureMs) throw new KeySetUnavailableError(`${failure as string}; backing off`)
+    fetching = fetchBoundedJson(url, { maxBytes: JWKS_MAX_BYTES, timeoutMs: JWKS_TIMEOUT_MS })
+      .then(json => createLocalJWKSet(json as JSONWebKeySet))
+      .then(loaded => {
+        keys = loaded
+        fetchedAt = Date.now()
+        failure = undefined
+        return loaded
+      }, (error: unknown) => {
+        failedAt = Date.now()
+        const err = error as NodeJS.ErrnoException
+        // the reason names the URL, never a secret (the JWKS URL carries none)
+        failure = `JWKS fetch failed: ${err.message.includes(url.href) ? err.message : `${url.href}: ${err.code ?? err.message}`}`
+        throw new KeySetUnavailableError(failure, { cause: error })
+      })
+      .finally(() => { fetching = undefined })
+    return fetching
+  }
+
+  const getKey: JWTVerifyGetKey = async (header, token) => {
+    const fetchesNow = keys === undefined || Date.now() >= fetchedAt + KEYS_MAX_AGE_MS // this very call (re)loads them
+    const current = fetchesNow ? await fetchKeys() : keys as JWTVerifyGetKey
     try {
-      return await remote(header, token)
+      return await current(header, token)
     } catch (error) {
       if (!(error instanceof joseErrors.JWKSNoMatchingKey) || fetchesNow) throw error
-      if (refetching === undefined) {
-        if (Date.now() < lastRefetch + cooldownMs) throw error
+      let refetch = fetching // a fetch already under way is joined, whatever started it
+      if (refetch === undefined) {
+        if (Date.now() < lastRefetch + timing.refetchCooldownMs) throw error
+        refetch = fetchKeys() // throws at once while backing off, before the cooldown is spent
         lastRefetch = Date.now()
-        refetching = remote.reload().finally(() => { refetching = undefined })
       }
-      await refetching
-      return await remote(header, token)
+      return await (await refetch)(header, token)
     }
+  }
+  return {
+    getKey,
+    loaded: () => keys !== undefined,
+    lastFailure: () => failure,
+    load: async () => { await fetchKeys() }
   }
 }
 
@@ -114,11 +199,9 @@ function tokenError (error: unknown): SidecarError {
   if (error instanceof joseErrors.JOSEAlgNotAllowed) return new InvalidTokenError('algorithm not allowed')
   if (error instanceof joseErrors.JWKSNoMatchingKey) return new InvalidTokenError('unknown signing key')
   if (error instanceof joseErrors.JWTClaimValidationFailed) return new InvalidTokenError(`claim ${error.claim} rejected`)
-  // a bare JOSEError (ERR_JOSE_GENERIC) is jose's "non-200 or non-JSON JWKS response"
-  if (error instanceof joseErrors.JWKSTimeout || error instanceof joseErrors.JWKSInvalid ||
-      (error instanceof joseErrors.JOSEError && error.code === 'ERR_JOSE_GENERIC') ||
-      (error instanceof Error && !(error instanceof joseErrors.JOSEError))) {
-    return new StoreUnreachableError('token keys could not be fetched')
+  // KeySetUnavailableError, or whatever a key source given as `keys` throws that is not about the token
+  if (error instanceof Error && !(error instanceof joseErrors.JOSEError)) {
+    return new StoreUnreachableError('token keys could not be fetched', error.message)
   }
   return new InvalidTokenError('malformed')
 }

@@ -130,13 +130,14 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     }
   })
   server.on('clientError', answerClientError)
-  const admin = createAdminServer({ metrics, readiness, health, draining: () => draining })
+  const admin = createAdminServer({ metrics, readiness, health, draining: () => draining, tokenKeysMissing: () => verifier?.keysMissing })
 
   await listen(server, config.port, config.host)
   await listen(admin, config.adminPort, config.host)
   readiness.start()
   if (health !== readiness) health.start()
   if (verifier !== undefined) void revocations.start()
+  verifier?.loadKeys(KEYS_RETRY_MS) // readiness waits for a key set, not for the first caller to ask for one
   const port = (server.address() as AddressInfo).port
   const adminPort = (admin.address() as AddressInfo).port
   logger.info({ port, adminPort, appUrl: config.appUrl.href, storeUrl: config.storeUrl.href, runtime: config.runtime, auth: !config.disableAuth }, 'sidecar listening')
@@ -146,6 +147,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     clearInterval(notReady)
     await webhooks.drain(Promise.resolve())
     revocations.stop()
+    verifier?.stop()
     stats.stop()
     readiness.stop()
     health.stop()
@@ -195,6 +197,9 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
 
   return { port, adminPort, logger, metrics, inflight, webhooks, drain, close }
 }
+
+/** How often the key set is fetched again while none was ever fetched (the verifier's own back-off). */
+const KEYS_RETRY_MS = 5_000
 
 /** How often a warning names the app while calls wait for it to be ready. */
 const NOT_READY_WARNING_MS = 10_000
