@@ -7,6 +7,8 @@ export interface AdminDeps {
   readonly readiness: AppProbe
   readonly health: AppProbe
   readonly draining: () => boolean
+  /** Why no token can be verified yet (auth on and no key set fetched), else undefined. */
+  readonly tokenKeysMissing: () => string | undefined
 }
 
 function answer (res: ServerResponse, status: number, body: object): void {
@@ -35,6 +37,7 @@ export function createAdminServer (deps: AdminDeps): Server {
       case '/readyz':
         if (deps.draining()) answer(res, 503, { message: 'draining' })
         else if (!deps.readiness.passing) answer(res, 503, { message: 'app is not ready' })
+        else if (deps.tokenKeysMissing() !== undefined) answer(res, 503, { message: `no token keys yet: ${deps.tokenKeysMissing() as string}` })
         else answer(res, 200, { status: 'ready' })
         return
       case '/metrics':

@@ -1,4 +1,5 @@
 import t from 'tap'
+import { createTokenIssuer } from '../../src/demo/demo-token-issuer.ts'
 import { runBin } from '../helpers/child-process.ts'
 import { freePort, startTestServer } from '../helpers/sidecar-harness.ts'
 
@@ -57,4 +58,45 @@ t.test('refusals before the app carry their code and reason; the token never app
   const badToken = await child.waitForLine(line => line.runId === 'bad-hook' && line.msg === 'request')
   t.match(badToken, { status: 401, error: 'SIDECAR_INVALID_TOKEN' })
   t.notMatch(child.stdout, 'not.a.jwt', 'the token is never logged')
+})
+
+t.test('a key set never fetched: /readyz says why (503), calls get 502 with the cause logged, and it recovers by itself', async t => {
+  const issuer = await createTokenIssuer()
+  let storeUp = false
+  const app = await startTestServer((req, res) => {
+    if (req.url === '/jwks') {
+      if (!storeUp) res.writeHead(500).end('down')
+      else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(issuer.jwks))
+      return
+    }
+    res.end('{}')
+  })
+  t.teardown(() => app.close())
+  const jwksUrl = `${app.url}/jwks`
+  const child = runBin('app-sidecar', { ...BASE_ENV, DISABLE_AUTH: 'false', APP_URL: app.url, AUTH_JWKS_URL: jwksUrl })
+  t.teardown(() => { child.process.kill('SIGKILL') })
+  const listening = await child.waitForLine(line => line.msg === 'sidecar listening')
+  const base = `http://127.0.0.1:${listening.port as number}`
+  const admin = `http://127.0.0.1:${listening.adminPort as number}`
+  let ready = await fetch(`${admin}/readyz`)
+  for (let i = 0; i < 100 && (await ready.clone().text()).includes('app is not ready'); i++) ready = await fetch(`${admin}/readyz`)
+  t.equal(ready.status, 503, 'not ready while no token could be verified')
+  t.same(await ready.json(), { message: `no token keys yet: JWKS fetch failed: ${jwksUrl} answered 500` })
+
+  const token = await issuer.sign('p')
+  const r = await fetch(`${base}/v4/p/a/run`, { headers: { authorization: `Bearer ${token}`, 'x-request-id': 'no-keys' } })
+  t.equal(r.status, 502)
+  const line = await child.waitForLine(line => line.runId === 'no-keys' && line.msg === 'request')
+  t.match(line, { status: 502, error: 'SIDECAR_STORE_UNREACHABLE' })
+  t.match(line.reason, `JWKS fetch failed: ${jwksUrl} answered 500`)
+  t.notMatch(child.stdout, token, 'the token is never logged')
+
+  storeUp = true // the sidecar fetches again by itself (every 5 s) and turns ready
+  let status = 503
+  for (let i = 0; i < 150 && status !== 200; i++) {
+    status = (await fetch(`${admin}/readyz`)).status
+    if (status !== 200) await new Promise(resolve => setTimeout(resolve, 50))
+  }
+  t.equal(status, 200, 'ready once a key set arrived, without any caller asking')
+  t.equal((await fetch(`${base}/v4/p/a/run`, { headers: { authorization: `Bearer ${token}` } })).status, 200)
 })
