@@ -288,6 +288,19 @@ t.test('caching', async t => {
     t.ok(v.authorize(b, PROJECT) instanceof Promise, 'b (now the oldest) was dropped')
   })
 
+  t.test('the cache drops the least recently used token: the busiest stays cached', async t => {
+    const issuer = await createTokenIssuer()
+    const server = await jwks(t, [issuer])
+    const v = verifier(server, { cacheSize: 2 })
+    const [busy, b, c] = await Promise.all([issuer.sign(PROJECT), issuer.sign(PROJECT), issuer.sign(PROJECT)])
+    await v.authorize(busy, PROJECT)
+    await v.authorize(b, PROJECT)
+    t.equal(v.authorize(busy, PROJECT), undefined, 'busy is used again (a cache hit)')
+    await v.authorize(c, PROJECT)
+    t.equal(v.authorize(busy, PROJECT), undefined, 'busy, inserted first but used last, is still cached')
+    t.ok(v.authorize(b, PROJECT) instanceof Promise, 'b, the least recently used, was dropped')
+  })
+
   t.test('a cached token that expires is then rejected with 401 expired', async t => {
     const issuer = await createTokenIssuer()
     const server = await jwks(t, [issuer])
