@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { text } from 'node:stream/consumers'
-import { ConfigError } from '../errors.ts'
+import { ConfigError, DataDirInUseError } from '../errors.ts'
 import { runStoreCommand } from '../store/store-cli.ts'
 import { loadStoreConfig, startBuildStore, type StoreConfig, storeHelp } from '../store/index.ts'
 
@@ -30,7 +30,8 @@ if (args.length > 0) {
   }
 
   const store = await startBuildStore(config).catch((error: NodeJS.ErrnoException) => {
-    process.stderr.write(`build-store: cannot start: ${error.code ?? ""} ${String(error.message).replace(/\s+/g, " ")}\n`)
+    if (error instanceof DataDirInUseError) process.stderr.write(`build-store: ${error.message}\n`)
+    else process.stderr.write(`build-store: cannot start: ${error.code ?? ""} ${String(error.message).replace(/\s+/g, " ")}\n`)
     process.exit(1)
   })
 

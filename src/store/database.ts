@@ -1,6 +1,7 @@
 import { mkdir } from 'node:fs/promises'
 import { PGlite } from '@electric-sql/pglite'
 import pg from 'pg'
+import { type DataDirLock, lockDataDir } from './data-dir-lock.ts'
 
 /** Runs one SQL statement with `$1…` parameters and returns its rows. */
 export interface Queryable {
@@ -46,16 +47,35 @@ export function openPostgresDatabase (url: string, onIdleError: (error: Error) =
   }
 }
 
-/** Embedded PostgreSQL (PGlite) kept in `dataDir`, created when missing; in memory without one. */
+/**
+ * Embedded PostgreSQL (PGlite) kept in `dataDir`, created when missing; in memory without one.
+ * The folder is locked to this process until close() (DataDirInUseError while another holds it).
+ */
 export async function openEmbeddedDatabase (dataDir?: string): Promise<Database> {
-  if (dataDir !== undefined) await mkdir(dataDir, { recursive: true })
-  const db = await PGlite.create(dataDir)
+  let lock: DataDirLock | undefined
+  if (dataDir !== undefined) {
+    await mkdir(dataDir, { recursive: true })
+    lock = await lockDataDir(dataDir)
+  }
+  let db: PGlite
+  try {
+    db = await PGlite.create(dataDir)
+  } catch (error) {
+    lock?.release()
+    throw error
+  }
   return {
     kind: 'embedded',
     query: async (sql, params) => (await db.query(sql, params as unknown[] | undefined)).rows as never,
     transaction: work => db.transaction(tx => work({
       query: async (sql, params) => (await tx.query(sql, params as unknown[] | undefined)).rows as never
     })),
-    close: () => db.close()
+    close: async () => {
+      try {
+        await db.close()
+      } finally {
+        lock?.release()
+      }
+    }
   }
 }

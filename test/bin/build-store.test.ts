@@ -1,3 +1,4 @@
+import { readdirSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -115,4 +116,53 @@ t.test('serve on embedded PostgreSQL in DATA_DIR; the sub-commands work against 
   t.equal(stillRevoked.status, 401)
   restarted.process.kill('SIGINT')
   t.equal(await restarted.exited, 0)
+})
+
+t.test('DATA_DIR is locked: a second store exits 1 naming the holder; after the holder is SIGKILLed the next start takes the lock over and the data is there', async t => {
+  const dir = await mkdtemp(join(tmpdir(), 'build-store-lock-'))
+  const dataDir = join(dir, 'data')
+  const processes: Child[] = []
+  t.teardown(async () => {
+    for (const child of processes) if (child.process.exitCode === null && child.process.signalCode === null) child.process.kill('SIGKILL')
+    await Promise.all(processes.map(child => child.exited))
+    await rm(dir, { recursive: true, force: true })
+  })
+  const listening = (line: Record<string, unknown>): boolean => line.msg === 'build store listening'
+  const start = (): Child => {
+    const child = runBin('build-store', { PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir, ADMIN_TOKEN })
+    processes.push(child)
+    return child
+  }
+  const serve = async (): Promise<{ child: Child, base: string }> => {
+    const child = start()
+    const started = await child.waitForLine(listening, 40_000)
+    return { child, base: `http://127.0.0.1:${started.port as number}` }
+  }
+  const admin = { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }
+  const buildPath = '/v2/projects/proj/apps/app/builds/b-1'
+
+  const { child: first, base } = await serve()
+  const put = await send(`${base}${buildPath}`, { method: 'PUT', headers: admin, body: JSON.stringify({ status: 'success', runtime: 'custom', port: 8192 }) })
+  t.equal(put.status, 201, put.text)
+
+  const second = start()
+  // without a lock the second store would start and serve: stop it at once so the exit-code check fails fast
+  second.process.stdout?.on('data', () => { if (second.lines.some(listening)) second.process.kill('SIGKILL') })
+  t.equal(await second.exited, 1, 'the second store on the same folder exits 1')
+  t.equal(second.stderr, `build-store: DATA_DIR ${dataDir} is in use by another build-store (pid ${first.process.pid as number})\n`, 'one line naming the folder and the holder\'s pid')
+  t.equal(second.stdout, '')
+  t.equal((await send(`${base}/healthz`)).status, 200, 'the first keeps serving')
+
+  first.process.kill('SIGKILL')
+  t.equal(await first.exited, 'SIGKILL')
+  t.same(readdirSync(dataDir).filter(name => name.startsWith('build-store-')), ['build-store-1.pid'], 'SIGKILL left a stale lock behind')
+
+  const { child: third, base: base3 } = await serve()
+  t.same(readdirSync(dataDir).filter(name => name.startsWith('build-store-')), ['build-store-2.pid'], 'the stale lock was taken over')
+  const read = await send(`${base3}${buildPath}`, { headers: admin })
+  t.equal(read.status, 200, 'the build written through the first store is there')
+  t.equal(read.text, put.text)
+  third.process.kill('SIGTERM')
+  t.equal(await third.exited, 0)
+  t.same(readdirSync(dataDir).filter(name => name.startsWith('build-store-')), [], 'a clean stop releases the lock')
 })
