@@ -6,6 +6,8 @@ import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.t
 import { runBin } from '../helpers/child-process.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, freePort, startTestServer } from '../helpers/sidecar-harness.ts'
+import { startSidecarProcess } from '../helpers/sidecar-process.ts'
+import { sleep } from '../helpers/timing.ts'
 
 const BASE_ENV = { PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1' }
 
@@ -38,7 +40,7 @@ t.test('the start-up line naming the ports is written as soon as the listeners a
   t.teardown(() => { child.process.kill('SIGKILL') })
   // the admin listener opens last, right before the line is logged: from the moment it accepts,
   // the line must follow at once (log lines are otherwise batched for up to 250 ms)
-  while (!(await accepts(adminPort))) await new Promise(resolve => setTimeout(resolve, 2))
+  while (!(await accepts(adminPort))) await sleep(2)
   const acceptedAt = performance.now()
   const line = await child.waitForLine(line => line.msg === 'sidecar listening', 5000)
   const lagMs = performance.now() - acceptedAt
@@ -64,11 +66,7 @@ t.test('SIGTERM: readyz turns 503 at once, in-flight and new calls finish, then 
   const issuer = await createTokenIssuer()
   const jwks = await serveJwks([issuer])
   t.teardown(async () => { await app.close(); await jwks.close() })
-  const child = runBin('app-sidecar', { ...BASE_ENV, APP_URL: app.url, AUTH_JWKS_URL: jwks.url.href, RESPONSE_GRACE_PERIOD_SECONDS: '30' })
-  const started = await child.waitForLine(line => line.msg === 'sidecar listening')
-  const base = `http://127.0.0.1:${started.port as number}`
-  const admin = `http://127.0.0.1:${started.adminPort as number}`
-  await eventually(async () => (await send(`${admin}/readyz`)).status === 200)
+  const { child, base, admin } = await startSidecarProcess(t, { APP_URL: app.url, AUTH_JWKS_URL: jwks.url.href, RESPONSE_GRACE_PERIOD_SECONDS: '30' })
   const token = await issuer.sign('proj')
   const secret = 'whsec_never_logged'
 
@@ -93,8 +91,7 @@ t.test('SIGTERM: readyz turns 503 at once, in-flight and new calls finish, then 
 })
 
 t.test('SIGTERM with nothing in flight exits 0 at once', async t => {
-  const child = runBin('app-sidecar', { ...BASE_ENV, DISABLE_AUTH: 'true' })
-  await child.waitForLine(line => line.msg === 'sidecar listening')
+  const { child } = await startSidecarProcess(t, { DISABLE_AUTH: 'true' }, { ready: false })
   const sentAt = Date.now()
   child.process.kill('SIGTERM')
   t.equal(await child.exited, 0)
@@ -104,10 +101,9 @@ t.test('SIGTERM with nothing in flight exits 0 at once', async t => {
 t.test('the grace period ends what is left, and the process still exits 0', async t => {
   const app = await startTestServer(() => { /* never answers */ })
   t.teardown(() => app.close())
-  const child = runBin('app-sidecar', { ...BASE_ENV, APP_URL: app.url, DISABLE_AUTH: 'true', RESPONSE_GRACE_PERIOD_SECONDS: '0.5' })
-  const started = await child.waitForLine(line => line.msg === 'sidecar listening')
+  const { child, base } = await startSidecarProcess(t, { APP_URL: app.url, DISABLE_AUTH: 'true', RESPONSE_GRACE_PERIOD_SECONDS: '0.5' })
   const outcome = new Promise<string>(resolve => {
-    const req = request(`http://127.0.0.1:${started.port as number}/v4/p/a/hang`, { agent: false }, res => { resolve(`status ${res.statusCode}`) })
+    const req = request(`${base}/v4/p/a/hang`, { agent: false }, res => { resolve(`status ${res.statusCode}`) })
     req.on('error', error => { resolve((error as NodeJS.ErrnoException).code ?? 'error') })
     req.end()
   })

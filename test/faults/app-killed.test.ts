@@ -6,7 +6,8 @@ import { eventually, freePort, type Harness, startHarness } from '../helpers/sid
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { clientClosed, connectClient, nextMessage } from '../helpers/websocket-app.ts'
 import { openStream } from '../stream/sse-test-kit.ts'
-import { assertLeakFree, type FaultApp, scrape, startFaultApp, type Tap, type Teardown } from './fault-kit.ts'
+import { scrape } from '../helpers/admin-metrics.ts'
+import { assertLeakFree, type FaultApp, startFaultApp, type Tap, type Teardown } from './fault-kit.ts'
 
 // The app container dies (SIGKILL of a real process) mid-request, mid-stream and mid-WebSocket.
 // The caller gets a clean answer (502, an error event, a closed socket), the sidecar stays up and

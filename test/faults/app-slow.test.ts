@@ -1,10 +1,12 @@
 import { performance } from 'node:perf_hooks'
 import type { Socket } from 'node:net'
 import t from 'tap'
+import { scrape } from '../helpers/admin-metrics.ts'
 import { send, type SentResponse } from '../helpers/http-client.ts'
 import { eventually, startHarness, startTestServer } from '../helpers/sidecar-harness.ts'
+import { sleep } from '../helpers/timing.ts'
 import { startWebhookReceiver } from '../helpers/webhook-receiver.ts'
-import { assertLeakFree, scrape, sleep, startFaultApp } from './fault-kit.ts'
+import { assertLeakFree, startFaultApp } from './fault-kit.ts'
 
 // The app is slow: it accepts a connection and never answers, answers late, or (frozen with
 // SIGSTOP, behind a listen backlog of 1) does not even accept. The caller waits, bounded by
@@ -87,6 +89,7 @@ t.test('a frozen app (SIGSTOP, listen backlog 1): callers wait and get their ans
   await app.signal('SIGSTOP')
   const waiting = Array.from({ length: 6 }, async (_x, i) => await timed(send(`${h.base}/v4/proj/app/json`, { headers: { 'x-request-id': `frozen-${i}` } })))
   await eventually(async () => (await scrape(h)).sidecar_inflight_requests === 6)
+  // only time shows the calls keep waiting (and 'late' below is measured against this freeze)
   await sleep(300)
   const during = await scrape(h)
   t.equal(during.sidecar_inflight_requests, 6, 'the six calls wait at the app')

@@ -1,4 +1,5 @@
 import type t from 'tap'
+import { scrape } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
 import { type Child, runNode } from '../helpers/child-process.ts'
 import { eventually, type Harness } from '../helpers/sidecar-harness.ts'
@@ -9,8 +10,6 @@ import { eventually, type Harness } from '../helpers/sidecar-harness.ts'
 export type Teardown = { teardown: (fn: () => unknown) => void }
 /** A tap test (the type of `t` inside `t.test(…, async t => …)`). */
 export type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
-
-export const sleep = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms)) }
 
 /** test/faults/fixtures/fault-app.mjs running as a child process (see that file for its routes). */
 export interface FaultApp {
@@ -53,18 +52,7 @@ export async function startFaultApp (t: Teardown, port = 0, env: Record<string, 
   }
 }
 
-/** Every sample of one `/metrics` scrape, keyed by name with its labels as written (`a{b="c"}`). */
-export async function scrape (h: Harness): Promise<Record<string, number>> {
-  const text = (await send(`${h.admin}/metrics`)).text
-  const out: Record<string, number> = {}
-  for (const line of text.split('\n')) {
-    const match = /^(sidecar_[a-z_]+(?:\{[^}]*\})?) (\S+)$/.exec(line)
-    if (match !== null) out[match[1] as string] = Number(match[2])
-  }
-  return out
-}
-
-/** `after - before` for every sample that changed. */
+/** `after - before` for every sample (of `scrape`) that changed. */
 export function delta (before: Record<string, number>, after: Record<string, number>, prefix = ''): Record<string, number> {
   const out: Record<string, number> = {}
   for (const [key, value] of Object.entries(after)) {

@@ -1,10 +1,10 @@
 import { Agent, request } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
-import { type Child, runBin } from '../helpers/child-process.ts'
+import { startSidecarProcess } from '../helpers/sidecar-process.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, startHarness, startTestServer } from '../helpers/sidecar-harness.ts'
-import { sleep } from './fault-kit.ts'
+import { sleep } from '../helpers/timing.ts'
 
 // SIGTERM reaches a real sidecar process while 20 callers keep it busy, in rounds: the in-flight
 // count touches 0 between two rounds, which a drain must not take for "no more traffic". Every
@@ -44,15 +44,7 @@ t.test(`SIGTERM under load (${CALLERS} callers, round after round): every call a
   })
   t.teardown(() => app.close())
 
-  const child: Child = runBin('app-sidecar', {
-    PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', APP_URL: app.url, DISABLE_AUTH: 'true', RESPONSE_GRACE_PERIOD_SECONDS: '30'
-  })
-  const running = (): boolean => child.process.exitCode === null && child.process.signalCode === null
-  t.teardown(() => { if (running()) child.process.kill('SIGKILL') })
-  const started = await child.waitForLine(line => line.msg === 'sidecar listening', 15_000)
-  const base = `http://127.0.0.1:${started.port as number}`
-  const admin = `http://127.0.0.1:${started.adminPort as number}`
-  await eventually(async () => (await send(`${admin}/readyz`)).status === 200)
+  const { child, base, admin, running } = await startSidecarProcess(t, { APP_URL: app.url, DISABLE_AUTH: 'true', RESPONSE_GRACE_PERIOD_SECONDS: '30' })
 
   // each caller keeps one connection alive, like a load balancer's pool
   const agents = Array.from({ length: CALLERS }, () => new Agent({ keepAlive: true, maxSockets: 1 }))
@@ -69,13 +61,13 @@ t.test(`SIGTERM under load (${CALLERS} callers, round after round): every call a
   let signalledAt = Infinity
   const readyz: Array<number | string> = []
   try {
-    await sleep(300)
+    await eventually(() => outcomes.length >= CALLERS * 3) // the load runs: three rounds answered
     signalledAt = performance.now()
     child.process.kill('SIGTERM')
     await child.waitForLine(line => line.msg === 'draining')
     while (performance.now() - signalledAt < 1000) {
       readyz.push(await send(`${admin}/readyz`).then(r => r.status, (error: NodeJS.ErrnoException) => error.code ?? 'error'))
-      await sleep(50)
+      await sleep(50) // pacing: /readyz sampled all through the first second of the drain
     }
     t.ok(running(), 'still running while the load lasts')
   } finally {
@@ -130,9 +122,10 @@ t.test('in process: drain() under round-after-round load keeps serving, and reso
     }
   })()
   let drainedAt = 0
-  await sleep(100)
+  await eventually(() => outcomes.length >= 10 * 3) // the load runs: three rounds answered
   const drained = h.sidecar.drain(30).then(clean => { drainedAt = performance.now(); closed = true; return clean })
   try {
+    // only time shows the drain did not end: the load must outlast its 500 ms quiet period
     await sleep(800)
     t.equal(drainedAt, 0, 'the drain waits while calls keep coming')
   } finally {

@@ -3,10 +3,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
+import { scrape } from '../helpers/admin-metrics.ts'
 import { send, type SentResponse } from '../helpers/http-client.ts'
 import { eventually, type Harness, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
+import { sleep } from '../helpers/timing.ts'
 import { loadStoreConfig, type RunningBuildStore, startBuildStore } from '../../src/store/index.ts'
-import { assertLeakFree, delta, scrape, sleep } from './fault-kit.ts'
+import { assertLeakFree, delta } from './fault-kit.ts'
 
 // The central build store goes down and comes back (a real embedded store, restarted on the same
 // port and DATA_DIR). While it is down: /v2 reads get 502, tokens verified before (and any token
@@ -103,7 +105,7 @@ t.test('store down: /v2 gets 502, cached and known-key tokens keep working, the 
   t.equal(read.headers['content-type'], 'application/json; charset=utf-8')
   t.ok(performance.now() - started < 2000, 'at once')
 
-  // many failed refreshes later…
+  // many failed refreshes later… (a failed refresh leaves no log line or metric to wait for: only time)
   await sleep(600)
   for (let round = 0; round < 3; round++) {
     const [good, unused, doomed, other] = await Promise.all([
@@ -118,7 +120,7 @@ t.test('store down: /v2 gets 502, cached and known-key tokens keep working, the 
     t.equal(doomed.status, 401, `round ${round}: the revoked token stays refused`)
     t.same(doomed.json(), REVOKED)
     t.equal(other.status, 403, `round ${round}: another project's call stays 403`)
-    await sleep(200)
+    await sleep(200) // pacing: refreshes (every 100 ms) keep failing between rounds
   }
   const foreign = await invoke(await h.token('proj'), 'unknown-key')
   t.equal(foreign.status, 502, 'a token with a key the sidecar never saw: the keys cannot be refetched, so 502 (not 401)')

@@ -1,9 +1,10 @@
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
+import { scrape } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, type Harness, type LogLine, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
 import { closedPort, type ReceiverAction, startWebhookReceiver } from '../helpers/webhook-receiver.ts'
-import { assertLeakFree, delta, scrape, type Tap } from './fault-kit.ts'
+import { assertLeakFree, delta, type Tap } from './fault-kit.ts'
 
 // The webhook receiver misbehaves: refuses connections, hangs past WEBHOOK_TIMEOUT_MS, resets,
 // answers 404 then 200. The caller's response is never affected; the attempts, the final

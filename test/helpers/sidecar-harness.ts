@@ -3,33 +3,53 @@ import type { AddressInfo } from 'node:net'
 import { loadSidecarConfig, type SidecarConfig } from '../../src/config/sidecar-config.ts'
 import { createTokenIssuer, serveJwks, type JwksServer, type TokenIssuer } from '../../src/demo/demo-token-issuer.ts'
 import { type RunningSidecar, type SidecarOptions, startSidecar } from '../../src/sidecar/sidecar.ts'
+import { sleep } from './timing.ts'
 
 /** A log line as pino wrote it. */
 export type LogLine = Record<string, unknown>
+
+/**
+ * One request a TestServer saw, recorded as soon as its headers arrived (so "the app was not
+ * called" also catches a request cut half-way); `body` and `complete` are filled in at its end.
+ */
+export interface AppRequest {
+  readonly method: string
+  readonly url: string
+  readonly headers: IncomingMessage['headers']
+  readonly rawHeaders: string[]
+  /** The whole body once `complete`; empty until then, and for good when the request was cut. */
+  body: Buffer
+  /** True once the request arrived in full ('end'). */
+  complete: boolean
+}
 
 /** A real HTTP server on loopback port 0, for playing the app or the store in tests. */
 export interface TestServer {
   readonly server: Server
   readonly port: number
   readonly url: string
-  /** Every request seen, in arrival order, with its body. */
-  readonly requests: Array<{ method: string, url: string, headers: IncomingMessage['headers'], rawHeaders: string[], body: Buffer }>
+  /** Every request seen, in arrival order of their headers. */
+  readonly requests: AppRequest[]
   close: () => Promise<void>
 }
 
 export type TestHandler = (req: IncomingMessage, res: ServerResponse, body: Buffer) => void | Promise<void>
 
-/** Starts a server that records each request (body read in full) and hands it to `handler`. */
+/** Starts a server that records each request and, once its body is read in full, hands it to `handler`. */
 export async function startTestServer (handler: TestHandler): Promise<TestServer> {
-  const requests: TestServer['requests'] = []
+  const requests: AppRequest[] = []
   const server = createServer((req, res) => {
+    const seen: AppRequest = {
+      method: req.method as string, url: req.url as string, headers: req.headers, rawHeaders: req.rawHeaders, body: Buffer.alloc(0), complete: false
+    }
+    requests.push(seen)
     const chunks: Buffer[] = []
     req.on('data', (chunk: Buffer) => chunks.push(chunk))
     req.on('error', () => {})
     req.on('end', () => {
-      const body = Buffer.concat(chunks)
-      requests.push({ method: req.method as string, url: req.url as string, headers: req.headers, rawHeaders: req.rawHeaders, body })
-      void handler(req, res, body)
+      seen.body = Buffer.concat(chunks)
+      seen.complete = true
+      void handler(req, res, seen.body)
     })
   })
   await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
@@ -95,12 +115,20 @@ export async function startHarness (appUrl: string, env: Record<string, string> 
   }
 }
 
+/** startHarness, closed when the test `t` ends. */
+export async function sidecarFor (t: { teardown: (fn: () => unknown) => void }, appUrl: string, env: Record<string, string> = {},
+  options: Omit<SidecarOptions, 'logDestination'> = {}): Promise<Harness> {
+  const h = await startHarness(appUrl, env, options)
+  t.teardown(() => h.close())
+  return h
+}
+
 /** Waits until `check` is true, polling every 10 ms, failing after `ms`. */
 export async function eventually (check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
   const until = Date.now() + ms
   while (!(await check())) {
     if (Date.now() > until) throw new Error('condition not met in time')
-    await new Promise(resolve => setTimeout(resolve, 10))
+    await sleep(10)
   }
 }
 

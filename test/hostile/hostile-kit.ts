@@ -1,6 +1,7 @@
 import { connect, type Socket } from 'node:net'
 import { send } from '../helpers/http-client.ts'
 import { type Harness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
+import { sleep } from '../helpers/timing.ts'
 
 /** One HTTP/1.1 response parsed from raw bytes, with its exact framing checked. */
 export interface RawResponse {
@@ -157,7 +158,7 @@ export function exchange (port: number, payload: string | Buffer | Array<string 
     async function writeParts (): Promise<void> {
       for (const [index, part] of parts.entries()) {
         if (settled || socket.destroyed || (options.stopWhenAnswered === true && answered)) return
-        if (index > 0 && options.gapMs !== undefined) await new Promise(resolve => setTimeout(resolve, options.gapMs))
+        if (index > 0 && options.gapMs !== undefined) await sleep(options.gapMs)
         if (settled || socket.destroyed || (options.stopWhenAnswered === true && answered)) return
         if (!socket.write(part)) await new Promise(resolve => { socket.once('drain', resolve); socket.once('close', resolve) })
       }

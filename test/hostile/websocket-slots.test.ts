@@ -1,6 +1,7 @@
 import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
+import { metric } from '../helpers/admin-metrics.ts'
 import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
 import { connectClient, openRaw, rawHandshake, startWebSocketApp, type WebSocketApp, type WebSocketAppOptions } from '../helpers/websocket-app.ts'
 
@@ -20,13 +21,6 @@ async function setup (t: Test, env: Record<string, string>, appOptions: WebSocke
   })
   const headers = { Authorization: `Bearer ${await h.token()}` }
   return { app, h, headers }
-}
-
-async function gauge (h: Harness, name: string): Promise<number> {
-  const text = await (await fetch(`${h.admin}/metrics`)).text()
-  const line = text.split('\n').find(l => l.startsWith(name + ' '))
-  if (line === undefined) throw new Error(`no ${name} in /metrics`)
-  return Number(line.slice(name.length + 1))
 }
 
 /**
@@ -58,7 +52,7 @@ t.test('a refused upgrade with bytes after its headers frees its slot once answe
     t.match(caller.received(), /^HTTP\/1\.1 403 Forbidden\r\n/, 'the app\'s refusal reaches the caller')
   }
   // the callers keep their sockets open and never read or close: the sidecar must let go anyway
-  await eventually(async () => await gauge(s.h, 'sidecar_inflight_requests') === 0)
+  await eventually(async () => await metric(s.h, 'sidecar_inflight_requests') === 0)
   t.equal(s.h.sidecar.inflight.count, 0, 'nothing left for a drain to wait for')
   for (const id of ['ws-extra-1', 'ws-extra-2']) {
     await eventually(() => s.h.logs.some(line => line.msg === 'websocket' && line.runId === id))
@@ -76,7 +70,7 @@ t.test('without a limit, a refused upgrade with extra bytes leaves no in-flight 
   await eventually(() => s.h.sidecar.inflight.count === 0)
   await eventually(() => caller.socket.readableEnded) // the sidecar's FIN
   t.equal(caller.socket.writableEnded, false, 'the caller never ends its side')
-  t.equal(await gauge(s.h, 'sidecar_inflight_requests'), 0)
+  t.equal(await metric(s.h, 'sidecar_inflight_requests'), 0)
 })
 
 t.test('an upgrade the app refuses with 200 and extra bytes frees its slot too', async t => {
@@ -85,7 +79,7 @@ t.test('an upgrade the app refuses with 200 and extra bytes frees its slot too',
   })
   const caller = await handshakeWithExtra(s.h, '/v4/proj/app/page', s.headers, '\r\n')
   await eventually(() => caller.received().includes('plain page'))
-  await eventually(async () => await gauge(s.h, 'sidecar_inflight_requests') === 0)
+  await eventually(async () => await metric(s.h, 'sidecar_inflight_requests') === 0)
   t.equal(s.h.sidecar.inflight.count, 0)
 })
 
@@ -105,10 +99,10 @@ t.test('queued upgrades whose callers half-close leave the queue at once', async
     const caller = await handshakeWithExtra(s.h, '/v4/proj/app/queued', { ...s.headers, 'X-Request-Id': `ws-halfclose-${i}` }, '')
     waiting.push(caller.socket)
   }
-  await eventually(async () => await gauge(s.h, 'sidecar_queued_requests') === 5)
+  await eventually(async () => await metric(s.h, 'sidecar_queued_requests') === 5)
   for (const socket of waiting) socket.end() // FIN: the caller is leaving, but its socket is not destroyed yet
-  await eventually(async () => await gauge(s.h, 'sidecar_queued_requests') === 0, 2000)
-  t.equal(await gauge(s.h, 'sidecar_inflight_requests'), 1, 'the holder keeps its slot')
+  await eventually(async () => await metric(s.h, 'sidecar_queued_requests') === 0, 2000)
+  t.equal(await metric(s.h, 'sidecar_inflight_requests'), 1, 'the holder keeps its slot')
   for (let i = 0; i < 5; i++) {
     await eventually(() => s.h.logs.some(line => line.msg === 'websocket' && line.runId === `ws-halfclose-${i}`))
   }
@@ -130,7 +124,7 @@ t.test('bytes a caller sends while its upgrade waits for a slot reach the app af
   socket.on('data', (chunk: Buffer) => chunks.push(chunk))
   const connected = s.app.nextConnection()
   socket.write(rawHandshake('/v4/proj/app/echo', `127.0.0.1:${s.h.sidecar.port}`, s.headers))
-  await eventually(async () => await gauge(s.h, 'sidecar_queued_requests') === 1)
+  await eventually(async () => await metric(s.h, 'sidecar_queued_requests') === 1)
   socket.write(frame)
   first.ws.terminate()
   const app = await connected
@@ -153,5 +147,5 @@ t.test('an upgrade the sidecar refuses (401, 404) with extra bytes is closed onc
     t.match(caller.received(), new RegExp(`^HTTP/1\\.1 ${status} `), `${path}: the sidecar's answer`)
   }
   await eventually(() => s.h.sidecar.inflight.count === 0)
-  t.equal(await gauge(s.h, 'sidecar_inflight_requests'), 0)
+  t.equal(await metric(s.h, 'sidecar_inflight_requests'), 0)
 })

@@ -12,7 +12,7 @@ t.test('passed() waits for an app that starts late, probing every fast interval'
   t.teardown(() => { probe.stop() })
   let passed = false
   const waiting = probe.passed().then(() => { passed = true })
-  await new Promise(resolve => setTimeout(resolve, 100))
+  await eventually(() => probe.lastFailure === 'connection refused') // a probe was refused and taken in
   t.equal(passed, false, 'nothing listens yet')
   t.equal(probe.passing, false)
   const app = createServer((req, res) => { res.end() })

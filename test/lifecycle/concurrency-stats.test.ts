@@ -1,9 +1,11 @@
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { ConcurrencyStats } from '../../src/lifecycle/concurrency-stats.ts'
+import { scrape } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually } from '../helpers/sidecar-harness.ts'
-import { invoke, json, scrape, type SeenRequest, sidecarFor, sleep, startMixedApp } from '../sidecar/concurrency-kit.ts'
+import { sleep } from '../helpers/timing.ts'
+import { invoke, json, type SeenRequest, sidecarFor, startMixedApp } from '../sidecar/concurrency-kit.ts'
 
 // ConcurrencyStats (issue 6): time-weighted average concurrency and admissions per second over a
 // sliding window, as an autoscaler reads them from /metrics.
@@ -68,13 +70,13 @@ t.test('the window slides: old concurrency and old admissions drop out', async t
   t.teardown(() => { stats.stop() })
   stats.change(1)
   clock.set(1000) // the first snapshot will read this time
-  await sleep(1300)
+  await sleep(1300) // the snapshot timer runs in real time and leaves no trace to wait for
   clock.set(1500)
   close(t, stats.averageConcurrency(), 1, 'inside the first window')
   close(t, stats.requestsPerSecond(), 1 / 1.5, 'one admission in 1.5 s')
   stats.change(-1)
   clock.set(2000) // the second snapshot: the window now starts at 1000
-  await sleep(1200)
+  await sleep(1200) // again the real snapshot timer
   clock.set(2500)
   // 1 from 1000 to 1500, 0 from 1500 to 2500, over the 1500 ms since the window start
   close(t, stats.averageConcurrency(), 500 / 1500, 'only what happened since the window start')
@@ -98,7 +100,7 @@ t.test('through the sidecar: 8 held calls with concurrency 8 show on the autosca
   const calls = Array.from({ length: 8 }, (_, n) => invoke(h, '/hold', `s-${n}`))
   await eventually(() => held.length === 8)
   const allHeld = performance.now()
-  await sleep(1000)
+  await sleep(1000) // the average is over time: only time builds it up
   const before = performance.now()
   const m = await scrape(h)
   const after = performance.now()
@@ -124,7 +126,7 @@ t.test('without a limit, utilization is 0 while the average still counts', async
   await eventually(async () => (await send(`${h.admin}/readyz`)).status === 200)
   const call = invoke(h, '/x', 'u-1')
   await eventually(() => app.seen.length === 1)
-  await sleep(100)
+  await sleep(100) // the average is over time: only time builds it up
   const m = await scrape(h)
   t.ok((m.sidecar_average_concurrency as number) > 0)
   t.equal(m.sidecar_concurrency_utilization, 0)

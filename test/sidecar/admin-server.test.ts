@@ -41,8 +41,9 @@ t.test('livez, healthz, readyz and metrics follow the app and the drain', async 
   t.match(metrics.text, /^sidecar_inflight_requests 0$/m)
 
   const drained = h.sidecar.drain(5)
-  const readyz = await send(`${h.admin}/readyz`).catch(() => undefined)
-  t.equal(readyz?.status ?? 503, 503, 'readyz turns 503 at once on drain')
+  const readyz = await send(`${h.admin}/readyz`)
+  t.equal(readyz.status, 503, 'readyz turns 503 at once on drain')
+  t.same(readyz.json(), { message: 'draining' })
   t.equal(await drained, true)
 })
 

@@ -1,9 +1,9 @@
 import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
 import { WebSocket, WebSocketServer } from 'ws'
+import { scrape } from '../helpers/admin-metrics.ts'
 import { send, type SentResponse } from '../helpers/http-client.ts'
-import type { Harness } from '../helpers/sidecar-harness.ts'
-import { eventually, startHarness } from '../helpers/sidecar-harness.ts'
+import { eventually, type Harness, sidecarFor as harnessFor } from '../helpers/sidecar-harness.ts'
 import type { SidecarOptions } from '../../src/sidecar/sidecar.ts'
 
 // Shared by the issue-6 tests (concurrency gate, readiness waiters, deadlines).
@@ -94,20 +94,7 @@ export const json = (res: ServerResponse, value: unknown, status = 200): void =>
 /** A sidecar (auth off) in front of `appUrl`, closed at teardown. */
 export async function sidecarFor (t: Teardown, appUrl: string, env: Record<string, string> = {},
   options: Omit<SidecarOptions, 'logDestination'> = {}): Promise<Harness> {
-  const h = await startHarness(appUrl, { DISABLE_AUTH: 'true', ...env }, options)
-  t.teardown(() => h.close())
-  return h
-}
-
-/** Every unlabelled sample of one `/metrics` scrape. */
-export async function scrape (h: Harness): Promise<Record<string, number>> {
-  const text = (await send(`${h.admin}/metrics`)).text
-  const out: Record<string, number> = {}
-  for (const line of text.split('\n')) {
-    const match = /^([a-z_]+) (\S+)$/.exec(line)
-    if (match !== null) out[match[1] as string] = Number(match[2])
-  }
-  return out
+  return await harnessFor(t, appUrl, { DISABLE_AUTH: 'true', ...env }, options)
 }
 
 /** The in-flight and queued gauges, from one scrape. */
@@ -216,5 +203,3 @@ export async function echo (ws: WebSocket, text: string, ms = 3000): Promise<str
     ws.send(text)
   })
 }
-
-export const sleep = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms)) }

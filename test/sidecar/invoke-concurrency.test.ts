@@ -2,10 +2,11 @@ import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { send, type SentResponse } from '../helpers/http-client.ts'
 import { eventually } from '../helpers/sidecar-harness.ts'
+import { sleep } from '../helpers/timing.ts'
 import { closedPort, startWebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { openStream } from '../stream/sse-test-kit.ts'
 import {
-  abandonable, echo, gauges, gaugesReach, invoke, json, openWebSocket, type SeenRequest, settledFlag, sidecarFor, sleep,
+  abandonable, echo, gauges, gaugesReach, invoke, json, openWebSocket, type SeenRequest, settledFlag, sidecarFor,
   startMixedApp, watchArrivals
 } from './concurrency-kit.ts'
 
@@ -181,7 +182,7 @@ t.test('an open SSE stream holds its slot until it ends', async t => {
   const waiting = invoke(h, '/plain', 'after-stream')
   const settled = settledFlag(waiting)
   await gaugesReach(h, { inflight: 1, queued: 1 })
-  await sleep(200)
+  await sleep(200) // nothing in the sidecar ticks while a call rightly waits for its slot: only time shows it keeps waiting
   t.notOk(settled(), 'the call waits while the stream is open')
   t.same(app.ids(), ['stream'], 'and has not reached the app')
 
@@ -206,7 +207,7 @@ t.test('an open WebSocket holds its slot until it closes', async t => {
   const waiting = invoke(h, '/plain', 'after-ws')
   const settled = settledFlag(waiting)
   await gaugesReach(h, { queued: 1 })
-  await sleep(200)
+  await sleep(200) // nothing in the sidecar ticks while a call rightly waits for its slot: only time shows it keeps waiting
   t.notOk(settled(), 'the call waits while the WebSocket is open')
   t.same(app.ids('/plain'), [], 'and has not reached the app')
   t.equal(await echo(ws, 'still open'), 'still open')
@@ -220,12 +221,14 @@ t.test('an open WebSocket holds its slot until it closes', async t => {
 
 t.test('readiness: before the app first listens, calls wait (no 502) and go through once it does', async t => {
   const port = await closedPort()
-  const h = await sidecarFor(t, `http://127.0.0.1:${port}`)
+  const h = await sidecarFor(t, `http://127.0.0.1:${port}`, {}, { notReadyWarningMs: 50 })
   const calls = ['w-0', 'w-1', 'w-2'].map(id => invoke(h, '/early', id))
   const settled = calls.map(settledFlag)
   await gaugesReach(h, { queued: 3, inflight: 0 })
   t.equal((await send(`${h.admin}/readyz`)).status, 503, '/readyz 503 while the app is down')
-  await sleep(300)
+  // two warnings 50 ms apart: the probe (every 20 ms) failed again in between, and the sidecar still holds the calls
+  const warnings = (): number => h.logs.filter(line => line.msg === 'calls are waiting for the app to be ready' && line.waiting === 3).length
+  await eventually(() => warnings() >= 2)
   t.same(settled.map(s => s()), [false, false, false], 'the calls wait instead of failing')
   t.same(await gauges(h), { inflight: 0, queued: 3 }, 'readiness waiters count as queued')
 
@@ -270,7 +273,9 @@ t.test('readiness: READYCHECK_PATH answering 503 then 200 gates calls the same w
   const call = invoke(h, '/gated', 'gated')
   const settled = settledFlag(call)
   await gaugesReach(h, { queued: 1 })
-  await sleep(200)
+  // two more probes reach the app: the first one's 503 was taken in before the second was sent
+  const probes = app.ids('/ready').length
+  await eventually(() => app.ids('/ready').length >= probes + 2)
   t.notOk(settled(), 'the call waits while the ready path answers 503')
   t.same(app.ids('/gated'), [], 'and has not reached the app')
 

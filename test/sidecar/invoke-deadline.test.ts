@@ -7,9 +7,9 @@ import { send } from '../helpers/http-client.ts'
 import { eventually, type Harness } from '../helpers/sidecar-harness.ts'
 import { type ReceivedAttempt, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { openStream } from '../stream/sse-test-kit.ts'
+import { deliveriesFinished } from '../webhook/webhook-kit.ts'
 import {
-  echo, gauges, gaugesReach, invoke, json, type MixedApp, openWebSocket, type SeenRequest, sidecarFor, sleep,
-  startMixedApp
+  echo, gauges, gaugesReach, invoke, json, type MixedApp, openWebSocket, type SeenRequest, sidecarFor, startMixedApp
 } from './concurrency-kit.ts'
 
 // DEADLINE_SECONDS (issue 6): a per-call timer from arrival, covering the wait in the queue and the
@@ -145,8 +145,10 @@ t.test('a call waiting in the queue past its deadline: 504, never reaches the ap
   await gaugesReach(h, { inflight: 0 })
   const after = await invoke(h, '/json', 'd-after')
   t.equal(after.status, 200, 'the slot is free again')
-  await sleep(100)
+  // once its access line is out the sidecar is done with the call: a webhook it handed over would now be pending or counted
+  await eventually(() => h.logs.some(l => l.msg === 'request' && l.runId === 'd-queued'))
   t.equal(h.sidecar.webhooks.pending, 0)
+  t.equal(await deliveriesFinished(h), 0, 'none was handed over')
   t.equal(receiver.connections(), 0, 'no webhook for the queued call')
   t.equal(seenAs('d-queued'), undefined)
 })
@@ -214,18 +216,18 @@ t.test('RUNTIME=custom: a passthrough body that started and runs past the deadli
 
 t.test('calls that finish within the deadline are untouched', async t => {
   const { h, receiver, hook } = await setup(t)
-  const startedAt = performance.now()
   const plain = await invoke(h, '/slow', 'd-quick', hook)
   t.equal(plain.status, 200)
   t.same((plain.json() as { result: unknown }).result, { slow: true })
   const stream = await openStream(`${h.base}/v4/proj/app/ndjson-short?webhookEndpoint=${encodeURIComponent(hook)}`, { 'x-request-id': 'd-short' })
   await stream.done
   t.same(stream.events.map(e => [e.event, e.data]), [[undefined, '{"n":1}'], [undefined, '{"n":2}'], [undefined, '{"n":3}']], 'no error event')
-  // let the deadline pass: nothing may happen to calls that already ended
-  await sleep(Math.max(0, DEADLINE * 1000 + 200 - (performance.now() - startedAt)))
+  // let their deadlines pass (nothing may happen to calls that already ended): a call sent after
+  // both ended gets its 504 only after theirs would have fired
+  t.equal((await invoke(h, '/hang', 'd-witness')).status, 504)
   t.match(await webhookFor(h, receiver, 'd-quick'), { status_code: 200, result: { slow: true } })
   t.match(await webhookFor(h, receiver, 'd-short'), { status_code: 200, result: [{ n: 1 }, { n: 2 }, { n: 3 }] })
-  const lines = h.logs.filter(l => l.msg === 'request')
+  const lines = h.logs.filter(l => l.msg === 'request' && l.runId !== 'd-witness')
   t.same(lines.map(l => [l.runId, l.status, l.aborted]), [['d-quick', 200, undefined], ['d-short', 200, undefined]], 'one clean line each')
 })
 
@@ -233,7 +235,9 @@ t.test('a WebSocket stays open past DEADLINE_SECONDS and frames still pass', asy
   const { h } = await setup(t, { DEADLINE_SECONDS: '0.3' })
   const ws = await openWebSocket(t, h, '/ws', 'd-ws')
   t.equal(await echo(ws, 'before'), 'before')
-  await sleep(800)
+  // a call sent after the WebSocket opened gets its 504 only once the WebSocket's deadline would have passed
+  t.equal((await invoke(h, '/hang', 'd-ws-witness')).status, 504)
+  await eventually(() => h.logs.some(l => l.msg === 'request' && l.runId === 'd-ws-witness'))
   t.equal(ws.readyState, WebSocket.OPEN, 'still open well past the deadline')
   t.equal(await echo(ws, 'after'), 'after', 'frames still pass both ways')
   t.same(await gauges(h), { inflight: 1, queued: 0 })
@@ -246,8 +250,10 @@ t.test('the deadline passes while the request body is still arriving: 504, and t
   const socket = connect(h.sidecar.port, '127.0.0.1')
   t.teardown(() => { socket.destroy() })
   let answer = ''
+  let closed = false
   socket.setEncoding('latin1').on('data', (text: string) => { answer += text })
   socket.on('error', () => {})
+  socket.on('close', () => { closed = true })
   socket.write('POST /v4/proj/app/json HTTP/1.1\r\nHost: sidecar\r\nX-Request-Id: d-upload\r\nContent-Length: 10\r\n\r\n12345')
   await eventually(() => answer.includes('\r\n\r\n{'))
   t.match(answer, /^HTTP\/1\.1 504 /)
@@ -255,7 +261,9 @@ t.test('the deadline passes while the request body is still arriving: 504, and t
   t.ok(answer.endsWith('{"message":"request exceeded its deadline of 0.3s"}'))
   // the rest of the body arrives after the answer: it must not take (and keep) the only slot
   socket.write('67890')
-  await sleep(100)
+  // the sidecar has moved past those bytes once it answers a request sent behind them (or closes the connection)
+  socket.write('GET /nowhere HTTP/1.1\r\nHost: sidecar\r\n\r\n')
+  await eventually(() => closed || answer.includes('HTTP/1.1 404 '))
   const r = await invoke(h, '/json', 'd-next')
   t.equal(r.status, 200, 'the next call gets the slot (not a 504 after waiting for a lost one)')
   t.same(await gauges(h), { inflight: 0, queued: 0 })

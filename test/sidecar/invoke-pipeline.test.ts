@@ -204,8 +204,9 @@ t.test('413: a chunked body is cut when it passes the limit', async t => {
   const r = await send(`${h.base}/v4/proj/app/echo`, { method: 'POST', headers: auth(), body: [Buffer.alloc(600), Buffer.alloc(600)] })
   t.equal(r.status, 413)
   t.same(r.json(), { message: 'request body exceeds 1000 bytes' })
-  await new Promise(resolve => setTimeout(resolve, 50))
-  t.equal(app.requests.length, seen, 'the app never received a complete request')
+  // its copy may have reached the app, cut; a later call that reaches the app whole shows the sidecar moved on
+  t.equal((await send(`${h.base}/v4/proj/app/json`, { headers: auth() })).status, 200)
+  t.same(app.requests.slice(seen).filter(entry => entry.complete).map(entry => entry.url), ['/json'], 'the app never received a complete request')
 })
 
 t.test('400: an invalid Content-Length is a malformed request', async t => {

@@ -3,6 +3,7 @@ import { createServer } from 'node:net'
 import type { AddressInfo, Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import type { ClientOptions, WebSocket } from 'ws'
+import { fetchMetrics, sampleValue } from '../helpers/admin-metrics.ts'
 import { eventually, type Harness, startHarness, freePort } from '../helpers/sidecar-harness.ts'
 import {
   type AppConnection, clientClosed, type ClientOutcome, connectClient, nextMessage, openRaw, rawHandshake, rawUpgrade,
@@ -51,21 +52,13 @@ async function setup (t: Test, env: Record<string, string> = {}, appOptions: Web
       if (outcome.kind !== 'open') throw new Error(`upgrade refused: ${outcome.status} ${outcome.body}`)
       return { ws: outcome.ws, outcome, app: await appConnection }
     },
-    metrics: async () => await (await fetch(`${h.admin}/metrics`)).text()
+    metrics: async () => await fetchMetrics(h.admin)
   }
 }
 
 async function bearer (s: Setup, projectId = 'proj'): Promise<{ headers: Record<string, string>, token: string }> {
   const token = await s.h.token(projectId)
   return { headers: { Authorization: `Bearer ${token}` }, token }
-}
-
-/** The value of one unlabelled or labelled sample in Prometheus text, or undefined. */
-function sample (text: string, name: string): number | undefined {
-  for (const line of text.split('\n')) {
-    if (line.startsWith(name + ' ')) return Number(line.slice(name.length + 1))
-  }
-  return undefined
 }
 
 /** Splits a raw HTTP response into its status line, lower-cased headers and body. */
@@ -292,8 +285,8 @@ t.test('auth on the upgrade request', async t => {
   t.equal(ok.ws.readyState, ok.ws.OPEN, 'a valid token opens')
   t.equal(s.app.handshakes.length, 1)
 
-  await eventually(async () => sample(await s.metrics(), 'sidecar_requests_total{route="websocket",code="401"}') === 5)
-  t.equal(sample(await s.metrics(), 'sidecar_requests_total{route="websocket",code="403"}'), 1)
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_requests_total', { route: 'websocket', code: '401' }) === 5)
+  t.equal(sampleValue(await s.metrics(), 'sidecar_requests_total', { route: 'websocket', code: '403' }), 1)
   t.notOk(JSON.stringify(s.h.logs).includes(token), 'no token in any log line')
 })
 
@@ -383,7 +376,7 @@ t.test('an upgrade the app refuses reaches the caller with the app\'s status', a
   await eventually(() => s.h.logs.some(line => line.msg === 'websocket' && line.runId === 'ws-refused-1'))
   const line = s.h.logs.find(line => line.msg === 'websocket' && line.runId === 'ws-refused-1')
   t.equal(line?.status, 403)
-  await eventually(async () => sample(await s.metrics(), 'sidecar_requests_total{route="websocket",code="403"}') === 2)
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_requests_total', { route: 'websocket', code: '403' }) === 2)
 
   const fine = await s.open('/fine', [], { headers })
   t.equal(fine.ws.readyState, fine.ws.OPEN, 'other paths still upgrade')
@@ -429,7 +422,7 @@ t.test('app down after it was ready: 502 with a JSON body, and the sidecar keeps
     opened.ws.send('after')
     t.equal((await nextMessage(opened.ws)).data.toString(), 'after')
   }
-  await eventually(async () => sample(await (await fetch(`${h.admin}/metrics`)).text(), 'sidecar_requests_total{route="websocket",code="502"}') === 3)
+  await eventually(async () => sampleValue(await fetchMetrics(h.admin), 'sidecar_requests_total', { route: 'websocket', code: '502' }) === 3)
 })
 
 t.test('a caller that resets mid-connection does not hurt the sidecar', async t => {
@@ -449,14 +442,14 @@ t.test('a caller that resets mid-connection does not hurt the sidecar', async t 
   ws.terminate()
   await eventually(() => app.socket.readyState === app.socket.CLOSED)
   t.equal((await app.closed).code, 1006, 'the app side sees the connection drop')
-  await eventually(async () => sample(await s.metrics(), 'sidecar_websocket_connections') === 0)
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_websocket_connections') === 0)
 
   const again = await s.open('/flow', [], { headers })
   again.ws.send('still here')
   t.equal((await nextMessage(again.ws)).data.toString(), 'still here', 'a new WebSocket works')
   again.ws.close()
   await again.app.closed
-  await eventually(async () => sample(await s.metrics(), 'sidecar_websocket_connections') === 0)
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_websocket_connections') === 0)
 })
 
 /** A setup whose app holds every `/held…` handshake until the test releases it. */
@@ -483,8 +476,8 @@ async function sendHeldHandshake (s: Setup, headers: Record<string, string>, run
 async function expectNothingLeft (t: Test, s: Setup, headers: Record<string, string>): Promise<void> {
   await eventually(() => s.app.openSockets() === 0)
   t.ok(s.app.connections.every(c => c.socket.readyState === c.socket.CLOSED), 'every app-side WebSocket is closed')
-  await eventually(async () => sample(await s.metrics(), 'sidecar_websocket_connections') === 0)
-  t.equal(sample(await s.metrics(), 'sidecar_inflight_requests'), 0)
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_websocket_connections') === 0)
+  t.equal(sampleValue(await s.metrics(), 'sidecar_inflight_requests'), 0)
   t.equal(s.h.sidecar.inflight.count, 0, 'nothing left for a drain to wait for')
   const fresh = await s.open('/after', [], { headers })
   fresh.ws.send('ok')
@@ -527,23 +520,23 @@ t.test('callers that vanish right after their handshake leave nothing open', asy
 t.test('metrics and the log line of a WebSocket', async t => {
   const s = await setup(t)
   const { headers, token } = await bearer(s)
-  t.equal(sample(await s.metrics(), 'sidecar_websocket_connections'), 0)
+  t.equal(sampleValue(await s.metrics(), 'sidecar_websocket_connections'), 0)
 
   const { ws, app } = await s.open('/chat?secret-query=1', [], { headers: { ...headers, 'X-Request-Id': 'ws-metrics-1' } })
-  await eventually(async () => sample(await s.metrics(), 'sidecar_websocket_connections') === 1)
-  t.equal(sample(await s.metrics(), 'sidecar_inflight_requests'), 1, 'an open WebSocket is in flight')
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_websocket_connections') === 1)
+  t.equal(sampleValue(await s.metrics(), 'sidecar_inflight_requests'), 1, 'an open WebSocket is in flight')
 
   const second = await s.open('/chat', [], { headers })
-  await eventually(async () => sample(await s.metrics(), 'sidecar_websocket_connections') === 2)
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_websocket_connections') === 2)
   second.ws.close()
   await second.app.closed
-  await eventually(async () => sample(await s.metrics(), 'sidecar_websocket_connections') === 1)
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_websocket_connections') === 1)
 
   ws.close(1000, 'done')
   await app.closed
-  await eventually(async () => sample(await s.metrics(), 'sidecar_websocket_connections') === 0)
-  await eventually(async () => sample(await s.metrics(), 'sidecar_requests_total{route="websocket",code="101"}') === 2)
-  t.equal(sample(await s.metrics(), 'sidecar_inflight_requests'), 0)
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_websocket_connections') === 0)
+  await eventually(async () => sampleValue(await s.metrics(), 'sidecar_requests_total', { route: 'websocket', code: '101' }) === 2)
+  t.equal(sampleValue(await s.metrics(), 'sidecar_inflight_requests'), 0)
 
   await eventually(() => s.h.logs.some(line => line.msg === 'websocket' && line.runId === 'ws-metrics-1'))
   const lines = s.h.logs.filter(line => line.msg === 'websocket' && line.runId === 'ws-metrics-1')

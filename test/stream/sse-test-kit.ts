@@ -1,9 +1,8 @@
 import { request, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
-import type { Harness, TestServer } from '../helpers/sidecar-harness.ts'
-import { startTestServer } from '../helpers/sidecar-harness.ts'
+import { startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
+import { sleep } from '../helpers/timing.ts'
 
 /** One event as a WHATWG parser read it, with when it arrived (performance.now()). */
 export interface ParsedEvent {
@@ -151,21 +150,11 @@ export async function startScriptedApp (): Promise<ScriptedApp> {
   })
 }
 
-/** The value of one unlabelled metric on the sidecar's /metrics. */
-export async function metric (h: Harness, name: string): Promise<number> {
-  const text = await (await fetch(`${h.admin}/metrics`)).text()
-  const match = new RegExp(`^${name} (\\S+)$`, 'm').exec(text)
-  if (match === null) throw new Error(`metric ${name} not found`)
-  return Number(match[1])
-}
-
 /** Bytes of `text` as UTF-8, cut at byte `at` into two buffers (to split a character). */
 export function splitBytes (text: string, at: number): [Buffer, Buffer] {
   const bytes = Buffer.from(text, 'utf8')
   return [bytes.subarray(0, at), bytes.subarray(at)]
 }
-
-export { sleep }
 
 /** The three SSE modes: what the app sends for an event with value `v`, and what the caller reads. */
 export const MODES = [

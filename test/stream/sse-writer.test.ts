@@ -2,10 +2,10 @@ import { once } from 'node:events'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { connect } from 'node:net'
-import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { SidecarMetrics } from '../../src/sidecar/metrics.ts'
 import { SseWriter } from '../../src/stream/sse-writer.ts'
+import { sleep } from '../helpers/timing.ts'
 
 // A stream can be ended (or failed) while the caller is not reading: the last bytes then wait in
 // the response's buffer, 'close' has not come yet, and the keep-alive timer must not write after
@@ -47,7 +47,7 @@ for (const how of ['end', 'fail'] as const) {
     await endedP
     t.equal(response?.writableEnded, true)
     t.equal(response?.writableFinished, false, 'bytes still wait for the caller')
-    await sleep(300) // six heartbeat periods
+    await sleep(300) // six heartbeat periods: the timer fires in silence, so only time shows it writes nothing
     let tail = Buffer.alloc(0)
     socket.on('data', (chunk: Buffer) => { tail = Buffer.concat([tail.subarray(-200), chunk]) })
     socket.resume()

@@ -1,8 +1,10 @@
 import { performance } from 'node:perf_hooks'
 import { request, type ServerResponse } from 'node:http'
 import t from 'tap'
+import { metric } from '../helpers/admin-metrics.ts'
 import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
-import { metric, openStream, play, readStream, type ScriptedApp, sleep, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
+import { sleep } from '../helpers/timing.ts'
+import { openStream, play, readStream, type ScriptedApp, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
 
 // Streams that end badly: the app dies mid-stream, the caller walks away, and a thousand callers
 // walk away — nothing may be left behind.
@@ -117,18 +119,18 @@ for (const mode of MODES) {
 
 t.test('a caller that goes away before the app answered aborts the app request too', async t => {
   let closedAt = 0
+  let handling = false
   const path = app.route(t, async (_req, res) => {
     res.once('close', () => { closedAt = performance.now() })
-    await sleep(3000, undefined, { ref: false })
+    handling = true
+    await sleep(3000, { ref: false })
     if (!res.destroyed) res.writeHead(200, { 'content-type': 'application/x-ndjson' }).end('1\n')
   })
-  const before = app.requests.length
   const req = request(`${h.base}/v4/proj/app${path}`, { headers: await headersFor(MODES[1]), agent: false })
   req.on('error', () => {})
   req.on('response', () => { t.fail('no response expected') })
   req.end()
-  await eventually(() => app.requests.length > before)
-  await sleep(50)
+  await eventually(() => handling) // the app holds the request, watching its close
   const destroyedAt = performance.now()
   req.destroy()
   await eventually(() => closedAt > 0, 2000)

@@ -1,6 +1,7 @@
 import t from 'tap'
+import { metric } from '../helpers/admin-metrics.ts'
 import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
-import { metric, openStream, readStream, type ScriptedApp, startScriptedApp } from './sse-test-kit.ts'
+import { openStream, readStream, type ScriptedApp, startScriptedApp } from './sse-test-kit.ts'
 
 // A thousand callers that each read one event and hang up: every stream, app request, gauge,
 // drain slot and app connection must be released.

@@ -1,7 +1,9 @@
 import t from 'tap'
+import { metric } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
-import { metric, openStream, readStream, type ScriptedApp, splitBytes, startScriptedApp, type Step, play } from './sse-test-kit.ts'
+import { sleep } from '../helpers/timing.ts'
+import { openStream, readStream, type ScriptedApp, splitBytes, startScriptedApp, type Step, play } from './sse-test-kit.ts'
 
 // Which app responses become SSE, and what the caller then reads: exact events, exact bytes, exact headers.
 
@@ -237,7 +239,8 @@ t.test('sidecar_sse_streams is 1 while a stream is open; the access line is writ
   const path = app.route(t, async (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/x-ndjson' })
     res.write('{"first":1}\n')
-    await released
+    // open until released, and for 100 ms at least: a duration the access line must cover
+    await Promise.all([released, sleep(100)])
     res.end('{"second":2}\n')
   })
   const runId = 'access-log-run-1'
@@ -247,7 +250,13 @@ t.test('sidecar_sse_streams is 1 while a stream is open; the access line is writ
   await s.waitForEvents(1)
   t.equal(await metric(cortex, 'sidecar_sse_streams'), 1)
   const linesFor = (): Array<Record<string, unknown>> => cortex.logs.filter(line => line.runId === runId)
-  await new Promise(resolve => setTimeout(resolve, 100))
+  // a later call's access line is the event that shows the sidecar has logged what it had to so far
+  const quick = app.route(t, (_req, res) => { res.writeHead(200, { 'content-type': 'application/json' }).end('{}') })
+  const loggedLater = async (id: string): Promise<void> => {
+    t.equal((await send(`${cortex.base}/v4/proj/app${quick}`, { headers: await headersFor(cortex, { 'x-request-id': id }) })).status, 200)
+    await eventually(() => cortex.logs.some(line => line.runId === id))
+  }
+  await loggedLater('access-log-later-1')
   t.same(linesFor(), [], 'no access line while the stream is open')
 
   release()
@@ -255,7 +264,7 @@ t.test('sidecar_sse_streams is 1 while a stream is open; the access line is writ
   t.same(s.events.map(e => e.data), ['{"first":1}', '{"second":2}'])
   await eventually(() => linesFor().length === 1)
   await eventually(async () => await metric(cortex, 'sidecar_sse_streams') === 0)
-  await new Promise(resolve => setTimeout(resolve, 100))
+  await loggedLater('access-log-later-2')
   const lines = linesFor()
   t.equal(lines.length, 1, 'exactly one line')
   const line = lines[0] as Record<string, unknown>

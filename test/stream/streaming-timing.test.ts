@@ -1,8 +1,10 @@
 import { performance } from 'node:perf_hooks'
 import { EventSource } from 'eventsource'
 import t from 'tap'
+import { metric } from '../helpers/admin-metrics.ts'
 import { type Harness, startHarness } from '../helpers/sidecar-harness.ts'
-import { metric, openStream, type ScriptedApp, sleep, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
+import { sleep } from '../helpers/timing.ts'
+import { openStream, type ScriptedApp, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
 
 // When bytes reach the caller: headers at once, every event as soon as the app made it,
 // keep-alive comments only where the stream is idle (and never inside a line), and nothing lost
@@ -179,6 +181,7 @@ t.test('backpressure: a caller that pauses reading loses nothing', async t => {
   t.teardown(() => { s.req.destroy() })
   await s.waitForEvents(1)
   s.res.pause()
+  // only time shows the app is held back: unthrottled, it would write every line well within this pause
   await sleep(500)
   appWrittenWhilePaused = written
   const eventsWhilePaused = s.events.length

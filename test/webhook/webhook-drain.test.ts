@@ -1,8 +1,9 @@
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
-import { type Child, runBin } from '../helpers/child-process.ts'
+import type { Child } from '../helpers/child-process.ts'
+import { startSidecarProcess } from '../helpers/sidecar-process.ts'
 import { send } from '../helpers/http-client.ts'
-import { eventually, type TestServer } from '../helpers/sidecar-harness.ts'
+import type { TestServer } from '../helpers/sidecar-harness.ts'
 import { type ReceivedAttempt, type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { invokePath, startWebhookApp } from './webhook-kit.ts'
 
@@ -17,14 +18,9 @@ type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 async function start (t: Tap, script: ReceiverAction[], grace: string): Promise<{ child: Child, receiver: WebhookReceiver, base: string }> {
   const receiver = await startWebhookReceiver(script)
   t.teardown(() => receiver.close())
-  const child = runBin('app-sidecar', {
-    PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', APP_URL: app.url, DISABLE_AUTH: 'true',
-    WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', RESPONSE_GRACE_PERIOD_SECONDS: grace
+  const { child, base } = await startSidecarProcess(t, {
+    APP_URL: app.url, DISABLE_AUTH: 'true', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', RESPONSE_GRACE_PERIOD_SECONDS: grace
   })
-  t.teardown(() => { if (child.process.exitCode === null && child.process.signalCode === null) child.process.kill('SIGKILL') })
-  const started = await child.waitForLine(line => line.msg === 'sidecar listening', 15_000)
-  const base = `http://127.0.0.1:${started.port as number}`
-  await eventually(async () => (await send(`http://127.0.0.1:${started.adminPort as number}/readyz`)).status === 200)
   return { child, receiver, base }
 }
 

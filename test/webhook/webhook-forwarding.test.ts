@@ -7,7 +7,7 @@ import { type ReceivedAttempt, startWebhookReceiver, type WebhookReceiver } from
 import { clientClosed, connectClient, nextMessage, startWebSocketApp } from '../helpers/websocket-app.ts'
 import {
   call, deliveriesFinished, ENVELOPE_KEYS, invokePath, ISO_UTC, linesWith, LOOPBACK_ENV, pythonSignature, sidecarFor,
-  startWebhookApp, wait, webhookCounts
+  startWebhookApp, webhookCounts
 } from './webhook-kit.ts'
 
 type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
@@ -193,8 +193,11 @@ t.test('calls refused before the app send no webhook', async t => {
     method: 'POST', headers: { authorization: `Bearer ${token}` }, body: ['x'.repeat(60), 'y'.repeat(60)]
   })
   t.equal(chunked.status, 413, 'a chunked body over the limit is cut with 413')
-  t.equal(app.requests.length, before, 'the app saw none of them whole')
-  await wait(300)
+  t.equal(app.requests.slice(before).filter(r => r.complete).length, 0, 'the app saw none of them whole')
+  t.same(app.requests.slice(before).filter(r => !r.url.startsWith('/echo')), [], 'and those refused before the body not even in part')
+  // each has its access line once the sidecar is done with it: a webhook handed over would then be pending or counted
+  await eventually(() => linesWith(guarded.logs, 'request').length === cases.length + 1)
+  t.equal(guarded.sidecar.webhooks.pending, 0, 'no webhook pending')
   t.equal(quiet.connections(), 0, 'the receiver got nothing')
   t.same(await webhookCounts(guarded), { attempts: {}, deliveries: {} })
   t.equal(linesWith(guarded.logs, 'webhook failed').length, 0)
@@ -335,7 +338,7 @@ t.test('SSRF guard: without WEBHOOK_ALLOWED_CIDRS, non-public destinations are r
     t.equal(lines.length, 1, `${host}: one failure line`)
     t.match(lines[0], { runId, host: new URL(endpoint).host, attempts: 1, outcome: 'address refused' }, `${host}: refused, 1 attempt`)
   }
-  await wait(100)
+  t.equal(guarded.sidecar.webhooks.pending, 0, 'every delivery is over: nothing more can come')
   t.same(await webhookCounts(guarded), { attempts: { refused: hosts.length }, deliveries: { failed: hosts.length } })
   t.equal(linesWith(guarded.logs, 'webhook failed').length, hosts.length, 'exactly one line per refused delivery')
   t.equal(target.connections(), 0, 'the loopback receiver never got a connection')
@@ -385,7 +388,7 @@ t.test('bounds: past maxPending, a webhook is dropped at once (logged, counted)'
   for (const id of ids) t.equal((await call(sidecar, '/json', hook(stuck), { headers: { 'x-request-id': id } })).status, 200)
   await stuck.waitForAttempts(2)
   await eventually(() => linesWith(sidecar.logs, 'webhook dropped').length === 1)
-  await wait(150)
+  t.equal(sidecar.sidecar.webhooks.pending, 2, 'the sender holds the first two only: the third cannot leave later')
   t.equal(stuck.attempts.length, 2, 'the third never left')
   t.same(stuck.attempts.map(a => a.headers['x-request-id']), ids.slice(0, 2))
   const dropped = linesWith(sidecar.logs, 'webhook dropped')
@@ -438,7 +441,9 @@ t.test('WebSocket upgrades ignore webhookEndpoint', async t => {
   outcome.ws.close(1000, 'bye')
   await closed
   t.equal(wsApp.connections[0]?.url, '/chat', 'the app got the path without webhookEndpoint')
-  await wait(300)
+  // its access line once the sidecar is done with it: a webhook handed over would then be pending or counted
+  await eventually(() => linesWith(sidecar.logs, 'websocket').length === 1)
+  t.equal(sidecar.sidecar.webhooks.pending, 0, 'no webhook pending')
   t.equal(quiet.connections(), 0, 'no delivery for the WebSocket')
   t.same(await webhookCounts(sidecar), { attempts: {}, deliveries: {} })
 

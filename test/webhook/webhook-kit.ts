@@ -1,8 +1,8 @@
 import { execFileSync } from 'node:child_process'
 import type { OutgoingHttpHeaders } from 'node:http'
-import { type Harness, type LogLine, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
+import { fetchMetrics, parseMetrics } from '../helpers/admin-metrics.ts'
+import { type Harness, type LogLine, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
 import { send, type SentResponse } from '../helpers/http-client.ts'
-import type { SidecarOptions } from '../../src/sidecar/sidecar.ts'
 
 export const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/
 export const ENVELOPE_KEYS = ['run_id', 'status_code', 'result', 'run_time_ms', 'timestamp']
@@ -10,8 +10,9 @@ export const ENVELOPE_KEYS = ['run_id', 'status_code', 'result', 'run_time_ms', 
 /** Loopback receivers are allowed; pauses between attempts are short. */
 export const LOOPBACK_ENV = { DISABLE_AUTH: 'true', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', WEBHOOK_MAX_DELAY_MS: '50' }
 
-const wait = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms)) }
-export { wait }
+export { sidecarFor } from '../helpers/sidecar-harness.ts'
+// the one sleep, under the name webhook-delivery.test.ts imports
+export { sleep as wait } from '../helpers/timing.ts'
 
 /**
  * The app behind the sidecar, by path:
@@ -85,13 +86,11 @@ export interface WebhookCounts {
 
 /** The non-zero webhook counters from `/metrics`, by label value. */
 export async function webhookCounts (h: Harness): Promise<WebhookCounts> {
-  const text = (await send(`${h.admin}/metrics`)).text
   const counts: WebhookCounts = { attempts: {}, deliveries: {} }
-  for (const line of text.split('\n')) {
-    const match = /^sidecar_webhook_(attempts|deliveries)_total\{(?:outcome|result)="([^"]+)"\} (\S+)$/.exec(line)
-    if (match === null) continue
-    const value = Number(match[3])
-    if (value !== 0) counts[match[1] as keyof WebhookCounts][match[2] as string] = value
+  for (const { name, labels, value } of parseMetrics(await fetchMetrics(h.admin))) {
+    if (value === 0) continue
+    if (name === 'sidecar_webhook_attempts_total' && labels.outcome !== undefined) counts.attempts[labels.outcome] = value
+    else if (name === 'sidecar_webhook_deliveries_total' && labels.result !== undefined) counts.deliveries[labels.result] = value
   }
   return counts
 }
@@ -103,14 +102,6 @@ export async function deliveriesFinished (h: Harness): Promise<number> {
 }
 
 export const linesWith = (logs: LogLine[], msg: string): LogLine[] => logs.filter(line => line.msg === msg)
-
-/** A sidecar in front of `appUrl` that is closed when the test ends. */
-export async function sidecarFor (t: { teardown: (fn: () => unknown) => void }, appUrl: string, env: Record<string, string> = {},
-  options: Omit<SidecarOptions, 'logDestination'> = {}): Promise<Harness> {
-  const h = await startHarness(appUrl, env, options)
-  t.teardown(() => h.close())
-  return h
-}
 
 const PY_HMAC = [
   'import hashlib, hmac, sys',
