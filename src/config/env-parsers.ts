@@ -2,6 +2,10 @@ import { isIP } from 'node:net'
 import ipaddr from 'ipaddr.js'
 import { ConfigError } from '../errors.ts'
 
+/** pino's levels, for LOG_LEVEL (both programs). */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+export type LogLevel = typeof LOG_LEVELS[number]
+
 /** Turns one raw environment value into a typed value, or throws a ConfigError naming the variable. */
 export type EnvParser<T> = (name: string, raw: string) => T
 

@@ -1,12 +1,10 @@
 import { ConfigError } from '../errors.ts'
 import {
   type Cidr, type EnvParser, integerIn, numberUpTo, oneOf, parseBoolean, parseCidrList,
-  parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort
+  parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort, LOG_LEVELS, type LogLevel
 } from './env-parsers.ts'
 
 export type Runtime = 'cortex' | 'custom'
-export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
-export type LogLevel = typeof LOG_LEVELS[number]
 
 /** The sidecar's whole configuration, validated. */
 export interface SidecarConfig {

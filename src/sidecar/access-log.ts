@@ -1,5 +1,5 @@
 import pino, { type DestinationStream, type Logger } from 'pino'
-import type { LogLevel } from '../config/sidecar-config.ts'
+import type { LogLevel } from '../config/env-parsers.ts'
 
 /** How long a buffered log line may wait before it is written. */
 const LOG_FLUSH_INTERVAL_MS = 250

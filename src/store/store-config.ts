@@ -1,6 +1,5 @@
 import { resolve } from 'node:path'
-import { LOG_LEVELS, type LogLevel } from '../config/sidecar-config.ts'
-import { type EnvParser, oneOf, parseHttpUrl, parsePort } from '../config/env-parsers.ts'
+import { type EnvParser, LOG_LEVELS, type LogLevel, oneOf, parseHttpUrl, parsePort } from '../config/env-parsers.ts'
 import { ConfigError } from '../errors.ts'
 
 /** The build store's whole configuration, validated. */
