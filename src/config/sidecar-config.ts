@@ -35,6 +35,7 @@ export interface SidecarConfig {
   webhookHeaderBrand: string
   webhookAllowedCidrs: Cidr[]
   webhookStandardHeaders: boolean
+  webhookMaxPending: number
   logLevel: LogLevel
   buildId: string | undefined
   appId: string | undefined
@@ -88,6 +89,8 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'WEBHOOK_HEADER_BRAND', key: 'webhookHeaderBrand', defaultText: 'Service', meaning: 'the word in X-<Brand>-Webhook-* headers', parse: parseHeaderBrand, fallback: fixed('Service') }),
   variable({ name: 'WEBHOOK_ALLOWED_CIDRS', key: 'webhookAllowedCidrs', defaultText: undefined, meaning: 'private ranges webhooks may reach, comma-separated', parse: parseCidrList, fallback: () => [] }),
   variable({ name: 'WEBHOOK_STANDARD_HEADERS', key: 'webhookStandardHeaders', defaultText: 'false', meaning: 'also send Standard Webhooks headers (webhook-id/-timestamp/-signature)', parse: parseBoolean, fallback: fixed(false) }),
+  // 1000 × ~7 KB of heap per pending delivery ≈ 7 MB; bodies have their own 32 MiB bound (MAX_PENDING_BYTES, webhook-sender.ts)
+  variable({ name: 'WEBHOOK_MAX_PENDING', key: 'webhookMaxPending', defaultText: '1000', meaning: 'most webhook deliveries pending at once; beyond it dropped', parse: integerIn(1, 100_000), fallback: fixed(1000) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),
   variable({ name: 'BUILD_ID', key: 'buildId', defaultText: undefined, meaning: 'with PROJECT_ID and APP_ID: read app settings from this build at start', parse: optionalString(parseId), fallback: fixed(undefined) }),
   variable({ name: 'APP_ID', key: 'appId', defaultText: undefined, meaning: 'the app whose build BUILD_ID names', parse: optionalString(parseId), fallback: fixed(undefined) }),

@@ -21,7 +21,7 @@ import { runIdFor } from './run-id.ts'
 import { answerClientError, sendError, writeRawError } from '../shared/http-answers.ts'
 import { AddressGuard } from '../webhook/address-guard.ts'
 import { WebhookDelivery } from '../webhook/webhook-delivery.ts'
-import { WebhookSender, type WebhookSenderLimits } from '../webhook/webhook-sender.ts'
+import { senderLimits, WebhookSender, type WebhookSenderLimits } from '../webhook/webhook-sender.ts'
 
 export interface SidecarOptions {
   /** Where log lines go (default: stdout). */
@@ -90,7 +90,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     metrics,
     logger
   })
-  const webhooks = new WebhookSender(delivery, metrics, logger, options.webhookLimits)
+  const webhooks = new WebhookSender(delivery, metrics, logger, options.webhookLimits ?? senderLimits(config.webhookMaxPending))
 
   const stats = new ConcurrencyStats()
   metrics.watchConcurrency(stats, config.replicaConcurrency)

@@ -1,8 +1,9 @@
 import pRetry, { AbortError } from 'p-retry'
 import type { Logger } from 'pino'
-import { Agent } from 'undici'
-import type { SidecarMetrics, WebhookAttemptOutcome } from '../sidecar/metrics.ts'
+import { buildConnector } from 'undici'
+import type { WebhookAttemptOutcome, WebhookMetrics } from '../shared/metric-contracts.ts'
 import { AddressGuard, AddressRefusedError } from './address-guard.ts'
+import { DestinationPools } from './destination-pools.ts'
 import { signatureHeaderNames, signStandardWebhook, signWebhook } from './webhook-signature.ts'
 
 /** One webhook to deliver. */
@@ -22,7 +23,7 @@ export interface DeliverySettings {
   /** Also send the Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). */
   readonly standardHeaders?: boolean
   readonly guard: AddressGuard
-  readonly metrics: SidecarMetrics
+  readonly metrics: WebhookMetrics
   readonly logger: Logger
 }
 
@@ -53,19 +54,19 @@ function outcomeOfStatus (status: number): AttemptOutcome {
 export type DeliveryResult = 'delivered' | 'failed' | 'shutdown'
 
 /**
- * Delivers webhooks: POSTs with undici through an agent whose connections check the destination
- * address, retried with p-retry by the seed's rules, each attempt signed afresh.
+ * Delivers webhooks: POSTs with undici through a pool per destination whose connections check the
+ * destination address (a bounded number per destination, see destination-pools.ts), retried with
+ * p-retry by the seed's rules, each attempt signed afresh.
  */
 export class WebhookDelivery {
   readonly #settings: DeliverySettings
-  readonly #agent: Agent
+  readonly #pools: DestinationPools
   readonly #names: { timestamp: string, signature: string }
 
   constructor (settings: DeliverySettings) {
     this.#settings = settings
     this.#names = signatureHeaderNames(settings.brand)
-    this.#agent = new Agent({
-      connect: { lookup: settings.guard.lookup, timeout: settings.timeoutMs },
+    this.#pools = new DestinationPools(buildConnector({ lookup: settings.guard.lookup, timeout: settings.timeoutMs }), {
       headersTimeout: settings.timeoutMs,
       bodyTimeout: settings.timeoutMs,
       keepAliveTimeout: 10_000
@@ -131,16 +132,22 @@ export class WebhookDelivery {
     signal.addEventListener('abort', shutdown, { once: true })
     try {
       this.#settings.guard.checkLiteralHost(job.url.hostname)
-      const response = await this.#agent.request({
-        origin: job.url.origin,
+      const { pool, release } = await this.#pools.acquire(job.url.origin, attempt.signal)
+      if (attempt.signal.aborted) { release(); throw attempt.signal.reason }
+      // undici destroys the socket of an aborted request; the turn is held as long as the
+      // connection is, until the response is read or the request has failed
+      const exchange = pool.request({
         path: job.url.pathname + job.url.search,
         method: 'POST',
         headers,
         body: job.body,
         signal: attempt.signal
+      }).then(async response => {
+        await response.body.dump()
+        return response.statusCode
       })
-      await response.body.dump()
-      return outcomeOfStatus(response.statusCode)
+      void exchange.then(release, release)
+      return outcomeOfStatus(await untilAborted(exchange, attempt.signal))
     } catch (error) {
       return classify(error, timedOut)
     } finally {
@@ -150,8 +157,20 @@ export class WebhookDelivery {
   }
 
   async close (): Promise<void> {
-    await this.#agent.destroy()
+    await this.#pools.close()
   }
+}
+
+/**
+ * `exchange`, or a rejection with the signal's reason as soon as it aborts: undici settles an
+ * aborted request only once it reaches a connection (a connect may take the whole connect timeout).
+ */
+async function untilAborted<T> (exchange: Promise<T>, signal: AbortSignal): Promise<T> {
+  return await new Promise((resolve, reject) => {
+    const abandon = (): void => { reject(signal.reason) }
+    signal.addEventListener('abort', abandon, { once: true })
+    void exchange.then(resolve, reject).finally(() => { signal.removeEventListener('abort', abandon) })
+  })
 }
 
 /** A failed connection or exchange: refused addresses stop at once, everything else retries. */

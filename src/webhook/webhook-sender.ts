@@ -1,6 +1,6 @@
 import { setMaxListeners } from 'node:events'
 import type { Logger } from 'pino'
-import type { SidecarMetrics } from '../sidecar/metrics.ts'
+import type { WebhookMetrics } from '../shared/metric-contracts.ts'
 import type { WebhookDelivery, WebhookJob } from './webhook-delivery.ts'
 
 export interface WebhookSenderLimits {
@@ -10,7 +10,20 @@ export interface WebhookSenderLimits {
   readonly maxPendingBytes: number
 }
 
-export const DEFAULT_SENDER_LIMITS: WebhookSenderLimits = { maxPending: 10_000, maxPendingBytes: 256 * 1024 * 1024 }
+/**
+ * Bytes of webhook bodies pending at once. The memory budget of the default bounds, beside a ~75 MB
+ * idle sidecar in a 256 MiB pod (deploy/kubernetes-pod.yaml): 1000 deliveries (WEBHOOK_MAX_PENDING)
+ * × ~7 KB of heap each besides the body ≈ 7 MB (more, briefly, when their attempts time out
+ * together: under bench/webhook-flood.ts, whose call traffic alone takes RSS to ~130 MB, the peak
+ * is ~190 MB with 1000 pending and ~450 MB with 10,000), plus 32 MiB of bodies (UTF-8 bytes, never
+ * fewer than V8 keeps) and at most as much again while attempts hold their encoded copy.
+ */
+export const MAX_PENDING_BYTES = 32 * 1024 * 1024
+
+/** The bounds for `maxPending` deliveries (WEBHOOK_MAX_PENDING). */
+export function senderLimits (maxPending: number): WebhookSenderLimits {
+  return { maxPending, maxPendingBytes: MAX_PENDING_BYTES }
+}
 
 /**
  * Runs deliveries in the background, bounded in number and bytes: a webhook that would pass a
@@ -20,13 +33,13 @@ export const DEFAULT_SENDER_LIMITS: WebhookSenderLimits = { maxPending: 10_000, 
 export class WebhookSender {
   readonly #delivery: WebhookDelivery
   readonly #limits: WebhookSenderLimits
-  readonly #metrics: SidecarMetrics
+  readonly #metrics: WebhookMetrics
   readonly #logger: Logger
   readonly #abort = new AbortController()
   readonly #pending = new Set<Promise<unknown>>()
   #pendingBytes = 0
 
-  constructor (delivery: WebhookDelivery, metrics: SidecarMetrics, logger: Logger, limits: WebhookSenderLimits = DEFAULT_SENDER_LIMITS) {
+  constructor (delivery: WebhookDelivery, metrics: WebhookMetrics, logger: Logger, limits: WebhookSenderLimits) {
     this.#delivery = delivery
     this.#limits = limits
     this.#metrics = metrics

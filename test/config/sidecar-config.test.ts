@@ -29,6 +29,7 @@ t.test('defaults match the SPEC table', async t => {
   t.equal(c.webhookMaxBodyBytes, 10485760)
   t.equal(c.webhookHeaderBrand, 'Service')
   t.same(c.webhookAllowedCidrs, [])
+  t.equal(c.webhookMaxPending, 1000)
   t.equal(c.logLevel, 'info')
 })
 
@@ -47,7 +48,7 @@ t.test('every value is parsed to its type', async t => {
     RESPONSE_GRACE_PERIOD_SECONDS: '30', READYCHECK_PATH: '/ready', HEALTHCHECK_PATH: '/health',
     ALLOW_QUERY_TOKEN: '1', SSE_HEARTBEAT_SECONDS: '0.5', WEBHOOK_ATTEMPTS: '5', WEBHOOK_MAX_DELAY_MS: '0',
     WEBHOOK_TIMEOUT_MS: '250', WEBHOOK_MAX_BODY_BYTES: '0', WEBHOOK_HEADER_BRAND: 'Acme-Cloud',
-    WEBHOOK_ALLOWED_CIDRS: ' 127.0.0.0/8 , fd00::/8,', LOG_LEVEL: 'silent'
+    WEBHOOK_ALLOWED_CIDRS: ' 127.0.0.0/8 , fd00::/8,', WEBHOOK_MAX_PENDING: '250', LOG_LEVEL: 'silent'
   })
   t.equal(c.appUrl.href, 'https://app.internal:8443/prefix')
   t.equal(c.runtime, 'custom')
@@ -57,6 +58,7 @@ t.test('every value is parsed to its type', async t => {
   t.equal(c.queueDepth, 80)
   t.same(c.webhookAllowedCidrs, [{ address: '127.0.0.0', prefix: 8, family: 4 }, { address: 'fd00::', prefix: 8, family: 6 }])
   t.equal(c.webhookHeaderBrand, 'Acme-Cloud')
+  t.equal(c.webhookMaxPending, 250)
   t.equal(c.logLevel, 'silent')
 })
 
@@ -76,7 +78,9 @@ const invalid: Array<[string, string]> = [
   ['WEBHOOK_ATTEMPTS', '0'], ['WEBHOOK_MAX_DELAY_MS', '-5'], ['WEBHOOK_TIMEOUT_MS', '0'],
   ['WEBHOOK_MAX_BODY_BYTES', 'big'], ['WEBHOOK_HEADER_BRAND', 'Bad Brand'], ['WEBHOOK_HEADER_BRAND', '-x'],
   ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/33'], ['WEBHOOK_ALLOWED_CIDRS', 'fd00::/129'],
-  ['WEBHOOK_ALLOWED_CIDRS', 'example.com/8'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/8/1'], ['LOG_LEVEL', 'verbose']
+  ['WEBHOOK_ALLOWED_CIDRS', 'example.com/8'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/8/1'],
+  ['WEBHOOK_MAX_PENDING', '0'], ['WEBHOOK_MAX_PENDING', '-1'], ['WEBHOOK_MAX_PENDING', '1.5'], ['WEBHOOK_MAX_PENDING', '100001'],
+  ['WEBHOOK_MAX_PENDING', 'many'], ['LOG_LEVEL', 'verbose']
 ]
 for (const [name, value] of invalid) {
   t.test(`${name}=${JSON.stringify(value)} is refused with an error naming it`, async t => {

@@ -4,7 +4,8 @@ import pino from 'pino'
 import t from 'tap'
 import { SidecarMetrics } from '../../src/sidecar/metrics.ts'
 import { AddressGuard } from '../../src/webhook/address-guard.ts'
-import { WebhookDelivery } from '../../src/webhook/webhook-delivery.ts'
+import { CONNECTIONS_PER_DESTINATION } from '../../src/webhook/destination-pools.ts'
+import { type WebhookJob, WebhookDelivery } from '../../src/webhook/webhook-delivery.ts'
 import { eventually, type Harness, type LogLine, type TestServer } from '../helpers/sidecar-harness.ts'
 import { closedPort, type ReceivedAttempt, type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { call, deliveriesFinished, linesWith, LOOPBACK_ENV, sidecarFor, startWebhookApp, wait, webhookCounts, type WebhookCounts } from './webhook-kit.ts'
@@ -262,4 +263,36 @@ t.test('attempts leave nothing on the long-lived shutdown signal (AbortSignal.an
   const dependants = Object.getOwnPropertySymbols(shutdown.signal).find(s => s.description === 'kDependantSignals')
   const kept = dependants === undefined ? undefined : (shutdown.signal as unknown as Record<symbol, Set<unknown> | undefined>)[dependants]
   t.equal(kept?.size ?? 0, 0, 'no dependent signal is registered on it')
+})
+
+t.test(`past ${CONNECTIONS_PER_DESTINATION} attempts in flight to one receiver, the next waits without a connection and leaves at once when aborted`, async t => {
+  const receiver = await startWebhookReceiver(['hang'])
+  t.teardown(() => receiver.close())
+  const delivery = new WebhookDelivery({
+    attempts: 1,
+    maxDelayMs: 1,
+    timeoutMs: 10_000,
+    brand: 'Sidecar',
+    guard: new AddressGuard([{ address: '127.0.0.0', prefix: 8, family: 4 }]),
+    metrics: new SidecarMetrics(),
+    logger: pino({ level: 'silent' })
+  })
+  t.teardown(() => delivery.close())
+  const job = (runId: string): WebhookJob => ({ url: new URL(`${receiver.url}/hook`), runId, body: '{}', secret: undefined })
+  const held = new AbortController()
+  const inFlight = Array.from({ length: CONNECTIONS_PER_DESTINATION }, async (_, i) => await delivery.deliver(job(`held-${i}`), held.signal))
+  await receiver.waitForAttempts(CONNECTIONS_PER_DESTINATION)
+
+  const waiting = new AbortController()
+  const extra = delivery.deliver(job('extra'), waiting.signal)
+  await wait(100) // time for a connection it should not open
+  t.equal(receiver.connections(), CONNECTIONS_PER_DESTINATION, 'the next attempt opened no connection')
+  const abortedAt = performance.now()
+  waiting.abort()
+  t.equal(await extra, 'shutdown')
+  t.ok(performance.now() - abortedAt < TOLERANCE, 'it left at once, while every connection was still busy')
+  t.equal(receiver.attempts.length, CONNECTIONS_PER_DESTINATION, 'and never reached the receiver')
+
+  held.abort()
+  t.same(await Promise.all(inFlight), Array(CONNECTIONS_PER_DESTINATION).fill('shutdown'))
 })
