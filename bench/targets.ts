@@ -118,7 +118,15 @@ export interface SidecarStartOptions {
   nodeArgs?: string[]
 }
 
-/** The sidecar bin (`dist/bin/app-sidecar.js`), ready when its admin `/readyz` answers 200. */
+/**
+ * The sidecar bin the bench starts: `BENCH_SIDECAR_BIN` when set (another build, e.g. an older
+ * checkout's `dist/bin/app-sidecar.js`, for a before/after run), else this checkout's.
+ */
+export function sidecarBin (ctx: BenchContext): string {
+  return process.env.BENCH_SIDECAR_BIN?.trim() || join(ctx.root, 'dist/bin/app-sidecar.js')
+}
+
+/** The sidecar bin (see `sidecarBin`), ready when its admin `/readyz` answers 200. */
 export async function startSidecarProcess (ctx: BenchContext, options: SidecarStartOptions): Promise<StartedServer & { adminOrigin: string }> {
   const port = await freePort()
   const adminPort = await freePort()
@@ -126,7 +134,7 @@ export async function startSidecarProcess (ctx: BenchContext, options: SidecarSt
   const child = spawnChild({
     name,
     command: process.execPath,
-    args: [...cpuProfArgs(ctx, name), ...(options.nodeArgs ?? []), join(ctx.root, 'dist/bin/app-sidecar.js')],
+    args: [...cpuProfArgs(ctx, name), ...(options.nodeArgs ?? []), sidecarBin(ctx)],
     env: {
       PORT: String(port),
       ADMIN_PORT: String(adminPort),
