@@ -113,4 +113,3 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     histogram.observe(seconds)
   }
 }
-export type { WebhookAttemptOutcome } from '../shared/metric-contracts.ts'

@@ -2,6 +2,7 @@ import pRetry, { AbortError } from 'p-retry'
 import type { Logger } from 'pino'
 import { buildConnector } from 'undici'
 import type { WebhookAttemptOutcome, WebhookMetrics } from '../shared/metric-contracts.ts'
+import { describeNetworkError, isNetworkTimeout } from '../shared/network-errors.ts'
 import { AddressGuard, AddressRefusedError } from './address-guard.ts'
 import { DestinationPools } from './destination-pools.ts'
 import { signatureHeaderNames, signStandardWebhook, signWebhook } from './webhook-signature.ts'
@@ -177,14 +178,6 @@ async function untilAborted<T> (exchange: Promise<T>, signal: AbortSignal): Prom
 function classify (error: unknown, timedOut: boolean): AttemptOutcome {
   const cause = (error as { cause?: unknown }).cause
   if (error instanceof AddressRefusedError || cause instanceof AddressRefusedError) return new AttemptOutcome('refused', 'address refused', false)
-  const code = (error as NodeJS.ErrnoException).code
-  if (timedOut || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT') {
-    return new AttemptOutcome('timeout', 'timeout', true)
-  }
-  switch (code) {
-    case 'ECONNREFUSED': return new AttemptOutcome('network', 'connection refused', true)
-    case 'ECONNRESET': case 'UND_ERR_SOCKET': return new AttemptOutcome('network', 'connection reset', true)
-    case 'ENOTFOUND': case 'EAI_AGAIN': return new AttemptOutcome('network', 'host not found', true)
-    default: return new AttemptOutcome('network', code ?? (error as Error).message, true)
-  }
+  if (timedOut || isNetworkTimeout(error as Error)) return new AttemptOutcome('timeout', 'timeout', true)
+  return new AttemptOutcome('network', describeNetworkError(error as Error), true)
 }
