@@ -73,7 +73,10 @@ function escapeOf (b: number): string | undefined {
 export function jsonStringBytes (chunks: readonly Buffer[]): Buffer {
   let length = 2
   for (const chunk of chunks) {
-    for (let i = 0; i < chunk.length; i++) length += escapeOf(chunk[i] as number)?.length ?? 1
+    for (let i = 0; i < chunk.length; i++) {
+      const byte = chunk[i] as number
+      length += byte >= 0x20 && byte !== 0x22 && byte !== 0x5c ? 1 : (escapeOf(byte) as string).length
+    }
   }
   const out = Buffer.allocUnsafe(length)
   out[0] = 0x22
@@ -81,8 +84,9 @@ export function jsonStringBytes (chunks: readonly Buffer[]): Buffer {
   for (const chunk of chunks) {
     let from = 0
     for (let i = 0; i < chunk.length; i++) {
-      const escape = escapeOf(chunk[i] as number)
-      if (escape === undefined) continue
+      const byte = chunk[i] as number
+      if (byte >= 0x20 && byte !== 0x22 && byte !== 0x5c) continue
+      const escape = escapeOf(byte) as string
       at += chunk.copy(out, at, from, i)
       at += out.write(escape, at, 'latin1')
       from = i + 1

@@ -30,8 +30,17 @@ export class JsonSyntax {
   /** Checks the next bytes; false once the text can no longer be valid JSON. */
   push (chunk: Uint8Array): boolean {
     if (!this.#valid) return false
-    for (let i = 0; i < chunk.length; i++) {
-      if (!this.#byte(chunk[i] as number)) {
+    const length = chunk.length
+    for (let i = 0; i < length; i++) {
+      let b = chunk[i] as number
+      if (this.#state === S.String) {
+        // most of a large body is string contents: skip them without the state machine
+        while (b !== 0x22 && b !== 0x5c && b >= 0x20) {
+          if (++i === length) return true
+          b = chunk[i] as number
+        }
+      }
+      if (!this.#byte(b)) {
         this.#valid = false
         return false
       }
