@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto'
 import t from 'tap'
-import { verifyWebhook } from '../../src/index.ts'
+import { verifyWebhook, type VerifyWebhookOptions } from '../../src/index.ts'
 import { signatureHeaderNames, signWebhook } from '../../src/webhook/webhook-signature.ts'
 import { pythonSignature } from './webhook-kit.ts'
 
@@ -137,8 +137,6 @@ t.test('verifyWebhook: never throws on garbage', async t => {
     [undefined, headers, BODY, undefined, 'undefined secret'],
     [null, headers, BODY, undefined, 'null secret'],
     [42, headers, BODY, undefined, 'number secret'],
-    [SECRET, headers, BODY, null, 'null options'],
-    [SECRET, headers, BODY, { brand: 42 }, 'numeric brand'],
     [SECRET, { ...headers, 'x-request-id': 7 }, BODY, undefined, 'numeric run id'],
     [SECRET, { ...headers, 'x-service-webhook-signature': { v1: 'x' } }, BODY, undefined, 'object signature'],
     [SECRET, { ...headers, 'x-service-webhook-signature': 'v1,' + 'é'.repeat(64) }, BODY, undefined, 'non-ASCII signature'],
@@ -149,7 +147,67 @@ t.test('verifyWebhook: never throws on garbage', async t => {
     t.doesNotThrow(() => { result = (verifyWebhook as (...args: unknown[]) => unknown)(secret, h, body, options) }, why)
     t.equal(result, false, why)
   }
-  t.doesNotThrow(() => verifyWebhook(SECRET, headers, BODY, { toleranceSeconds: 'x' as unknown as number }), 'a string tolerance')
+})
+
+t.test('verifyWebhook: an empty secret is never genuine, even with a signature made with an empty key', async t => {
+  const emptyKeyed = genuine({ secret: '' })
+  t.equal(verifyWebhook('', emptyKeyed, BODY), false, 'signed and checked with ""')
+  t.equal(verifyWebhook('', emptyKeyed, BODY, { toleranceSeconds: 0 }), false, 'with the timestamp check off too')
+  t.equal(verifyWebhook('x', genuine({ secret: 'x' }), BODY), true, 'a one-character secret still works')
+})
+
+t.test('verifyWebhook: the run id must follow the run-id rule [A-Za-z0-9_-]{1,128}, so the signed string splits one way', async t => {
+  // "<run_id>.<timestamp>.<body>" with a dot in the run id reads two ways: the same bytes sign both
+  const ts = String(now())
+  const oneWay = { 'x-request-id': RUN_ID, 'x-service-webhook-timestamp': ts, 'x-service-webhook-signature': `v1,${hex(SECRET, RUN_ID, ts, `${ts}.${BODY}`)}` }
+  const otherWay = { ...oneWay, 'x-request-id': `${RUN_ID}.${ts}` }
+  t.equal(oneWay['x-service-webhook-signature'], `v1,${hex(SECRET, `${RUN_ID}.${ts}`, ts, BODY)}`, 'one signature for both readings')
+  t.equal(verifyWebhook(SECRET, oneWay, `${ts}.${BODY}`), true, 'the reading with a valid run id')
+  t.equal(verifyWebhook(SECRET, otherWay, BODY), false, 'the reading with a dotted run id is refused')
+  const malformed: Array<[string, string]> = [
+    ['run.1', 'a dot'],
+    ['x'.repeat(129), '129 characters'],
+    ['run 1', 'a space'],
+    ['run/1', 'a slash'],
+    ['run:1', 'a colon'],
+    ['rün', 'a non-ASCII letter'],
+    ['run\t1', 'a tab']
+  ]
+  for (const [runId, why] of malformed) {
+    t.equal(verifyWebhook(SECRET, genuine({ runId }), BODY), false, `a run id with ${why}, even when signed`)
+  }
+  for (const runId of ['x'.repeat(128), 'a', '0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0', '_-_']) {
+    t.equal(verifyWebhook(SECRET, genuine({ runId }), BODY), true, `run id ${runId.slice(0, 20)} is valid`)
+  }
+})
+
+t.test('verifyWebhook: a bad option is a TypeError (a programming error), not a quiet true or false', async t => {
+  const old = genuine({ timestamp: now() - 86400 * 365 })
+  const badTolerances: Array<[unknown, string]> = [
+    [-1, '-1'], [-0.5, '-0.5'], [Number.NaN, 'NaN'], [Number.POSITIVE_INFINITY, 'Infinity'], [Number.NEGATIVE_INFINITY, '-Infinity'],
+    ['300', '"300"'], ['x', '"x"'], [null, 'null'], [true, 'boolean'], [300n, 'bigint']
+  ]
+  for (const [toleranceSeconds, shown] of badTolerances) {
+    t.throws(() => verifyWebhook(SECRET, old, BODY, { toleranceSeconds } as VerifyWebhookOptions),
+      { name: 'TypeError', message: `verifyWebhook: toleranceSeconds must be a finite number >= 0, got ${shown}` }, `toleranceSeconds ${shown}`)
+  }
+  const badBrands: Array<[unknown, string]> = [
+    ['', '""'], ['Acme Cloud', 'a space'], ['-Acme', 'a leading dash'], ['Acme-', 'a trailing dash'], ['Acme--Cloud', 'two dashes'],
+    ['Acme_Cloud', 'an underscore (WEBHOOK_HEADER_BRAND refuses it too)'], ['Acme.Cloud', 'a dot'], ['Acme\r\nX-Evil: 1', 'CRLF'],
+    ['Äcme', 'a non-ASCII letter'], [42, 'a number'], [null, 'null']
+  ]
+  for (const [brand, why] of badBrands) {
+    t.throws(() => verifyWebhook(SECRET, genuine(), BODY, { brand } as VerifyWebhookOptions),
+      { name: 'TypeError', message: /^verifyWebhook: brand must be letters, digits and inner dashes, got / }, `brand: ${why}`)
+  }
+  for (const options of [null, 'Acme', 300]) {
+    t.throws(() => verifyWebhook(SECRET, genuine(), BODY, options as unknown as VerifyWebhookOptions),
+      { name: 'TypeError', message: /^verifyWebhook: options must be an object, got / }, `options ${String(options)}`)
+  }
+  t.throws(() => verifyWebhook('', {}, BODY, { toleranceSeconds: -1 }), { name: 'TypeError' }, 'thrown whatever the delivery')
+  t.equal(verifyWebhook(SECRET, old, BODY, { toleranceSeconds: undefined, brand: undefined }), false, 'undefined fields take the defaults (300 s)')
+  t.equal(verifyWebhook(SECRET, old, BODY, { toleranceSeconds: 0 }), true, '0 still turns the timestamp check off')
+  t.equal(verifyWebhook(SECRET, genuine({ brand: 'Acme-Cloud-2' }), BODY, { brand: 'Acme-Cloud-2' }), true, 'letters, digits and inner dashes')
 })
 
 t.test('Standard Webhooks signature: the standard\'s own test vector', async t => {

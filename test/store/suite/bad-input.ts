@@ -107,6 +107,35 @@ export function badInputTests (t: Test, ctx: SuiteContext): void {
     t.equal((await main.request(path, { method: 'PUT', headers: ADMIN, body: justUnder })).status, 201, 'a body within the limit passes')
   })
 
+  t.test('a body nested past 64 levels is 400 (not a 500 from a stack overflow), nothing written', async t => {
+    const p = ctx.project()
+    const path = `/v2/projects/${p}/apps/app/builds/deep`
+    const nested = (levels: number): string => '{"a":'.repeat(levels) + '1' + '}'.repeat(levels)
+    const tooDeep = messageBody('request body nests too deeply (limit 64 levels)')
+    for (const levels of [10_000, 64]) {
+      const r = await main.request(path, { method: 'PUT', headers: ADMIN, body: `{"status":"ok","originalState":${nested(levels)}}` })
+      t.equal(r.status, 400, `originalState ${levels} levels deep`)
+      t.equal(r.headers['content-type'], JSON_TYPE)
+      t.same(r.json(), tooDeep, `originalState ${levels} levels deep`)
+    }
+    const arrays = await main.request(path, { method: 'PUT', headers: ADMIN, body: `{"updateInput":{"a":${'['.repeat(10_000)}${']'.repeat(10_000)}}}` })
+    t.equal(arrays.status, 400, 'arrays count as levels too')
+    t.same(arrays.json(), tooDeep)
+    const account = await main.request(`/v2/projects/${p}/service-accounts`, { method: 'POST', headers: ADMIN, body: `{"name":${nested(10_000)}}` })
+    t.equal(account.status, 400, 'the same limit on service-account bodies')
+    t.same(account.json(), tooDeep)
+    t.equal((await main.request(path, { headers: ADMIN })).status, 404, 'nothing written')
+    t.equal(main.logs.filter(line => line.msg === 'build stored' && line.projectId === p).length, 0)
+    const brackets = { note: '"\\' + '[{'.repeat(100) }
+    const deepest = await main.request(path, { method: 'PUT', headers: ADMIN, body: `{"status":"ok","originalState":${nested(63)},"finalState":${JSON.stringify(brackets)}}` })
+    t.equal(deepest.status, 201, '64 levels in all (the body, then originalState\'s 63) are stored; brackets inside strings do not count')
+    const stored = await main.request(path, { headers: ADMIN })
+    t.equal(stored.status, 200)
+    const { originalState, finalState } = stored.json() as { originalState: unknown, finalState: unknown }
+    t.same(originalState, JSON.parse(nested(63)), 'read back as sent')
+    t.same(finalState, brackets)
+  })
+
   t.test('unknown routes are 404 and wrong methods 405 with Allow, as JSON', async t => {
     const p = ctx.project()
     const notFound = ['/', '/v2', '/v2/', '/v2/projects', `/v2/projects/${p}`, `/v2/projects/${p}/apps/app`, `/v2/projects/${p}/apps/app/builds`,
