@@ -1,5 +1,5 @@
 import type { Pool } from 'undici'
-import { AppUnreachableError, DeadlineExceededError } from '../errors.ts'
+import { AppUnreachableError } from '../errors.ts'
 import type { WebhookSender } from '../webhook/webhook-sender.ts'
 import { WebhookTee } from '../webhook/webhook-tee.ts'
 import { AppResponseRelay } from './app-response-relay.ts'
@@ -39,7 +39,7 @@ export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route:
       : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks)
     const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee)
     call.forwarded = true
-    call.onAbort(reason => { if (reason instanceof DeadlineExceededError) relay.expire(reason); else relay.callerGone() })
+    call.onAbort(relay)
     const query = route.forwardedQuery
     deps.app.dispatch({
       method: call.req.method as string,

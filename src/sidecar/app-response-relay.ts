@@ -1,11 +1,11 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
-import { AppUnreachableError, SidecarError } from '../errors.ts'
+import { AppUnreachableError, DeadlineExceededError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import type { ResponseCapture, ResponseSink, SinkContext } from '../shared/response-sink.ts'
 import type { WebhookTee } from '../webhook/webhook-tee.ts'
-import { CallerGoneError } from './call-record.ts'
+import { type AbortTaker, CallerGoneError } from './call-record.ts'
 import type { HttpCall } from './http-call.ts'
 import type { SinkChooser } from './response-table.ts'
 
@@ -17,7 +17,7 @@ const CALLER_GONE = new SidecarError(499, 'SIDECAR_CALLER_GONE', 'caller disconn
  * when headers arrive, pauses the upstream when the caller cannot keep up, and aborts the
  * upstream when the caller disconnects or the deadline passes.
  */
-export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext {
+export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext, AbortTaker {
   readonly res: ServerResponse
   readonly runId: string
   readonly capture: ResponseCapture | undefined
@@ -50,6 +50,12 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   cut (error: SidecarError): void {
     this.answer(error)
     this.#controller?.abort(error)
+  }
+
+  /** The call aborted: its deadline passed, or its caller left. */
+  abortFor (reason: Error): void {
+    if (reason instanceof DeadlineExceededError) this.expire(reason)
+    else this.callerGone()
   }
 
   /** The caller disconnected before the response was complete. */

@@ -14,6 +14,23 @@ export interface CallRecorder {
   readonly inflight: InflightTracker
 }
 
+/** Whoever acts on a call's abort once it holds the call (the app request's relay). */
+export interface AbortTaker {
+  abortFor: (reason: Error) => void
+}
+
+/** The request's log line. */
+interface AccessLine {
+  method: string | undefined
+  path: string
+  status: number
+  duration: number
+  runId: string
+  aborted?: true
+  error?: string
+  reason?: string
+}
+
 /** The reason a call aborts when its caller goes away before the answer is complete. */
 export class CallerGoneError extends Error {
   constructor () { super('caller disconnected') }
@@ -36,8 +53,9 @@ export abstract class RecordedCall {
   protected refusal: SidecarError | undefined
   #controller: AbortController | undefined
   #reason: Error | undefined
-  #onAbort: ((reason: Error) => void) | undefined
-  #onClose: Array<() => void> | undefined
+  #onAbort: AbortTaker | undefined
+  /** One cleanup, or several (most calls have one: the slot). */
+  #onClose: (() => void) | Array<() => void> | undefined
   #closed = false
 
   constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, closes: Duplex | ServerResponse) {
@@ -49,21 +67,28 @@ export abstract class RecordedCall {
     closes.once('close', () => {
       this.#closed = true
       if (!this.finished) this.abort(new CallerGoneError())
-      if (this.#onClose !== undefined) for (const free of this.#onClose) free()
+      const cleanups = this.#onClose
+      if (typeof cleanups === 'function') cleanups()
+      else if (cleanups !== undefined) for (const free of cleanups) free()
       recorder.inflight.end()
       const seconds = (performance.now() - startedAt) / 1000
       const status = this.status
       recorder.metrics.recordRequest(route, status, seconds)
+      if (!recorder.logger.isLevelEnabled('info')) return
       const queryAt = url.indexOf('?')
-      recorder.logger.info({
+      const line: AccessLine = {
         method: req.method,
         path: queryAt === -1 ? url : url.slice(0, queryAt),
         status,
         duration: Math.round(seconds * 1e6) / 1e3,
-        runId: this.runId,
-        ...(this.finished || route === 'websocket' ? undefined : { aborted: true }),
-        ...(this.refusal === undefined ? undefined : { error: this.refusal.code, reason: this.refusal.reason })
-      }, route === 'websocket' ? 'websocket' : 'request')
+        runId: this.runId
+      }
+      if (!this.finished && route !== 'websocket') line.aborted = true
+      if (this.refusal !== undefined) {
+        line.error = this.refusal.code
+        line.reason = this.refusal.reason
+      }
+      recorder.logger.info(line, route === 'websocket' ? 'websocket' : 'request')
     })
   }
 
@@ -88,18 +113,21 @@ export abstract class RecordedCall {
     if (this.#reason !== undefined) return
     this.#reason = reason
     this.#controller?.abort(reason)
-    this.#onAbort?.(reason)
+    this.#onAbort?.abortFor(reason)
   }
 
   /** The one party that acts on an abort from now on (the app request's relay). */
-  onAbort (handler: (reason: Error) => void): void {
-    this.#onAbort = handler
-    if (this.#reason !== undefined) handler(this.#reason)
+  onAbort (taker: AbortTaker): void {
+    this.#onAbort = taker
+    if (this.#reason !== undefined) taker.abortFor(this.#reason)
   }
 
   /** Runs `free` when the call closes (finished or cut), or at once when it already has. */
   onClose (free: () => void): void {
+    const cleanups = this.#onClose
     if (this.#closed) free()
-    else (this.#onClose ??= []).push(free)
+    else if (cleanups === undefined) this.#onClose = free
+    else if (typeof cleanups === 'function') this.#onClose = [cleanups, free]
+    else cleanups.push(free)
   }
 }

@@ -29,7 +29,7 @@ export function createManagementHandler (deps: ManagementDeps): (req: IncomingMe
       return
     }
     const relay = new AppResponseRelay(call, passthroughSink, unreachable)
-    call.onAbort(() => { relay.callerGone() })
+    call.onAbort(relay)
     deps.store.dispatch({
       method: req.method,
       path: deps.basePath + (req.url as string),

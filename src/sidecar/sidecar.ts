@@ -198,8 +198,8 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   return { port, adminPort, logger, metrics, inflight, webhooks, drain, close }
 }
 
-/** How often the key set is fetched again while none was ever fetched (the verifier's own back-off). */
-const KEYS_RETRY_MS = 5_000
+/** How often the key set is fetched again while none was ever fetched: just past the verifier's 5 s back-off after a failure. */
+const KEYS_RETRY_MS = 5_500
 
 /** How often a warning names the app while calls wait for it to be ready. */
 const NOT_READY_WARNING_MS = 10_000

@@ -6,9 +6,14 @@ import type { RecordedCall } from './call-record.ts'
  * wait that the call's abort (caller gone, deadline) ends. The slot is freed when the call closes;
  * the release is returned for a caller that can free it sooner.
  */
-export async function takeSlot (gate: ConcurrencyGate, call: RecordedCall): Promise<Release> {
+export function takeSlot (gate: ConcurrencyGate, call: RecordedCall): Release | Promise<Release> {
   if (call.settled) throw call.signal.reason ?? new Error('call already answered')
-  const release = gate.tryAcquire() ?? await gate.acquire(call.signal)
+  const free = gate.tryAcquire() // the fast path allocates no promise
+  if (free !== undefined) return hold(call, free)
+  return gate.acquire(call.signal).then(release => hold(call, release))
+}
+
+function hold (call: RecordedCall, release: Release): Release {
   call.onClose(release)
   return release
 }

@@ -91,9 +91,9 @@ t.test('a key set never fetched: /readyz says why (503), calls get 502 with the 
   t.match(line.reason, `JWKS fetch failed: ${jwksUrl} answered 500`)
   t.notMatch(child.stdout, token, 'the token is never logged')
 
-  storeUp = true // the sidecar fetches again by itself (every 5 s) and turns ready
+  storeUp = true // the sidecar fetches again by itself (every 5.5 s) and turns ready
   let status = 503
-  for (let i = 0; i < 150 && status !== 200; i++) {
+  for (let i = 0; i < 300 && status !== 200; i++) {
     status = (await fetch(`${admin}/readyz`)).status
     if (status !== 200) await new Promise(resolve => setTimeout(resolve, 50))
   }
