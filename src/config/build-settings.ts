@@ -1,6 +1,7 @@
 import pRetry, { AbortError } from 'p-retry'
 import { request } from 'undici'
 import { ConfigError } from '../errors.ts'
+import { underUrl } from './env-table.ts'
 import { loadSidecarConfig, type SidecarConfig } from './sidecar-config.ts'
 
 /** The Build fields a sidecar takes its app settings from (the rest of the Build is not its business). */
@@ -58,7 +59,7 @@ export async function applyBuildSettings (config: SidecarConfig, env: NodeJS.Pro
 
 async function fetchBuild (config: SidecarConfig, options: BuildFetchOptions): Promise<BuildSettings> {
   const path = `v2/projects/${config.projectId as string}/apps/${config.appId as string}/builds/${config.buildId as string}`
-  const url = new URL(path, `${config.storeUrl.href.replace(/\/$/, '')}/`)
+  const url = underUrl(config.storeUrl, path)
   const headers: Record<string, string> = { accept: 'application/json' }
   if (config.storeToken !== undefined) headers.authorization = `Bearer ${config.storeToken}`
   const attempts = options.attempts ?? 6

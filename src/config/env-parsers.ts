@@ -45,7 +45,7 @@ export function numberUpTo (max: number): EnvParser<number> {
 
 export const parsePort: EnvParser<number> = integerIn(0, 65535)
 
-/** An absolute http(s) URL without user-info, query or fragment; the trailing slash is dropped. */
+/** An absolute http(s) URL without user-info, query or fragment (env-table.ts pathPrefix/underUrl join paths to it). */
 export const parseHttpUrl: EnvParser<URL> = (name, raw) => {
   let url: URL
   try {

@@ -1,4 +1,5 @@
 import { ConfigError } from '../errors.ts'
+import { type EnvVariable, envHelpRows, envVariable, loadEnvTable, underUrl } from './env-table.ts'
 import {
   type Cidr, type EnvParser, integerIn, numberUpTo, oneOf, parseBoolean, parseCidrList,
   parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort, LOG_LEVELS, type LogLevel
@@ -42,21 +43,10 @@ export interface SidecarConfig {
   storeToken: string | undefined
 }
 
-interface Variable<K extends keyof SidecarConfig> {
-  name: string
-  key: K
-  /** Shown in --help; `undefined` means unset by default. */
-  defaultText: string | undefined
-  meaning: string
-  parse: EnvParser<SidecarConfig[K]>
-  /** The default, computed from the values parsed before it. */
-  fallback: (partial: Partial<SidecarConfig>) => SidecarConfig[K]
-}
-
 const MAX_SECONDS = 31_536_000 // one year
 const GIB = 1024 ** 3
 
-function variable<K extends keyof SidecarConfig> (v: Variable<K>): Variable<K> { return v }
+const variable = envVariable<SidecarConfig>()
 const fixed = <T>(value: T) => () => value
 const optionalString = (parse: EnvParser<string>): EnvParser<string | undefined> => parse
 
@@ -71,7 +61,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'APP_NAME', key: 'appName', defaultText: undefined, meaning: 'when set, /v4 calls for other apps get 404', parse: optionalString(parseId), fallback: fixed(undefined) }),
   variable({ name: 'RUNTIME', key: 'runtime', defaultText: 'cortex', meaning: 'cortex (wrap 2xx bodies) or custom (pass through)', parse: oneOf(['cortex', 'custom'] as const), fallback: fixed<Runtime>('cortex') }),
   variable({ name: 'DISABLE_AUTH', key: 'disableAuth', defaultText: 'false', meaning: 'no token needed on /v4', parse: parseBoolean, fallback: fixed(false) }),
-  variable({ name: 'AUTH_JWKS_URL', key: 'authJwksUrl', defaultText: '$STORE_URL/.well-known/jwks.json', meaning: 'token-verification keys', parse: parseHttpUrl, fallback: p => new URL('.well-known/jwks.json', withSlash(p.storeUrl)) }),
+  variable({ name: 'AUTH_JWKS_URL', key: 'authJwksUrl', defaultText: '$STORE_URL/.well-known/jwks.json', meaning: 'token-verification keys', parse: parseHttpUrl, fallback: p => underUrl(p.storeUrl ?? DEFAULT_STORE_URL, '.well-known/jwks.json') }),
   variable({ name: 'REPLICA_CONCURRENCY', key: 'replicaConcurrency', defaultText: '0', meaning: 'most requests in flight to the app; 0 = no limit', parse: integerIn(0, 1_000_000), fallback: fixed(0) }),
   variable({ name: 'QUEUE_DEPTH', key: 'queueDepth', defaultText: '10 x concurrency, or 1000', meaning: 'requests allowed to wait; beyond it 503', parse: integerIn(0, 10_000_000), fallback: p => p.replicaConcurrency !== undefined && p.replicaConcurrency > 0 ? 10 * p.replicaConcurrency : 1000 }),
   variable({ name: 'MAX_BODY_BYTES', key: 'maxBodyBytes', defaultText: '67108864', meaning: 'largest request body; beyond it 413', parse: integerIn(0, 64 * GIB), fallback: fixed(67_108_864) }),
@@ -97,25 +87,14 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'STORE_TOKEN', key: 'storeToken', defaultText: undefined, meaning: 'bearer token for reading the build (a service-account token of the project)', parse: optionalString(parseBearerToken), fallback: fixed(undefined) })
 ] as const
 
-function withSlash (url: URL | undefined): URL {
-  const base = new URL((url ?? new URL('http://127.0.0.1:7070')).href)
-  if (!base.pathname.endsWith('/')) base.pathname += '/'
-  return base
-}
+const DEFAULT_STORE_URL = new URL('http://127.0.0.1:7070')
 
 /**
  * Reads every sidecar variable from `env`. An empty value counts as unset.
  * Throws a ConfigError naming the first invalid variable.
  */
 export function loadSidecarConfig (env: NodeJS.ProcessEnv = process.env): SidecarConfig {
-  const partial: Record<string, unknown> = {}
-  for (const v of SIDECAR_VARIABLES) {
-    const raw = env[v.name]
-    partial[v.key] = raw === undefined || raw === ''
-      ? v.fallback(partial as Partial<SidecarConfig>)
-      : (v.parse as EnvParser<unknown>)(v.name, raw)
-  }
-  const config = partial as unknown as SidecarConfig
+  const config = loadEnvTable(SIDECAR_VARIABLES as ReadonlyArray<EnvVariable<SidecarConfig>>, env)
   if (config.port !== 0 && config.port === config.adminPort) {
     throw new ConfigError('ADMIN_PORT', `must differ from PORT (${config.port})`)
   }
@@ -127,8 +106,7 @@ export function loadSidecarConfig (env: NodeJS.ProcessEnv = process.env): Sideca
 
 /** The `--help` text: every variable with its default and meaning. */
 export function sidecarHelp (): string {
-  const rows = SIDECAR_VARIABLES.map(v =>
-    `  ${v.name.padEnd(32)}${(v.defaultText ?? 'unset').padEnd(34)}${v.meaning}`)
+  const rows = envHelpRows(SIDECAR_VARIABLES as ReadonlyArray<EnvVariable<SidecarConfig>>, 32, 34)
   return [
     'app-sidecar: reverse-proxy sidecar beside one app replica.',
     '',

@@ -1,6 +1,7 @@
 import { request } from 'node:http'
 import { request as requestTls } from 'node:https'
 import { connect } from 'node:net'
+import { pathPrefix } from '../config/env-table.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 
 export interface AppProbeOptions {
@@ -82,7 +83,7 @@ export class AppProbe {
         socket.once('error', (error: Error) => { done(describeNetworkError(error)) })
         return
       }
-      const basePath = appUrl.pathname.replace(/\/$/, '')
+      const basePath = pathPrefix(appUrl)
       const send = appUrl.protocol === 'https:' ? requestTls : request
       const req = send({ host, port, path: basePath + path, method: 'GET', agent: false, timeout: timeoutMs, headers: { 'user-agent': 'app-sidecar-probe' } }, res => {
         res.resume()

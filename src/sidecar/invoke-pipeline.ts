@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream'
 import type { Pool } from 'undici'
 import type { TokenVerifier } from '../auth/token-verifier.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
+import { pathPrefix } from '../config/env-table.ts'
 import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import { createStreamSinks } from '../stream/stream-sinks.ts'
 import type { WebhookSender } from '../webhook/webhook-sender.ts'
@@ -39,7 +40,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   const forwardToApp = createAppForward({
     app: deps.app,
     appUrl: config.appUrl.href,
-    basePath: config.appUrl.pathname.replace(/\/$/, ''),
+    basePath: pathPrefix(config.appUrl),
     chooseSink: responseTable(streams, config.runtime, config.envelopeMaxBodyBytes),
     webhooks: deps.webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,

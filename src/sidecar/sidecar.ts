@@ -6,6 +6,7 @@ import { Pool } from 'undici'
 import { RevocationList } from '../auth/revocation-list.ts'
 import { TokenVerifier } from '../auth/token-verifier.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
+import { pathPrefix, underUrl } from '../config/env-table.ts'
 import { RouteNotFoundError } from '../errors.ts'
 import { AppProbe } from '../lifecycle/app-probe.ts'
 import { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
@@ -55,7 +56,6 @@ export interface RunningSidecar {
   close: () => Promise<void>
 }
 
-const pathPrefix = (url: URL): string => url.pathname.replace(/\/$/, '')
 
 /** Starts the public and admin listeners of one sidecar. */
 export async function startSidecar (config: SidecarConfig, options: SidecarOptions = {}): Promise<RunningSidecar> {
@@ -63,7 +63,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const metrics = new SidecarMetrics()
   const inflight = new InflightTracker()
   const revocations = new RevocationList({
-    url: new URL('.well-known/revoked-tokens', `${config.storeUrl.href.replace(/\/$/, '')}/`),
+    url: underUrl(config.storeUrl, '.well-known/revoked-tokens'),
     ...(options.revocationIntervalMs === undefined ? {} : { intervalMs: options.revocationIntervalMs })
   })
   const verifier = config.disableAuth

@@ -2,6 +2,7 @@ import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import httpProxy from 'http-proxy'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
+import { pathPrefix } from '../config/env-table.ts'
 import { AppUnreachableError } from '../errors.ts'
 import type { Release } from '../lifecycle/concurrency-gate.ts'
 import { closeOnceAnswered } from '../shared/http-answers.ts'
@@ -34,7 +35,7 @@ interface Forwarded {
 /** http-proxy's `ws` pass pipes the raw sockets both ways once the app answers 101. */
 export function createWebSocketForward (deps: WebSocketForwardDeps): WebSocketForward {
   const { config } = deps
-  const basePath = config.appUrl.pathname.replace(/\/$/, '')
+  const basePath = pathPrefix(config.appUrl)
   const headerRules = { dropAuthorization: deps.verifier !== undefined, dropAcceptEncoding: false, upgrade: true }
   const forwarded = new WeakMap<IncomingMessage, Forwarded>()
   const open = new Set<Duplex>()

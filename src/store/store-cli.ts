@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import { parseArgs } from 'node:util'
 import { ConfigError } from '../errors.ts'
+import { pathPrefix } from '../config/env-table.ts'
 import { ID_PATTERN_SOURCE } from './build-schema.ts'
 import { loadStoreClientConfig } from './store-config.ts'
 
@@ -108,7 +109,7 @@ async function readBuildFile (file: string, io: CommandIo): Promise<string> {
 }
 
 async function perform (name: string, call: Call, storeUrl: URL, adminToken: string, io: CommandIo): Promise<number> {
-  const url = new URL(storeUrl.pathname.replace(/\/$/, '') + call.path, storeUrl)
+  const url = new URL(pathPrefix(storeUrl) + call.path, storeUrl)
   const headers: Record<string, string> = { authorization: `Bearer ${adminToken}`, accept: 'application/json' }
   if (call.body !== undefined) headers['content-type'] = 'application/json'
   let response: Response

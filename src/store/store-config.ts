@@ -1,6 +1,7 @@
 import { resolve } from 'node:path'
 import { type EnvParser, LOG_LEVELS, type LogLevel, oneOf, parseHttpUrl, parsePort } from '../config/env-parsers.ts'
 import { ConfigError } from '../errors.ts'
+import { type EnvVariable, envHelpRows, envVariable, loadEnvTable } from '../config/env-table.ts'
 
 /** The build store's whole configuration, validated. */
 export interface StoreConfig {
@@ -19,16 +20,6 @@ export interface StoreConfig {
 export interface StoreClientConfig {
   storeUrl: URL
   adminToken: string
-}
-
-interface Variable<K extends string, T> {
-  name: string
-  key: K
-  /** Shown in --help; `undefined` means unset by default. */
-  defaultText: string | undefined
-  meaning: string
-  parse: EnvParser<T>
-  fallback: () => T
 }
 
 /** RFC 6750 token characters, so the token fits an `Authorization: Bearer` header as it is. */
@@ -58,28 +49,23 @@ const parseDatabaseUrl: EnvParser<string | undefined> = (name, raw) => {
 const parseHost: EnvParser<string> = (_name, raw) => raw.trim()
 const parseDataDir: EnvParser<string> = (_name, raw) => resolve(raw)
 
+const variable = envVariable<StoreConfig>()
+
 const STORE_VARIABLES = [
-  { name: 'PORT', key: 'port', defaultText: '7070', meaning: 'listener; 0 picks a free port', parse: parsePort, fallback: () => 7070 },
-  { name: 'HOST', key: 'host', defaultText: '0.0.0.0', meaning: 'bind address', parse: parseHost, fallback: () => '0.0.0.0' },
-  { name: 'DATABASE_URL', key: 'databaseUrl', defaultText: undefined, meaning: 'PostgreSQL URL; unset = embedded PostgreSQL in DATA_DIR', parse: parseDatabaseUrl, fallback: () => undefined },
-  { name: 'DATA_DIR', key: 'dataDir', defaultText: './data', meaning: 'embedded database folder', parse: parseDataDir, fallback: () => resolve('data') },
-  { name: 'ADMIN_TOKEN', key: 'adminToken', defaultText: undefined, meaning: 'bearer token of the write routes; unset = writes disabled', parse: parseAdminToken, fallback: () => undefined },
-  { name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: (): LogLevel => 'info' }
-] as const satisfies ReadonlyArray<Variable<keyof StoreConfig, unknown>>
+  variable({ name: 'PORT', key: 'port', defaultText: '7070', meaning: 'listener; 0 picks a free port', parse: parsePort, fallback: () => 7070 }),
+  variable({ name: 'HOST', key: 'host', defaultText: '0.0.0.0', meaning: 'bind address', parse: parseHost, fallback: () => '0.0.0.0' }),
+  variable({ name: 'DATABASE_URL', key: 'databaseUrl', defaultText: undefined, meaning: 'PostgreSQL URL; unset = embedded PostgreSQL in DATA_DIR', parse: parseDatabaseUrl, fallback: () => undefined }),
+  variable({ name: 'DATA_DIR', key: 'dataDir', defaultText: './data', meaning: 'embedded database folder', parse: parseDataDir, fallback: () => resolve('data') }),
+  variable({ name: 'ADMIN_TOKEN', key: 'adminToken', defaultText: undefined, meaning: 'bearer token of the write routes; unset = writes disabled', parse: parseAdminToken, fallback: () => undefined }),
+  variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: (): LogLevel => 'info' })
+] as const
 
 /**
  * Reads every store variable from `env`. An empty value counts as unset.
  * Throws a ConfigError naming the first invalid variable.
  */
 export function loadStoreConfig (env: NodeJS.ProcessEnv = process.env): StoreConfig {
-  const config: Record<string, unknown> = {}
-  for (const v of STORE_VARIABLES) {
-    const raw = env[v.name]
-    config[v.key] = raw === undefined || raw === ''
-      ? v.fallback()
-      : (v.parse as EnvParser<unknown>)(v.name, raw)
-  }
-  return config as unknown as StoreConfig
+  return loadEnvTable(STORE_VARIABLES as ReadonlyArray<EnvVariable<StoreConfig>>, env)
 }
 
 /** `STORE_URL` and `ADMIN_TOKEN` for the admin sub-commands; both are needed. */
@@ -93,7 +79,7 @@ export function loadStoreClientConfig (env: NodeJS.ProcessEnv = process.env): St
 
 /** The `--help` text: sub-commands, every variable with its default and meaning, the routes. */
 export function storeHelp (): string {
-  const rows = STORE_VARIABLES.map(v => `  ${v.name.padEnd(16)}${(v.defaultText ?? 'unset').padEnd(24)}${v.meaning}`)
+  const rows = envHelpRows(STORE_VARIABLES as ReadonlyArray<EnvVariable<StoreConfig>>, 16, 24)
   return [
     'build-store: the central build store (builds, service accounts, token keys).',
     '',
