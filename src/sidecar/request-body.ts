@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http'
 import { Readable } from 'node:stream'
 import { BodyTooLargeError, MalformedRequestError } from '../errors.ts'
+import { limitedBody } from '../shared/body-limit.ts'
 
 /** Bodies up to this size are read whole before forwarding: one write to the app instead of a stream pipe. */
 const SMALL_BODY_BYTES = 64 * 1024
@@ -21,7 +22,7 @@ export function readRequestBody (req: IncomingMessage, maxBytes: number): Reques
     if (bytes === 0) return null
     return bytes <= SMALL_BODY_BYTES ? readWhole(req, bytes) : req
   }
-  if (req.headers['transfer-encoding'] !== undefined) return Readable.from(countedBody(req, maxBytes), { objectMode: false })
+  if (req.headers['transfer-encoding'] !== undefined) return Readable.from(limitedBody(req, maxBytes, () => new BodyTooLargeError(maxBytes)), { objectMode: false })
   return null
 }
 
@@ -36,13 +37,4 @@ function readWhole (req: IncomingMessage, bytes: number): Promise<Buffer> {
     req.once('end', () => { resolve(filled === bytes ? body : body.subarray(0, filled)) })
     req.once('error', reject)
   })
-}
-
-async function * countedBody (req: IncomingMessage, maxBytes: number): AsyncIterable<Buffer> {
-  let seen = 0
-  for await (const chunk of req) {
-    seen += (chunk as Buffer).length
-    if (seen > maxBytes) throw new BodyTooLargeError(maxBytes)
-    yield chunk as Buffer
-  }
 }

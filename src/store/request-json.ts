@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http'
 import { InvalidBodyError, StoreBodyTooLargeError } from '../errors.ts'
+import { limitedBody } from '../shared/body-limit.ts'
 
 /** Largest JSON body the store reads; a build record is a few kilobytes. */
 export const MAX_JSON_BODY_BYTES = 1024 * 1024
@@ -16,12 +17,7 @@ export async function readJsonBody (req: IncomingMessage, maxBytes = MAX_JSON_BO
   const length = req.headers['content-length']
   if (length !== undefined && Number(length) > maxBytes) throw new StoreBodyTooLargeError(maxBytes)
   const chunks: Buffer[] = []
-  let seen = 0
-  for await (const chunk of req) {
-    seen += (chunk as Buffer).length
-    if (seen > maxBytes) throw new StoreBodyTooLargeError(maxBytes)
-    chunks.push(chunk as Buffer)
-  }
+  for await (const chunk of limitedBody(req, maxBytes, () => new StoreBodyTooLargeError(maxBytes))) chunks.push(chunk)
   const text = Buffer.concat(chunks).toString('utf8')
   if (text.trim() === '') throw new InvalidBodyError('invalid JSON: the body is empty')
   let value: unknown
