@@ -78,8 +78,12 @@ t.test('a key set never fetched: /readyz says why (503), calls get 502 with the 
   const listening = await child.waitForLine(line => line.msg === 'sidecar listening')
   const base = `http://127.0.0.1:${listening.port as number}`
   const admin = `http://127.0.0.1:${listening.adminPort as number}`
+  // first the app's readiness, then the first key-set fetch, must have been tried
   let ready = await fetch(`${admin}/readyz`)
-  for (let i = 0; i < 100 && (await ready.clone().text()).includes('app is not ready'); i++) ready = await fetch(`${admin}/readyz`)
+  for (let i = 0; i < 200 && /app is not ready|not fetched yet/.test(await ready.clone().text()); i++) {
+    await new Promise(resolve => setTimeout(resolve, 10))
+    ready = await fetch(`${admin}/readyz`)
+  }
   t.equal(ready.status, 503, 'not ready while no token could be verified')
   t.same(await ready.json(), { message: `no token keys yet: JWKS fetch failed: ${jwksUrl} answered 500` })
 
