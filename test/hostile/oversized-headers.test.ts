@@ -101,8 +101,11 @@ t.test('past 2000 headers (under 16 KiB) the rest are ignored: a token hidden th
   const filler = Array.from({ length: 2100 }, (_, i) => `a${i % 10}:b\r\n`).join('')
   const x = await exchange(h.sidecar.port, `GET /v4/proj/app/count HTTP/1.1\r\nHost: s\r\n${filler}Authorization: Bearer ${token}\r\nConnection: close\r\n\r\n`)
   t.equal(x.malformed, undefined)
-  t.equal(x.responses[0]?.status, 401)
-  t.equal(x.responses[0]?.text, '{"message":"missing bearer token"}')
+  // Node 20 ignores the headers past its count (so the token is missing); Node 24 refuses the whole request (431)
+  const expected = x.responses[0]?.status === 431
+    ? { status: 431, text: '{"message":"request headers too large"}' }
+    : { status: 401, text: '{"message":"missing bearer token"}' }
+  t.same({ status: x.responses[0]?.status, text: x.responses[0]?.text }, expected)
   t.same(seen.slice(before), [])
 })
 

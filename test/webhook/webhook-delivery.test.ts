@@ -253,6 +253,12 @@ t.test('attempts leave nothing on the long-lived shutdown signal (AbortSignal.an
   })
   t.teardown(() => delivery.close())
   const shutdown = new AbortController()
+  // on Node 20 every AbortSignal.any([shutdown, …]) keeps an entry on `shutdown` for good (Node
+  // 24 frees it): the calls are watched directly, so the check holds on every version
+  const anyCalls: AbortSignal[][] = []
+  const any = AbortSignal.any.bind(AbortSignal)
+  AbortSignal.any = (signals: AbortSignal[]): AbortSignal => { anyCalls.push([...signals]); return any(signals) }
+  t.teardown(() => { AbortSignal.any = any })
   const results: string[] = []
   for (let i = 0; i < 20; i++) {
     results.push(await delivery.deliver({ url: new URL(`${receiver.url}/hook`), runId: `sig-${i}`, body: '{}', secret: undefined }, shutdown.signal))
@@ -260,18 +266,7 @@ t.test('attempts leave nothing on the long-lived shutdown signal (AbortSignal.an
   t.same(results, Array(20).fill('delivered'), 'the first job took a 404 and a retry, the others went through at once')
   t.equal(receiver.attempts.length, 21)
   t.equal(getEventListeners(shutdown.signal, 'abort').length, 0, 'no abort listener is left behind')
-  // Node keeps AbortSignal.any's dependants in an internal set: prove the probe finds it on this
-  // Node (a control signal with one dependant), so its absence on the shutdown signal means something
-  const control = new AbortController()
-  const dependant = AbortSignal.any([control.signal])
-  const dependantsOf = (signal: AbortSignal): Set<unknown> | undefined => {
-    const symbol = Object.getOwnPropertySymbols(control.signal).find(s => s.description === 'kDependantSignals')
-    if (symbol === undefined) return undefined
-    return (signal as unknown as Record<symbol, Set<unknown> | undefined>)[symbol]
-  }
-  t.equal(dependantsOf(control.signal)?.size, 1, 'the probe sees a dependant where there is one')
-  t.equal(dependantsOf(shutdown.signal)?.size ?? 0, 0, 'no dependent signal is registered on the shutdown signal')
-  t.equal(dependant.aborted, false)
+  t.same(anyCalls.filter(signals => signals.includes(shutdown.signal)), [], 'AbortSignal.any never ties an attempt to the shutdown signal')
 })
 
 t.test(`past ${CONNECTIONS_PER_DESTINATION} attempts in flight to one receiver, the next waits without a connection and leaves at once when aborted`, async t => {
