@@ -3,6 +3,8 @@ import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.t
 import { roundsOf, type PhaseRounds, withRounds } from '../checks.ts'
 import { Latencies, type LoadRequest, type Measurement, summarize } from '../load.ts'
 import type { BenchContext, Check, Evaluation, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import { freePort } from '../child-processes.ts'
+import { LiveHeapProbe } from '../live-heap.ts'
 import { sidecarBin, startBenchServer, startSidecarProcess, type StartedServer } from '../targets.ts'
 
 /**
@@ -53,8 +55,12 @@ function checkBody (status: number, body: string, bytes: number, shape: Shape): 
   if (typeof data !== 'string' || data.length !== bytes - DATA_WRAPPER_BYTES) throw new Error(`expected {"data": <${bytes - DATA_WRAPPER_BYTES} chars>}: ${body.slice(0, 100)}…`)
 }
 
-/** Rests, then sends `requests` GETs for `bytes`-byte bodies one after another, each body checked whole. */
-async function runBodies (phase: Pick<BodyPhase, 'bytes' | 'requests' | 'restSeconds'>, request: LoadRequest, shape: Shape): Promise<Measurement> {
+/**
+ * Rests, then sends `requests` GETs for `bytes`-byte bodies one after another, each body checked
+ * whole; `collect`, when given, runs after each response (a full collection in the target).
+ */
+async function runBodies (phase: Pick<BodyPhase, 'bytes' | 'requests' | 'restSeconds'>, request: LoadRequest, shape: Shape,
+  collect?: () => Promise<unknown>): Promise<Measurement> {
   const url = request.url.replace(/bytes=\d+/, `bytes=${phase.bytes}`)
   const latencies = new Latencies()
   const statusCodes: Record<string, number> = {}
@@ -85,6 +91,7 @@ async function runBodies (phase: Pick<BodyPhase, 'bytes' | 'requests' | 'restSec
       if (error instanceof Error && error.name === 'TimeoutError') timeouts++
       firstProblem ??= error instanceof Error ? error.message : String(error)
     }
+    await collect?.()
   }
   if (firstProblem !== undefined) process.stderr.write(`bench: large-body ${phase.bytes} bytes: first failure: ${firstProblem}\n`)
   return summarize(latencies.values.subarray(0, latencies.count), { ok, errors, timeouts, non2xx, statusCodes, durationSeconds: (performance.now() - startedAt) / 1000, connections: 1 })
@@ -96,15 +103,18 @@ function phaseById (id: string): BodyPhase {
   return phase
 }
 
-function bodyTarget (server: StartedServer, url: string, headers: Record<string, string>, shape: Shape, notes: string[]): RunningTarget {
+function bodyTarget (server: StartedServer, url: string, headers: Record<string, string>, shape: Shape, notes: string[], heap?: LiveHeapProbe): RunningTarget {
   const request: LoadRequest = { url: `${url}?bytes=${SMALL_BYTES}`, method: 'GET', headers }
   return {
     request,
     checkResponse: (status, body) => { checkBody(status, body, SMALL_BYTES, shape) },
     children: [server.child],
     notes,
-    runPhase: async phase => await runBodies(phaseById(phase.id), request, shape),
-    stop: async () => { await server.child.stop() }
+    runPhase: async phase => await runBodies(phaseById(phase.id), request, shape, heap === undefined ? undefined : async () => await heap.liveHeapMb()),
+    stop: async () => {
+      heap?.close()
+      await server.child.stop()
+    }
   }
 }
 
@@ -118,12 +128,15 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     id: runtime === 'cortex' ? 'sidecar' : 'sidecar-custom',
     label: `sidecar (RUNTIME=${runtime})`,
     start: async () => {
+      const inspectPort = await freePort()
       const sidecar = await startSidecarProcess(ctx, {
-        appOrigin: app.origin, jwksUrl: jwks.url, logLevel: 'info', name: `sidecar-${runtime}`, env: { PROJECT_ID, APP_NAME, RUNTIME: runtime }
+        appOrigin: app.origin, jwksUrl: jwks.url, logLevel: 'info', name: `sidecar-${runtime}`, env: { PROJECT_ID, APP_NAME, RUNTIME: runtime },
+        nodeArgs: [`--inspect=127.0.0.1:${inspectPort}`]
       })
+      const heap = await LiveHeapProbe.connect(inspectPort)
       const notes = [`auth on (a cached token), LOG_LEVEL=info, RUNTIME=${runtime}${runtime === 'cortex' ? ' (every 2xx body wrapped in the envelope)' : ' (bodies passed through)'}; bin ${bin}`]
       return bodyTarget(sidecar, `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/body`, { authorization: `Bearer ${token}` },
-        runtime === 'cortex' ? 'envelope' : 'raw', notes)
+        runtime === 'cortex' ? 'envelope' : 'raw', notes, heap)
     }
   })
   const targets: TargetDef[] = [
@@ -185,7 +198,10 @@ function evaluate (results: TargetResult[]): Evaluation {
   }
   const notes = [
     'MB = 10⁶ bytes, bodies and RSS alike. Idle RSS = the peak of the idle phase (after the warm-up, at rest). ' +
-      'The sizes run in increasing order on one process, so what an earlier phase left behind counts against the next.'
+      'The sidecars run with --inspect on loopback and get a full collection after every response (HeapProfiler.collectGarbage), ' +
+      'so each response is measured from a collected heap: without it, V8 frees earlier responses\' socket buffers only at a ' +
+      'collection that external memory triggers late, and ten back to back show their garbage, not what one response holds. ' +
+      'The app reached directly gets no collection.'
   ]
   return { ratios, checks, notes }
 }
@@ -200,7 +216,8 @@ export const largeBodyScenario: Scenario = {
     `Warm-up: ${WARMUP_REQUESTS} requests for ${SMALL_BYTES}-byte bodies. Idle: ${IDLE_SECONDS} s without load, then one such request. ` +
     `Then per size (${SIZES_MB.join(', ')} MB; the default ENVELOPE_MAX_BODY_BYTES is 32 MiB): ${REQUESTS_PER_SIZE} requests one after another ` +
     '(one keep-alive connection, fetch), each response checked whole: 200, the exact length, and the body parsed once ' +
-    '(the envelope\'s `result` is the app\'s `{"data": …}`). Latencies in ms to the last byte; the figure that matters is the peak RSS ' +
+    '(the envelope\'s `result` is the app\'s `{"data": …}`); each sidecar gets a full collection through the inspector after every response. ' +
+    'Latencies in ms to the last byte (collections included); the figure that matters is the peak RSS ' +
     `(VmHWM, reset at each phase's start): the sidecar's must stay ≤ its idle RSS + ${RSS_BODY_FACTOR} × the body.`,
   prepare,
   evaluate
