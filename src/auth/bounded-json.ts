@@ -1,4 +1,5 @@
 import { request } from 'undici'
+import { limitedBody } from '../shared/body-limit.ts'
 
 export interface BoundedJsonOptions {
   /** Largest body accepted; a larger one is refused without being buffered. */
@@ -27,13 +28,9 @@ export async function fetchBoundedJson (url: URL, options: BoundedJsonOptions): 
       throw new Error(`${url.href} declared ${declared} bytes, more than ${options.maxBytes}`)
     }
     const chunks: Buffer[] = []
-    let size = 0
-    for await (const chunk of body as AsyncIterable<Buffer>) {
-      size += chunk.length
-      if (size > options.maxBytes) throw new Error(`${url.href} sent more than ${options.maxBytes} bytes`)
-      chunks.push(chunk)
-    }
-    return JSON.parse(Buffer.concat(chunks, size).toString('utf8'))
+    const tooLarge = (): Error => new Error(`${url.href} sent more than ${options.maxBytes} bytes`)
+    for await (const chunk of limitedBody(body, options.maxBytes, tooLarge)) chunks.push(chunk)
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'))
   } finally {
     // a body left unread would keep its connection (and the sender) busy: cut it instead
     if (!body.readableEnded) body.destroy()

@@ -14,8 +14,6 @@ export interface AnswerContext {
   readonly logger: Logger
   /** The 500 answer for an unexpected error (the sidecar's or the store's). */
   readonly internal: SidecarError
-  /** Close the connection after the answer even when the request's body has arrived (a 413). */
-  readonly closeConnection?: boolean
 }
 
 /** Answers `status` with a JSON text already serialised. */
@@ -52,7 +50,8 @@ export function sendError (res: ServerResponse, error: unknown, ctx: AnswerConte
   if (known.headers !== undefined) {
     for (const name in known.headers) res.setHeader(name, known.headers[name] as string)
   }
-  if (ctx.closeConnection === true || known.status === 413) res.setHeader('connection', 'close')
+  // a 413's body is not read on, even when it has all arrived
+  if (known.status === 413) res.setHeader('connection', 'close')
   else if (!res.req.complete) limitUnreadBody(res.req)
   res.end(body)
 }

@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
-import { AppUnreachableError, DeadlineExceededError, SidecarError } from '../errors.ts'
+import { DeadlineExceededError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import type { ResponseCapture, ResponseSink, SinkContext } from '../shared/response-sink.ts'
 import type { WebhookTee } from '../webhook/webhook-tee.ts'
@@ -34,7 +34,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   readonly #resume = (): void => { this.#controller?.resume() }
 
   constructor (call: HttpCall, choose: SinkChooser,
-    unreachable: (detail: string) => SidecarError = detail => new AppUnreachableError(detail), tee?: WebhookTee) {
+    unreachable: (detail: string) => SidecarError, tee?: WebhookTee) {
     this.#call = call
     this.res = call.res
     this.runId = call.runId

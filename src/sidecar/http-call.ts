@@ -21,7 +21,8 @@ export class HttpCall extends RecordedCall {
 
   answer (error: unknown): void {
     if (this.settled) return
-    this.refusal = knownError(error, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
-    sendError(this.res, this.refusal, { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL })
+    const ctx = { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL }
+    this.refusal = knownError(error, ctx)
+    sendError(this.res, this.refusal, ctx)
   }
 }

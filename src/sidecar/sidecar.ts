@@ -56,7 +56,6 @@ export interface RunningSidecar {
   close: () => Promise<void>
 }
 
-
 /** Starts the public and admin listeners of one sidecar. */
 export async function startSidecar (config: SidecarConfig, options: SidecarOptions = {}): Promise<RunningSidecar> {
   const logger = createLogger(config.logLevel, options.logDestination)
