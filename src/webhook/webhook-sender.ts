@@ -12,7 +12,7 @@ export interface WebhookSenderLimits {
 
 /**
  * Bytes of webhook bodies pending at once. The memory budget of the default bounds, beside a ~75 MB
- * idle sidecar in a 256 MiB pod (deploy/kubernetes-pod.yaml): 1000 deliveries (WEBHOOK_MAX_PENDING)
+ * idle sidecar under the 256 MiB limit of deploy/hello-app-deployment.yaml: 1000 deliveries (WEBHOOK_MAX_PENDING)
  * × ~7 KB of heap each besides the body ≈ 7 MB (more, briefly, when their attempts time out
  * together: under bench/webhook-flood.ts, whose call traffic alone takes RSS to ~130 MB, the peak
  * is ~190 MB with 1000 pending and ~450 MB with 10,000), plus 32 MiB of bodies (UTF-8 bytes, never
