@@ -167,3 +167,46 @@ export class DataDirInUseError extends Error {
     this.holderPid = holderPid
   }
 }
+
+/** A `_runs` request for a run this store does not hold for this project and app (never recorded, expired, another app's). */
+export class RunNotFoundError extends SidecarError {
+  constructor () { super(404, 'SIDECAR_RUN_NOT_FOUND', 'no such run') }
+}
+
+/** The run store (Redis) cannot be reached: recorded-run requests wait for it to be back. */
+export class RunStoreUnavailableError extends SidecarError {
+  constructor (detail: string) {
+    super(503, 'SIDECAR_RUN_STORE_UNAVAILABLE', 'run store unavailable', { 'retry-after': '1' }, `run store unavailable: ${detail}`)
+  }
+}
+
+/** More than ASYNC_QUEUE_DEPTH async runs wait for this app. */
+export class AsyncQueueFullError extends SidecarError {
+  constructor () {
+    super(503, 'SIDECAR_ASYNC_QUEUE_FULL', 'too many async runs waiting', { 'retry-after': '1' })
+  }
+}
+
+/** An async run's id (the caller's X-Request-Id) is already recorded for this app. */
+export class RunIdTakenError extends SidecarError {
+  constructor () { super(409, 'SIDECAR_RUN_ID_TAKEN', 'a run with this id already exists') }
+}
+
+/** Cancel of a run that has ended. */
+export class RunFinishedError extends SidecarError {
+  constructor () { super(409, 'SIDECAR_RUN_FINISHED', 'run already finished') }
+}
+
+/** Cancel of a recorded run that is not async (an Idempotency-Key call). */
+export class RunNotAsyncError extends SidecarError {
+  constructor () { super(409, 'SIDECAR_RUN_NOT_ASYNC', 'only async runs can be canceled') }
+}
+
+/** `Last-Event-ID` or `?after=` names an event the run has not produced. */
+export class EventBeyondLastError extends SidecarError {
+  constructor (after: number, last: number) {
+    super(400, 'SIDECAR_EVENT_BEYOND_LAST', last < 0
+      ? `event ${after} does not exist: the run has no events yet`
+      : `event ${after} does not exist: the last event is ${last}`)
+  }
+}

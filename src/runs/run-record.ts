@@ -1,0 +1,76 @@
+import type { NewRun, RunOutcome, RunRecord, RunView } from './run-store.ts'
+
+const iso = (epochMs: number): string => new Date(epochMs).toISOString()
+const ms = (value: number): number => Math.round(value * 1000) / 1000
+
+/** The record of a run just submitted: queued. */
+export function queuedRecord (run: NewRun): RunRecord {
+  const record: RunRecord = { run_id: run.runId, status: 'queued', created_at: iso(run.createdAt) }
+  if (run.webhook !== undefined) record.webhook = { status: 'pending', attempts: 0 }
+  return record
+}
+
+/** The record of a queued run as it starts. */
+export function startedRecord (record: RunRecord, createdAt: number, startedAt: number): RunRecord {
+  return { ...record, status: 'running', started_at: iso(startedAt), queue_time_ms: ms(startedAt - createdAt) }
+}
+
+/** The record of a running run as it ends with `outcome`. */
+export function finishedRecord (record: RunRecord, outcome: RunOutcome): RunRecord {
+  const done: RunRecord = {
+    ...record,
+    status: outcome.status,
+    completed_at: iso(outcome.completedAt),
+    run_time_ms: ms(outcome.runTimeMs),
+    status_code: outcome.statusCode
+  }
+  if (outcome.error !== undefined) done.error = { message: outcome.error }
+  return done
+}
+
+/** The message of a canceled run (its error, and its webhook's result). */
+export const CANCELED_MESSAGE = 'run canceled'
+/** The status a canceled run's webhook reports. */
+export const CANCELED_STATUS = 499
+export const CANCELED_RESULT = JSON.stringify({ message: CANCELED_MESSAGE })
+
+/**
+ * The record of a run canceled at `now`: a queued one never ran (no started_at, run_time_ms,
+ * status_code or result); a running one ends with status 499 and `{"message": "run canceled"}`.
+ * Returns the record and its result JSON.
+ */
+export function canceledRecord (record: RunRecord, now: number): { record: RunRecord, resultJson: string | undefined } {
+  const canceled: RunRecord = { ...record, status: 'canceled', completed_at: iso(now), error: { message: CANCELED_MESSAGE } }
+  if (record.status !== 'running' || record.started_at === undefined) return { record: canceled, resultJson: undefined }
+  canceled.run_time_ms = ms(now - Date.parse(record.started_at))
+  canceled.status_code = CANCELED_STATUS
+  return { record: canceled, resultJson: CANCELED_RESULT }
+}
+
+/** Whether a run has ended. */
+export function isFinished (record: RunRecord): boolean {
+  return record.status === 'succeeded' || record.status === 'failed' || record.status === 'canceled'
+}
+
+/** The failure of a running run whose sidecar died (SPEC: replica lost). */
+export const REPLICA_LOST = { statusCode: 502, message: 'replica lost' } as const
+/** The failure of a run cut by the end of its sidecar's grace period. */
+export const REPLICA_STOPPED = { statusCode: 503, message: 'replica stopped' } as const
+
+/**
+ * The record as JSON, fields in the SPEC's order, `result` spliced in as kept (never parsed and
+ * re-serialised: a result may be megabytes).
+ */
+export function recordJson (view: RunView): string {
+  const r = view.record
+  let out = `{"run_id":${JSON.stringify(r.run_id)},"status":"${r.status}","created_at":"${r.created_at}"`
+  if (r.started_at !== undefined) out += `,"started_at":"${r.started_at}"`
+  if (r.completed_at !== undefined) out += `,"completed_at":"${r.completed_at}"`
+  if (r.queue_time_ms !== undefined) out += `,"queue_time_ms":${r.queue_time_ms}`
+  if (r.run_time_ms !== undefined) out += `,"run_time_ms":${r.run_time_ms}`
+  if (r.status_code !== undefined) out += `,"status_code":${r.status_code}`
+  if (view.resultJson !== undefined) out += `,"result":${view.resultJson}`
+  if (r.error !== undefined) out += `,"error":${JSON.stringify(r.error)}`
+  if (r.webhook !== undefined) out += `,"webhook":{"status":"${r.webhook.status}","attempts":${r.webhook.attempts}}`
+  return out + '}'
+}

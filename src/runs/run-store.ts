@@ -1,0 +1,163 @@
+// The run store's contract: what the sidecar asks of it, whichever backend holds the runs
+// (memory: this sidecar only; Redis: every sidecar given the same RUN_STORE_URL).
+
+/** Which app a run belongs to: every key is namespaced by it, and a run is only found in its own scope. */
+export interface RunScope {
+  readonly projectId: string
+  readonly appName: string
+}
+
+export type RunStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled'
+export type WebhookStatus = 'pending' | 'delivered' | 'failed'
+
+/**
+ * The SPEC's run record without its `result` (kept as JSON text beside it, see RunView): a field
+ * that does not apply yet is absent. Times are ISO 8601 UTC.
+ */
+export interface RunRecord {
+  run_id: string
+  status: RunStatus
+  created_at: string
+  started_at?: string
+  completed_at?: string
+  queue_time_ms?: number
+  run_time_ms?: number
+  status_code?: number
+  error?: { message: string }
+  webhook?: { status: WebhookStatus, attempts: number }
+}
+
+/** A record as the store holds it: the record, its result as JSON text, and whether the run is async. */
+export interface RunView {
+  readonly record: RunRecord
+  /** `result`, as JSON text (present once the run has ended with one). */
+  readonly resultJson: string | undefined
+  /** An async run (only those can be canceled). */
+  readonly async: boolean
+}
+
+/** A request kept to run later exactly as the sync call would have run. */
+export interface StoredRequest {
+  readonly method: string
+  /** Path and query as sent to the app (APP_URL's base path included, `async=true` and `webhookEndpoint` removed). */
+  readonly path: string
+  /** The headers as they are forwarded to the app: a flat [name, value, …] list. */
+  readonly headers: readonly string[]
+  readonly body: Buffer | null
+}
+
+/** Where a run's webhook goes; the secret is kept only until the delivery ends, never in a record. */
+export interface StoredWebhook {
+  readonly url: string
+  readonly secret: string | undefined
+}
+
+/** An async run as it is submitted. */
+export interface NewRun {
+  readonly scope: RunScope
+  readonly runId: string
+  readonly request: StoredRequest
+  readonly webhook: StoredWebhook | undefined
+  /** When it was submitted (epoch ms): `created_at`, and the start of `queue_time_ms`. */
+  readonly createdAt: number
+}
+
+/** A queued run this sidecar took from the queue: no other sidecar takes it unless this one is lost. */
+export interface TakenRun extends NewRun {
+  /** The backend's handle on the queue entry (Redis: the stream entry id; memory: ''). */
+  readonly entry: string
+}
+
+/** How a started run ended, as its owner saw it. */
+export interface RunOutcome {
+  readonly status: 'succeeded' | 'failed' | 'canceled'
+  /** The app's status, or the sidecar's (502 unreachable, 503 replica stopped, 504 deadline, 499 canceled). */
+  readonly statusCode: number
+  /** `result`, as JSON text. */
+  readonly resultJson: string
+  readonly runTimeMs: number
+  /** `error.message`, for failed and canceled runs. */
+  readonly error: string | undefined
+  /** Epoch ms. */
+  readonly completedAt: number
+}
+
+/** One item of a run's event stream, as a reader of `…/_runs/{id}/events` gets them. */
+export type RunEventItem =
+  | { readonly type: 'event', readonly n: number, readonly data: string }
+  /** The events before `first` (and after the reader's start) are no longer kept (RUN_MAX_EVENTS). */
+  | { readonly type: 'gap', readonly first: number }
+  /** The run has ended: the last item. */
+  | { readonly type: 'done', readonly view: RunView }
+
+/** What the store needs to know besides where it lives. */
+export interface RunStoreSettings {
+  /** RUN_RETENTION_SECONDS: how long a finished run's record, result and events stay readable. */
+  readonly retentionSeconds: number
+  /** RUN_MAX_EVENTS: most events kept per run; the oldest go first. */
+  readonly maxEvents: number
+  /** ASYNC_QUEUE_DEPTH: most async runs waiting per app. */
+  readonly queueDepth: number
+  /** The one app this sidecar serves (PROJECT_ID and APP_NAME); undefined: take runs of every app in the store. */
+  readonly scope: RunScope | undefined
+}
+
+/** Told of runs the sidecar must act on although it did not start them. */
+export interface RunStoreListener {
+  /** A run this sidecar runs was canceled (by a cancel on any sidecar): abort its app request. */
+  canceled: (scope: RunScope, runId: string) => void
+  /** A run whose sidecar was lost was failed ("replica lost") by this one: send its webhook. */
+  lost: (run: TakenRun, view: RunView) => void
+  /** The backend became reachable (true) or unreachable (false). */
+  availability: (available: boolean) => void
+}
+
+/**
+ * Where recorded runs live. Every method that reaches the backend rejects with
+ * RunStoreUnavailableError while it cannot be reached; the ones naming a run reject with
+ * RunNotFoundError when the scope holds no such run.
+ */
+export interface RunStore {
+  /** Shared by every sidecar with the same RUN_STORE_URL (queued runs stay for the others on SIGTERM). */
+  readonly shared: boolean
+  /** False while the backend cannot be reached. */
+  readonly available: boolean
+
+  /** Records a queued async run and queues it. Rejects with AsyncQueueFullError, RunIdTakenError. */
+  submit: (run: NewRun) => Promise<RunView>
+  /** The run's record. */
+  get: (scope: RunScope, runId: string) => Promise<RunView>
+  /**
+   * Cancels an async run: a queued one never runs; a running one is marked canceled at once and
+   * its owner is told (listener.canceled, on whichever sidecar runs it). Resolves with the record.
+   * Rejects with RunFinishedError, RunNotAsyncError.
+   */
+  cancel: (scope: RunScope, runId: string) => Promise<RunView>
+
+  /** The oldest queued run of the served scope(s), once there is one; rejects with `signal.reason` when aborted. */
+  take: (signal: AbortSignal) => Promise<TakenRun>
+  /** queued → running; false when the run was canceled meanwhile (it must not run). */
+  start: (run: TakenRun, startedAt: number) => Promise<boolean>
+  /** Gives a taken run that has not started back to the queue (SIGTERM), for other sidecars. */
+  release: (run: TakenRun) => Promise<void>
+  /** Appends event `n` (0, 1, 2, … in order) of a running run; never waits, never throws. */
+  appendEvent: (run: TakenRun, n: number, data: string) => void
+  /** running → its final status; resolves with the final record (a cancel that came first wins). */
+  finish: (run: TakenRun, outcome: RunOutcome) => Promise<RunView>
+  /** The webhook's delivery ended (or is pending, attempts 0): recorded; the secret is dropped when it ended. */
+  webhookDone: (scope: RunScope, runId: string, status: WebhookStatus, attempts: number) => Promise<void>
+
+  /**
+   * The run's events after event `after` (-1: from the first), then live ones, then `done`.
+   * Rejects with EventBeyondLastError when `after` is past the run's last event. A reader that
+   * does not pull is never buffered without bound: it catches up from the kept events.
+   */
+  follow: (scope: RunScope, runId: string, after: number, signal: AbortSignal) => Promise<AsyncIterable<RunEventItem>>
+
+  /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
+  queuedCount: () => Promise<number>
+  /** Where the store tells the sidecar of cancels, lost runs and its availability. */
+  listen: (listener: RunStoreListener) => void
+  /** Stops background work and closes connections; pending take() calls reject. */
+  close: () => Promise<void>
+}
