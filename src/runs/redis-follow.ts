@@ -1,0 +1,191 @@
+import type { Redis } from 'ioredis'
+import type { RunEventItem, RunView } from './run-store.ts'
+
+/** Live messages a follower has not pulled yet, at most this many; past it, it reads the kept events instead. */
+const PENDING_MAX = 1000
+/** Kept events read per XRANGE. */
+const PAGE = 500
+
+/** One follower's subscription to a run's live channel. */
+export class Listening {
+  readonly signal: AbortSignal
+  /** Live events not pulled yet, in order. */
+  pending: Array<{ n: number, data: string }> = []
+  /** Live messages were dropped (a slow reader, a reconnect): read the kept events. */
+  stale = true
+  /** The run has ended (its `done` message came). */
+  done = false
+  #wake: (() => void) | undefined
+  readonly stop: () => void
+
+  constructor (signal: AbortSignal, stop: () => void) {
+    this.signal = signal
+    this.stop = stop
+  }
+
+  push (message: string): void {
+    if (message === 'done') {
+      this.done = true
+    } else if (this.pending.length >= PENDING_MAX) {
+      this.pending = []
+      this.stale = true
+    } else {
+      const newline = message.indexOf('\n')
+      this.pending.push({ n: Number(message.slice(0, newline)), data: message.slice(newline + 1) })
+    }
+    this.wakeUp()
+  }
+
+  wakeUp (): void {
+    const wake = this.#wake
+    this.#wake = undefined
+    wake?.()
+  }
+
+  /** Resolves at the next message, reconnect or abort. */
+  async change (): Promise<void> {
+    if (this.signal.aborted) return
+    await new Promise<void>(resolve => {
+      const done = (): void => {
+        this.signal.removeEventListener('abort', done)
+        this.#wake = undefined
+        resolve()
+      }
+      this.#wake = done
+      this.signal.addEventListener('abort', done, { once: true })
+    })
+  }
+}
+
+/**
+ * Run followers over one shared subscriber connection: a channel per run carries its events
+ * (`<n>\n<data>`) and its end (`done`); a follower reads the kept events (XRANGE) to start, to
+ * catch up after falling behind or a reconnect, and takes live events straight from the messages
+ * while it keeps up.
+ */
+export class RedisFollow {
+  readonly #redis: Redis
+  readonly #subscriber: Redis
+  readonly #guard: <T>(pending: Promise<T>) => Promise<T>
+  readonly #channels = new Map<string, Set<(message: string) => void>>()
+  readonly #listenings = new Set<Listening>()
+  #closed = false
+
+  constructor (redis: Redis, subscriber: Redis, guard: <T>(pending: Promise<T>) => Promise<T>) {
+    this.#redis = redis
+    this.#subscriber = subscriber
+    this.#guard = guard
+    subscriber.on('message', (channel: string, message: string) => {
+      const handlers = this.#channels.get(channel)
+      if (handlers !== undefined) for (const handle of handlers) handle(message)
+    })
+    // messages published while the subscriber was away are lost: every follower reads the kept events
+    subscriber.on('ready', () => {
+      for (const listening of this.#listenings) {
+        listening.stale = true
+        listening.wakeUp()
+      }
+    })
+  }
+
+  /** Calls `handle` for every message on `channel` until close. */
+  onMessage (channel: string, handle: (message: string) => void): void {
+    void this.#subscribe(channel, handle).catch(() => {})
+  }
+
+  /** Subscribes a follower to `channel` until `signal` aborts or it stops. */
+  async listen (channel: string, signal: AbortSignal): Promise<Listening> {
+    const handle = (message: string): void => { listening.push(message) }
+    const listening: Listening = new Listening(signal, () => {
+      signal.removeEventListener('abort', listening.stop)
+      this.#listenings.delete(listening)
+      this.#unsubscribe(channel, handle)
+    })
+    this.#listenings.add(listening)
+    signal.addEventListener('abort', listening.stop, { once: true })
+    try {
+      await this.#guard(this.#subscribe(channel, handle))
+    } catch (error) {
+      listening.stop()
+      throw error
+    }
+    return listening
+  }
+
+  /** The number of the last event kept (-1: none). */
+  async lastEvent (eventsKey: string): Promise<number> {
+    const last = await this.#guard(this.#redis.xrevrange(eventsKey, '+', '-', 'COUNT', 1))
+    return last.length === 0 ? -1 : eventNumber((last[0] as [string, string[]])[0])
+  }
+
+  /** The events from `from` on, then live ones, then `done` (`finished` says when the run has ended). */
+  async * events (listening: Listening, eventsKey: string, from: number, finished: () => Promise<RunView | undefined>): AsyncGenerator<RunEventItem> {
+    let next = from
+    try {
+      while (!listening.signal.aborted && !this.#closed) {
+        const pending = listening.pending
+        while (pending.length > 0 && (pending[0] as { n: number }).n < next) pending.shift()
+        const head = pending[0]
+        if (!listening.stale && head !== undefined && head.n === next) {
+          pending.shift()
+          yield { type: 'event', n: next++, data: head.data }
+          continue
+        }
+        if (listening.stale || listening.done || (head !== undefined && head.n > next)) {
+          const entries = await this.#guard(this.#redis.xrange(eventsKey, `0-${next + 1}`, '+', 'COUNT', PAGE))
+          if (entries.length > 0) {
+            const first = eventNumber((entries[0] as [string, string[]])[0])
+            if (first > next) yield { type: 'gap', first }
+            for (const [id, fields] of entries) {
+              const n = eventNumber(id)
+              yield { type: 'event', n, data: fields[1] as string }
+              next = n + 1
+            }
+            continue
+          }
+          listening.stale = false
+          const view = await finished()
+          if (view !== undefined) {
+            yield { type: 'done', view }
+            return
+          }
+          if (listening.done) return // the run is gone (expired) after it ended
+          continue // messages may have come during the reads
+        }
+        await listening.change()
+      }
+    } finally {
+      listening.stop()
+    }
+  }
+
+  close (): void {
+    this.#closed = true
+    for (const listening of this.#listenings) listening.wakeUp()
+    this.#subscriber.disconnect()
+  }
+
+  async #subscribe (channel: string, handle: (message: string) => void): Promise<void> {
+    let handlers = this.#channels.get(channel)
+    if (handlers === undefined) {
+      handlers = new Set()
+      this.#channels.set(channel, handlers)
+      handlers.add(handle)
+      await this.#subscriber.subscribe(channel)
+    } else {
+      handlers.add(handle)
+    }
+  }
+
+  #unsubscribe (channel: string, handle: (message: string) => void): void {
+    const handlers = this.#channels.get(channel)
+    if (handlers === undefined) return
+    handlers.delete(handle)
+    if (handlers.size > 0) return
+    this.#channels.delete(channel)
+    if (!this.#closed) void this.#subscriber.unsubscribe(channel).catch(() => {})
+  }
+}
+
+/** Event n is kept under the entry id `0-<n+1>`. */
+const eventNumber = (id: string): number => Number(id.slice(id.indexOf('-') + 1)) - 1

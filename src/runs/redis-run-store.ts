@@ -1,0 +1,462 @@
+import { randomBytes } from 'node:crypto'
+import { hostname } from 'node:os'
+import { Redis, type RedisOptions } from 'ioredis'
+import {
+  AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError,
+  RunNotFoundError, RunStoreUnavailableError
+} from '../errors.ts'
+import { RedisFollow } from './redis-follow.ts'
+import { APPEND_EVENT, GROUP, RELEASE, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
+import { canceledRecord, finishedRecord, isFinished, queuedRecord, REPLICA_LOST, startedRecord } from './run-record.ts'
+import type {
+  NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
+  RunView, StoredWebhook, TakenRun, WebhookStatus
+} from './run-store.ts'
+
+export interface RedisRunStoreOptions {
+  /** How often this store tells Redis it still holds its runs (default 10 s). */
+  readonly heartbeatMs?: number
+  /** A run held this long without a heartbeat belongs to a lost sidecar (default 30 s). */
+  readonly lostAfterMs?: number
+  /** This store's consumer name (default `<host>-<pid>-<random>`). */
+  readonly consumer?: string
+}
+
+/** The stored request, without its body (kept as raw bytes beside it). */
+interface RequestJson { method: string, path: string, headers: string[], hasBody: boolean }
+
+/** Keys of one app's runs; the hash tag keeps them in one Redis Cluster slot. */
+class ScopeKeys {
+  readonly name: string
+  readonly queue: string
+  readonly #prefix: string
+  constructor (scope: RunScope) {
+    this.name = `${scope.projectId}/${scope.appName}`
+    this.#prefix = `as:{${this.name}}`
+    this.queue = `${this.#prefix}:queue`
+  }
+
+  run (runId: string): string { return `${this.#prefix}:run:${runId}` }
+  events (runId: string): string { return `${this.#prefix}:events:${runId}` }
+  live (runId: string): string { return `${this.#prefix}:live:${runId}` }
+}
+
+const SCOPES_KEY = 'as:scopes'
+const CANCEL_CHANNEL = 'as:cancel'
+
+/** How long one blocking read of the queue waits before looking again (new scopes, a stop). */
+const BLOCK_MS = 2000
+
+/**
+ * The run store in Redis (RUN_STORE_URL), shared by every sidecar given the same URL. Streams
+ * with a consumer group queue the runs: a run handed to a sidecar stays in its pending list until
+ * it ends, and the sidecar refreshes its claim (XCLAIM … JUSTID) as a heartbeat; a run whose
+ * sidecar stops doing so is taken over by another (XAUTOCLAIM) and, if it had started, failed
+ * with "replica lost". Records are hashes (compare-and-set by Lua script), events are streams,
+ * followers and cancels hear of changes through pub/sub.
+ */
+export class RedisRunStore implements RunStore {
+  readonly shared = true
+  readonly #settings: RunStoreSettings
+  readonly #consumer: string
+  readonly #heartbeatMs: number
+  readonly #lostAfterMs: number
+  /** Requests: fail fast while Redis is down (503), never queue behind an outage. */
+  readonly #redis: Redis
+  /** The blocking queue reads (a blocking command needs a connection of its own). */
+  readonly #blocking: Redis
+  readonly #follow: RedisFollow
+  /** Entries this store holds (taken, not ended), by id: the heartbeat keeps them claimed. */
+  readonly #held = new Map<string, string>()
+  /** Runs taken over from a lost sidecar before they started: handed out by take() first. */
+  readonly #reclaimed: TakenRun[] = []
+  readonly #groups = new Set<string>()
+  /** The queues the last blocking read waits on, and its connection's id (to end the wait when a scope is added). */
+  #reading: readonly string[] = []
+  #blockingId: number | undefined
+  #scopeAdded: (() => void) | undefined
+  readonly #timer: NodeJS.Timeout
+  #listener: RunStoreListener | undefined
+  #available = false
+  #closed = false
+
+  constructor (url: string, settings: RunStoreSettings, options: RedisRunStoreOptions = {}) {
+    this.#settings = settings
+    this.#consumer = options.consumer ?? `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`
+    this.#heartbeatMs = options.heartbeatMs ?? 10_000
+    this.#lostAfterMs = options.lostAfterMs ?? 30_000
+    const common: RedisOptions = { retryStrategy: times => Math.min(100 * times, 1000), connectionName: `app-sidecar ${this.#consumer}` }
+    this.#redis = new Redis(url, { ...common, enableOfflineQueue: false, maxRetriesPerRequest: 1 })
+    this.#blocking = new Redis(url, { ...common, maxRetriesPerRequest: null })
+    const subscriber = new Redis(url, { ...common, maxRetriesPerRequest: null })
+    this.#follow = new RedisFollow(this.#redis, subscriber, guard)
+    for (const client of [this.#redis, this.#blocking, subscriber]) client.on('error', () => {}) // reported through availability
+    this.#redis.on('ready', () => { this.#setAvailable(true) })
+    this.#blocking.on('ready', () => {
+      this.#blocking.client('ID').then(id => { this.#blockingId = Number(id) }, () => {})
+    })
+    this.#redis.on('close', () => { this.#setAvailable(false) })
+    this.#follow.onMessage(CANCEL_CHANNEL, message => {
+      const [projectId, appName, runId] = message.split('/') as [string, string, string]
+      this.#listener?.canceled({ projectId, appName }, runId)
+    })
+    this.#timer = setInterval(() => { void this.#keepAndReap() }, this.#heartbeatMs)
+    this.#timer.unref()
+  }
+
+  get available (): boolean { return this.#available }
+
+  /** Resolves once Redis is reachable, or after `ms` (the sidecar starts either way). */
+  async reachable (ms: number): Promise<boolean> {
+    if (this.#available) return true
+    return await new Promise(resolve => {
+      const timer = setTimeout(() => { this.#redis.off('ready', ready); resolve(false) }, ms)
+      const ready = (): void => { clearTimeout(timer); resolve(true) }
+      this.#redis.once('ready', ready)
+    })
+  }
+
+  listen (listener: RunStoreListener): void { this.#listener = listener }
+
+  async submit (run: NewRun): Promise<RunView> {
+    const keys = new ScopeKeys(run.scope)
+    const record = queuedRecord(run)
+    const request: RequestJson = { method: run.request.method, path: run.request.path, headers: [...run.request.headers], hasBody: run.request.body !== null }
+    const outcome = await guard(SUBMIT.run(this.#redis, [keys.run(run.runId), keys.queue, SCOPES_KEY], [
+      JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
+      run.webhook === undefined ? '' : JSON.stringify(run.webhook), this.#settings.queueDepth, keys.name, run.runId
+    ]))
+    if (outcome === -1) throw new RunIdTakenError()
+    if (outcome === -2) throw new AsyncQueueFullError()
+    if (this.#settings.scope === undefined && !this.#reading.includes(keys.queue)) this.#wakeReader()
+    return { record, resultJson: undefined, async: true }
+  }
+
+  async get (scope: RunScope, runId: string): Promise<RunView> {
+    const [view] = await this.#read(new ScopeKeys(scope), runId)
+    return view
+  }
+
+  async cancel (scope: RunScope, runId: string): Promise<RunView> {
+    const keys = new ScopeKeys(scope)
+    for (;;) {
+      const [view, raw, entry] = await this.#read(keys, runId)
+      if (!view.async) throw new RunNotAsyncError()
+      if (isFinished(view.record)) throw new RunFinishedError()
+      const canceled = canceledRecord(view.record, Date.now())
+      const changed = await this.#transition(keys, runId, raw, canceled.record, { result: canceled.resultJson, entry, done: true })
+      if (!changed) continue
+      if (view.record.status === 'running') await guard(this.#redis.publish(CANCEL_CHANNEL, `${keys.name}/${runId}`))
+      return { record: canceled.record, resultJson: canceled.resultJson, async: true }
+    }
+  }
+
+  async take (signal: AbortSignal): Promise<TakenRun> {
+    while (!signal.aborted && !this.#closed) {
+      const reclaimed = this.#reclaimed.shift()
+      if (reclaimed !== undefined) return reclaimed
+      const queues = await this.#servedQueues()
+      this.#reading = queues
+      if (queues.length === 0) {
+        await abortable(new Promise<void>(resolve => {
+          this.#scopeAdded = resolve
+          setTimeout(resolve, BLOCK_MS).unref()
+        }), signal)
+        continue
+      }
+      const read = this.#readQueue(queues)
+      const reply = await abortable(read, signal)
+      if (reply === ABORTED) {
+        // the blocked read may still bring a run: it goes back to the queue, not lost
+        void read.then(async entry => { if (entry !== undefined) await this.#giveBack(entry) }, () => {})
+        break
+      }
+      if (reply === undefined) continue
+      const run = await this.#taken(reply)
+      if (run !== undefined) return run
+    }
+    throw signal.reason ?? new Error('run store closed')
+  }
+
+  async start (run: TakenRun, startedAt: number): Promise<boolean> {
+    const keys = new ScopeKeys(run.scope)
+    for (;;) {
+      const [view, raw] = await this.#readOrMissing(keys, run.runId)
+      if (view === undefined || view.record.status !== 'queued') {
+        await this.#forget(keys, run.entry)
+        return false
+      }
+      const started = startedRecord(view.record, run.createdAt, startedAt)
+      if (await this.#transition(keys, run.runId, raw, started, { owner: this.#consumer })) return true
+    }
+  }
+
+  async release (run: TakenRun): Promise<void> {
+    const keys = new ScopeKeys(run.scope)
+    await guard(RELEASE.run(this.#redis, [keys.run(run.runId), keys.queue], [run.entry, run.runId]))
+    this.#held.delete(run.entry)
+  }
+
+  appendEvent (run: TakenRun, n: number, data: string): void {
+    const keys = new ScopeKeys(run.scope)
+    APPEND_EVENT.run(this.#redis, [keys.run(run.runId), keys.events(run.runId)], [`0-${n + 1}`, data, this.#settings.maxEvents, keys.live(run.runId), `${n}\n${data}`])
+      .catch(() => {}) // Redis down: the event is missing from the store; the result still has it
+  }
+
+  async finish (run: TakenRun, outcome: RunOutcome): Promise<RunView> {
+    const keys = new ScopeKeys(run.scope)
+    for (;;) {
+      const [view, raw] = await this.#read(keys, run.runId)
+      if (view.record.status !== 'running') {
+        await this.#forget(keys, run.entry)
+        return view // a cancel came first
+      }
+      const finished = finishedRecord(view.record, outcome)
+      if (await this.#transition(keys, run.runId, raw, finished, { result: outcome.resultJson, entry: run.entry, done: true })) {
+        this.#held.delete(run.entry)
+        return { record: finished, resultJson: outcome.resultJson, async: true }
+      }
+    }
+  }
+
+  async webhookDone (scope: RunScope, runId: string, status: WebhookStatus, attempts: number): Promise<void> {
+    const keys = new ScopeKeys(scope)
+    for (;;) {
+      const [view, raw] = await this.#read(keys, runId)
+      if (await this.#transition(keys, runId, raw, { ...view.record, webhook: { status, attempts } }, {})) break
+    }
+    if (status !== 'pending') await guard(this.#redis.hdel(keys.run(runId), 'webhook'))
+  }
+
+  async follow (scope: RunScope, runId: string, after: number, signal: AbortSignal): Promise<AsyncIterable<RunEventItem>> {
+    const keys = new ScopeKeys(scope)
+    await this.#read(keys, runId) // 404 before any event
+    const last = await this.#follow.lastEvent(keys.events(runId))
+    if (after > last) throw new EventBeyondLastError(after, last)
+    // subscribed before the first read of the events: nothing appended meanwhile is missed
+    const listening = await this.#follow.listen(keys.live(runId), signal)
+    return this.#follow.events(listening, keys.events(runId), after + 1, async () => await this.#finishedView(keys, runId))
+  }
+
+  async queuedCount (): Promise<number> {
+    const queues = await this.#servedQueues()
+    if (queues.length === 0) return 0
+    return Number(await guard(WAITING.run(this.#redis, queues, [])))
+  }
+
+  async close (): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    clearInterval(this.#timer)
+    this.#follow.close()
+    this.#blocking.disconnect()
+    this.#redis.disconnect()
+  }
+
+  /** A scope the blocking read does not wait on got a run: the read starts again with it. */
+  #wakeReader (): void {
+    const added = this.#scopeAdded
+    this.#scopeAdded = undefined
+    added?.()
+    if (this.#reading.length > 0 && this.#blockingId !== undefined) void this.#redis.call('CLIENT', 'UNBLOCK', this.#blockingId).catch(() => {})
+  }
+
+  #setAvailable (available: boolean): void {
+    if (this.#available === available || this.#closed) return
+    this.#available = available
+    if (available) this.#groups.clear() // the server may have restarted empty
+    this.#listener?.availability(available)
+  }
+
+  /** The queue keys of the served scope(s): the configured one, else every scope that had a submission. */
+  async #servedQueues (): Promise<string[]> {
+    const scope = this.#settings.scope
+    if (scope !== undefined) return [new ScopeKeys(scope).queue]
+    const names = await guard(this.#redis.smembers(SCOPES_KEY))
+    return names.map(name => {
+      const [projectId, appName] = name.split('/') as [string, string]
+      return new ScopeKeys({ projectId, appName }).queue
+    })
+  }
+
+  /** One entry from the oldest end of the served queues, or undefined after BLOCK_MS. */
+  async #readQueue (queues: string[]): Promise<{ queue: string, id: string, runId: string } | undefined> {
+    for (const queue of queues) {
+      if (this.#groups.has(queue)) continue
+      await this.#blocking.xgroup('CREATE', queue, GROUP, '0', 'MKSTREAM').catch((error: Error) => {
+        if (!error.message.startsWith('BUSYGROUP')) throw error
+      })
+      this.#groups.add(queue)
+    }
+    let reply: unknown
+    try {
+      reply = await this.#blocking.call('XREADGROUP', 'GROUP', GROUP, this.#consumer, 'COUNT', 1, 'BLOCK', BLOCK_MS,
+        'STREAMS', ...queues, ...queues.map(() => '>'))
+    } catch (error) {
+      if (String((error as Error).message).startsWith('NOGROUP')) this.#groups.clear()
+      throw error
+    }
+    if (reply === null) return undefined
+    // [[key, entries], …] (RESP2) or [key, entries, …] (ioredis 6 reads the RESP3 map flat)
+    const list = reply as unknown[]
+    const [queue, entries] = (typeof list[0] === 'string' ? list : list[0]) as [string, Array<[string, string[]]>]
+    const [id, fields] = entries[0] as [string, string[]]
+    return { queue, id, runId: fields[1] as string }
+  }
+
+  /** The run an entry names, held by this store; undefined (the entry dropped) when it is no longer queued. */
+  async #taken (entry: { queue: string, id: string, runId: string }): Promise<TakenRun | undefined> {
+    const scope = scopeOfQueue(entry.queue)
+    const keys = new ScopeKeys(scope)
+    const [record, request, body, webhook] = await guard(this.#redis.hmgetBuffer(keys.run(entry.runId), 'record', 'request', 'body', 'webhook')) as Array<Buffer | null>
+    if (record === undefined || request === undefined || body === undefined || webhook === undefined) return undefined
+    const parsed = record === null ? undefined : JSON.parse(record.toString()) as RunRecord
+    if (parsed === undefined || request === null || parsed.status !== 'queued') {
+      await this.#forget(keys, entry.id)
+      return undefined
+    }
+    this.#held.set(entry.id, entry.queue)
+    const req = JSON.parse(request.toString()) as RequestJson
+    return {
+      scope,
+      runId: entry.runId,
+      entry: entry.id,
+      createdAt: Date.parse(parsed.created_at),
+      webhook: webhook === null ? undefined : JSON.parse(webhook.toString()) as StoredWebhook,
+      request: { method: req.method, path: req.path, headers: req.headers, body: req.hasBody ? body : null }
+    }
+  }
+
+  /** An entry read after its take was abandoned: queued again, for whoever takes next. */
+  async #giveBack (entry: { queue: string, id: string, runId: string }): Promise<void> {
+    const keys = new ScopeKeys(scopeOfQueue(entry.queue))
+    await RELEASE.run(this.#redis, [keys.run(entry.runId), keys.queue], [entry.id, entry.runId]).catch(() => {})
+  }
+
+  /** Acknowledges and deletes an entry whose run will not run here. */
+  async #forget (keys: ScopeKeys, entry: string): Promise<void> {
+    this.#held.delete(entry)
+    if (entry === '') return
+    await guard(this.#redis.multi().xack(keys.queue, GROUP, entry).xdel(keys.queue, entry).exec())
+  }
+
+  async #read (keys: ScopeKeys, runId: string): Promise<[RunView, string, string]> {
+    const [view, raw, entry] = await this.#readOrMissing(keys, runId)
+    if (view === undefined) throw new RunNotFoundError()
+    return [view, raw, entry]
+  }
+
+  async #readOrMissing (keys: ScopeKeys, runId: string): Promise<[RunView | undefined, string, string]> {
+    const [raw, result, async, entry] = await guard(this.#redis.hmget(keys.run(runId), 'record', 'result', 'async', 'entry'))
+    if (raw === null || raw === undefined) return [undefined, '', '']
+    return [{ record: JSON.parse(raw) as RunRecord, resultJson: result ?? undefined, async: async === '1' }, raw, entry ?? '']
+  }
+
+  async #finishedView (keys: ScopeKeys, runId: string): Promise<RunView | undefined> {
+    const [view] = await this.#readOrMissing(keys, runId)
+    return view === undefined || isFinished(view.record) ? view : undefined
+  }
+
+  /** Compare-and-set of the record; a finished record gets its TTL, and its followers the end. */
+  async #transition (keys: ScopeKeys, runId: string, old: string, record: RunRecord,
+    extra: { result?: string | undefined, owner?: string, entry?: string, done?: boolean }): Promise<boolean> {
+    const finished = isFinished(record)
+    const changed = await guard(TRANSITION.run(this.#redis, [keys.run(runId), keys.queue, keys.events(runId)], [
+      old, JSON.stringify(record), extra.result ?? '', extra.owner ?? '', extra.entry ?? '',
+      finished ? this.#settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : ''
+    ]))
+    return changed === 1
+  }
+
+  /** Heartbeat: refreshes the claim on every entry held; then takes over the entries of lost sidecars. */
+  async #keepAndReap (): Promise<void> {
+    if (!this.#available || this.#closed) return
+    try {
+      const byQueue = new Map<string, string[]>()
+      for (const [id, queue] of this.#held) {
+        const ids = byQueue.get(queue)
+        if (ids === undefined) byQueue.set(queue, [id])
+        else ids.push(id)
+      }
+      for (const [queue, ids] of byQueue) await this.#redis.call('XCLAIM', queue, GROUP, this.#consumer, 0, ...ids, 'JUSTID')
+      for (const queue of await this.#servedQueues()) await this.#reap(queue)
+    } catch {} // Redis went away meanwhile: the next beat tries again
+  }
+
+  async #reap (queue: string): Promise<void> {
+    const reply = await this.#redis.call('XAUTOCLAIM', queue, GROUP, this.#consumer, this.#lostAfterMs, '0-0', 'COUNT', 100)
+      .catch(() => undefined) as [string, Array<[string, string[] | null]>] | undefined
+    if (reply === undefined) return
+    const scope = scopeOfQueue(queue)
+    const keys = new ScopeKeys(scope)
+    for (const [id, fields] of reply[1]) {
+      const runId = fields?.[1]
+      if (runId === undefined) continue
+      const [view, raw] = await this.#readOrMissing(keys, runId)
+      if (view?.record.status === 'queued') {
+        const run = await this.#taken({ queue, id, runId })
+        if (run !== undefined) this.#reclaimed.push(run)
+      } else if (view?.record.status === 'running') {
+        await this.#failLost(keys, runId, id, view, raw)
+      } else {
+        await this.#forget(keys, id)
+      }
+    }
+  }
+
+  /** A run whose sidecar was lost mid-run: failed, never run again; this sidecar sends its webhook. */
+  async #failLost (keys: ScopeKeys, runId: string, entry: string, view: RunView, raw: string): Promise<void> {
+    const now = Date.now()
+    const startedAt = view.record.started_at === undefined ? now : Date.parse(view.record.started_at)
+    const resultJson = JSON.stringify({ message: REPLICA_LOST.message })
+    const record = finishedRecord(view.record, {
+      status: 'failed', statusCode: REPLICA_LOST.statusCode, resultJson, runTimeMs: now - startedAt, error: REPLICA_LOST.message, completedAt: now
+    })
+    const webhook = await this.#redis.hget(keys.run(runId), 'webhook')
+    if (!await this.#transition(keys, runId, raw, record, { result: resultJson, entry, done: true })) return
+    const run: TakenRun = {
+      scope: scopeOfQueue(keys.queue),
+      runId,
+      entry: '',
+      createdAt: Date.parse(view.record.created_at),
+      webhook: webhook === null ? undefined : JSON.parse(webhook) as StoredWebhook,
+      request: { method: '', path: '', headers: [], body: null }
+    }
+    this.#listener?.lost(run, { record, resultJson, async: view.async })
+  }
+}
+
+/** Any failure to reach Redis becomes the 503 of recorded-run requests; Redis's own error replies are bugs and pass. */
+async function guard<T> (pending: Promise<T>): Promise<T> {
+  try {
+    return await pending
+  } catch (error) {
+    if ((error as Error).name === 'ReplyError') throw error
+    throw new RunStoreUnavailableError((error as Error).message)
+  }
+}
+
+function scopeOfQueue (queue: string): RunScope {
+  const name = queue.slice(queue.indexOf('{') + 1, queue.indexOf('}'))
+  const [projectId, appName] = name.split('/') as [string, string]
+  return { projectId, appName }
+}
+
+const ABORTED = Symbol('aborted')
+
+async function abortable<T> (pending: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
+  if (signal.aborted) return ABORTED
+  return await new Promise((resolve, reject) => {
+    const abort = (): void => { resolve(ABORTED) }
+    signal.addEventListener('abort', abort, { once: true })
+    pending.then(value => {
+      signal.removeEventListener('abort', abort)
+      resolve(value)
+    }, (error: unknown) => {
+      signal.removeEventListener('abort', abort)
+      reject(error)
+    })
+  })
+}
+
+

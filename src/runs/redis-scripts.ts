@@ -1,0 +1,105 @@
+import { createHash } from 'node:crypto'
+import type { Redis } from 'ioredis'
+
+/** A Lua script run with EVALSHA, loaded with EVAL the first time a server does not know it. */
+export class LuaScript {
+  readonly #source: string
+  readonly #sha: string
+
+  constructor (source: string) {
+    this.#source = source
+    this.#sha = createHash('sha1').update(source).digest('hex')
+  }
+
+  async run (redis: Redis, keys: readonly string[], args: ReadonlyArray<string | Buffer | number>): Promise<unknown> {
+    try {
+      return await redis.evalsha(this.#sha, keys.length, ...keys, ...args)
+    } catch (error) {
+      if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
+      return await redis.eval(this.#source, keys.length, ...keys, ...args)
+    }
+  }
+}
+
+/** The consumer group every sidecar reads an app's queue in. */
+export const GROUP = 'runners'
+
+/**
+ * Records a queued run and queues it, unless the id is taken (-1) or ASYNC_QUEUE_DEPTH runs
+ * already wait (-2): waiting = entries in the stream minus the ones handed out (pending).
+ * KEYS: run, queue, scopes. ARGV: record, request, body, webhook ('' none), depth, scope, run id.
+ */
+export const SUBMIT = new LuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+pcall(redis.call, 'XGROUP', 'CREATE', KEYS[2], '${GROUP}', '0', 'MKSTREAM')
+local waiting = redis.call('XLEN', KEYS[2]) - redis.call('XPENDING', KEYS[2], '${GROUP}')[1]
+if waiting >= tonumber(ARGV[5]) then return -2 end
+local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[7])
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id)
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'webhook', ARGV[4]) end
+redis.call('SADD', KEYS[3], ARGV[6])
+return 1
+`)
+
+/**
+ * Moves a run from the record it had (compare and set: 0 when another sidecar changed it first) to
+ * a new one, with what goes with it: its result, its owner, its queue entry acknowledged and
+ * deleted, its retention TTL on the run and its events, and a message to its followers.
+ * KEYS: run, queue, events. ARGV: old record, new record, result (''), owner (''), entry (''),
+ * ttl seconds (0), live channel, message ('').
+ */
+export const TRANSITION = new LuaScript(`
+if redis.call('HGET', KEYS[1], 'record') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'record', ARGV[2])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[3]) end
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
+if ARGV[5] ~= '' then
+  redis.call('XACK', KEYS[2], '${GROUP}', ARGV[5])
+  redis.call('XDEL', KEYS[2], ARGV[5])
+end
+local ttl = tonumber(ARGV[6])
+if ttl > 0 then
+  redis.call('HDEL', KEYS[1], 'request', 'body')
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[3], ttl)
+end
+if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
+return 1
+`)
+
+/**
+ * Appends event n to a run's events (at most RUN_MAX_EVENTS kept) and tells its followers; an event
+ * appended after the run ended (a cancel) expires with it.
+ * KEYS: run, events. ARGV: entry id `0-<n+1>`, data, max events, live channel, message.
+ */
+export const APPEND_EVENT = new LuaScript(`
+redis.call('XADD', KEYS[2], 'MAXLEN', '=', ARGV[3], ARGV[1], 'd', ARGV[2])
+local ttl = redis.call('TTL', KEYS[1])
+if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1
+`)
+
+/**
+ * Gives a taken run back: its entry is acknowledged and deleted and a new one queued (for a run
+ * still recorded). KEYS: run, queue. ARGV: entry, run id.
+ */
+export const RELEASE = new LuaScript(`
+redis.call('XACK', KEYS[2], '${GROUP}', ARGV[1])
+redis.call('XDEL', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[2])
+redis.call('HSET', KEYS[1], 'entry', id)
+redis.call('HDEL', KEYS[1], 'owner')
+return 1
+`)
+
+/** Runs waiting in each queue given (entries not handed out). KEYS: queues. */
+export const WAITING = new LuaScript(`
+local total = 0
+for _, key in ipairs(KEYS) do
+  local ok, pending = pcall(redis.call, 'XPENDING', key, '${GROUP}')
+  total = total + redis.call('XLEN', key) - (ok and pending[1] or 0)
+end
+return total
+`)

@@ -1,0 +1,125 @@
+import t from 'tap'
+import { RunStoreUnavailableError } from '../../src/errors.ts'
+import { RedisRunStore } from '../../src/runs/redis-run-store.ts'
+import type { NewRun, RunStoreListener, RunStoreSettings, RunView, TakenRun } from '../../src/runs/run-store.ts'
+import { flushRedis, redisOrSkip, startPrivateRedis, TEST_REDIS_URL } from '../helpers/redis-server.ts'
+import { eventually, freePort } from '../helpers/sidecar-harness.ts'
+import { runStoreSuite } from './run-store-suite.ts'
+
+const SCOPE = { projectId: 'proj', appName: 'app' }
+const SETTINGS: RunStoreSettings = { retentionSeconds: 60, maxEvents: 100, queueDepth: 100, scope: SCOPE }
+let counter = 0
+const newRun = (): NewRun => ({
+  scope: SCOPE, runId: `r${++counter}`, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: { url: 'https://h.example/', secret: 'k' }, createdAt: Date.now()
+})
+const listener = (overrides: Partial<RunStoreListener>): RunStoreListener => ({ canceled: () => {}, lost: () => {}, availability: () => {}, ...overrides })
+
+t.test('redis run store', async t => {
+  if (!await redisOrSkip(t, TEST_REDIS_URL)) return
+  runStoreSuite(t, async settings => {
+    await flushRedis(TEST_REDIS_URL)
+    const store = new RedisRunStore(TEST_REDIS_URL, settings)
+    await store.reachable(5000)
+    return store
+  })
+
+  t.test('two sidecars share runs: read, follow and cancel on the other; takes spread', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const canceledOnA: string[] = []
+    const a = new RedisRunStore(TEST_REDIS_URL, SETTINGS)
+    const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS)
+    t.teardown(async () => { await a.close(); await b.close() })
+    await Promise.all([a.reachable(5000), b.reachable(5000)])
+    a.listen(listener({ canceled: (_scope, runId) => { canceledOnA.push(runId) } }))
+    const run = newRun()
+    await a.submit(run)
+    t.equal((await b.get(SCOPE, run.runId)).record.status, 'queued')
+    const taken = await a.take(AbortSignal.timeout(5000))
+    await a.start(taken, Date.now())
+    const follower = (await b.follow(SCOPE, run.runId, -1, AbortSignal.timeout(5000)))[Symbol.asyncIterator]()
+    const first = follower.next()
+    a.appendEvent(taken, 0, 'from a')
+    t.same((await first).value, { type: 'event', n: 0, data: 'from a' })
+    const canceledAt = Date.now()
+    t.equal((await b.cancel(SCOPE, run.runId)).record.status, 'canceled')
+    await eventually(() => canceledOnA.length === 1, 1000)
+    t.ok(Date.now() - canceledAt < 1000, 'the owner hears of the cancel within 1 s')
+    t.equal((await follower.next()).value?.type, 'done')
+    for (let i = 0; i < 10; i++) await a.submit(newRun())
+    const byStore = { a: 0, b: 0 }
+    const takes: Array<Promise<unknown>> = []
+    for (let i = 0; i < 5; i++) {
+      takes.push(a.take(AbortSignal.timeout(5000)).then(() => { byStore.a++ }))
+      takes.push(b.take(AbortSignal.timeout(5000)).then(() => { byStore.b++ }))
+    }
+    await Promise.all(takes)
+    t.same(byStore, { a: 5, b: 5 })
+    t.equal(await a.queuedCount(), 0)
+  })
+
+  t.test('a lost sidecar: its running run fails "replica lost" once; its unstarted run runs elsewhere; a live one is left alone', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const timing = { heartbeatMs: 200, lostAfterMs: 1000 }
+    const dead = new RedisRunStore(TEST_REDIS_URL, SETTINGS, timing)
+    const alive = new RedisRunStore(TEST_REDIS_URL, SETTINGS, timing)
+    const survivor = new RedisRunStore(TEST_REDIS_URL, SETTINGS, timing)
+    const lost: Array<{ run: TakenRun, view: RunView }> = []
+    survivor.listen(listener({ lost: (run, view) => { lost.push({ run, view }) } }))
+    t.teardown(async () => { await alive.close(); await survivor.close() })
+    await Promise.all([dead.reachable(5000), alive.reachable(5000), survivor.reachable(5000)])
+    const running = newRun()
+    const unstarted = newRun()
+    const kept = newRun()
+    await dead.submit(running)
+    await dead.submit(unstarted)
+    await dead.submit(kept)
+    const r1 = await dead.take(AbortSignal.timeout(5000))
+    await dead.start(r1, Date.now())
+    await dead.take(AbortSignal.timeout(5000))
+    const k = await alive.take(AbortSignal.timeout(5000))
+    await alive.start(k, Date.now())
+    await dead.close() // no finish, no heartbeat: as if killed
+    const reclaimed = await survivor.take(AbortSignal.timeout(10_000))
+    t.equal(reclaimed.runId, unstarted.runId, 'the run the lost sidecar had not started is taken over')
+    await eventually(() => lost.length === 1, 5000)
+    const failed = lost[0] as { run: TakenRun, view: RunView }
+    t.equal(failed.run.runId, running.runId)
+    t.same(failed.run.webhook, { url: 'https://h.example/', secret: 'k' })
+    t.equal(failed.view.record.status, 'failed')
+    t.equal(failed.view.record.status_code, 502)
+    t.same(failed.view.record.error, { message: 'replica lost' })
+    t.equal(failed.view.resultJson, '{"message":"replica lost"}')
+    t.equal((await survivor.get(SCOPE, running.runId)).record.status, 'failed')
+    await new Promise(resolve => setTimeout(resolve, 1500)) // two more reaper rounds: nothing else happens
+    t.equal(lost.length, 1, 'failed once')
+    t.equal((await survivor.get(SCOPE, kept.runId)).record.status, 'running', 'a run whose sidecar beats is left alone')
+  })
+
+  t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {
+    const nowhere = `redis://127.0.0.1:${await freePort()}/0`
+    const down = new RedisRunStore(nowhere, SETTINGS)
+    t.teardown(() => down.close())
+    t.equal(down.available, false)
+    const asked = Date.now()
+    await t.rejects(down.get(SCOPE, 'x'), RunStoreUnavailableError)
+    await t.rejects(down.submit(newRun()), RunStoreUnavailableError)
+    t.ok(Date.now() - asked < 1000, 'refused at once')
+
+    const redis = await startPrivateRedis(t)
+    const availability: boolean[] = []
+    const store = new RedisRunStore(redis.url, SETTINGS)
+    t.teardown(() => store.close())
+    store.listen(listener({ availability: up => { availability.push(up) } }))
+    t.equal(await store.reachable(5000), true)
+    await redis.stop()
+    await eventually(() => !store.available, 5000)
+    await t.rejects(store.get(SCOPE, 'x'), RunStoreUnavailableError)
+    const blocked = store.take(AbortSignal.timeout(20_000))
+    await redis.start()
+    await eventually(() => store.available, 10_000)
+    const run = newRun()
+    await eventually(async () => await store.submit(run).then(() => true, () => false), 5000)
+    t.equal((await blocked).runId, run.runId, 'a take waiting through the outage gets the run submitted after it')
+    t.same(availability.slice(-2), [false, true])
+  })
+})
