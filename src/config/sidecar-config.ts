@@ -2,7 +2,7 @@ import { ConfigError } from '../errors.ts'
 import { type EnvVariable, envHelpRows, envVariable, loadEnvTable, underUrl } from './env-table.ts'
 import {
   type Cidr, type EnvParser, integerIn, numberUpTo, oneOf, parseBoolean, parseCidrList,
-  parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort, LOG_LEVELS, type LogLevel
+  parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort, parseRedisUrl, LOG_LEVELS, type LogLevel
 } from './env-parsers.ts'
 
 export type Runtime = 'cortex' | 'custom'
@@ -37,6 +37,10 @@ export interface SidecarConfig {
   webhookAllowedCidrs: Cidr[]
   webhookStandardHeaders: boolean
   webhookMaxPending: number
+  runStoreUrl: URL | undefined
+  runRetentionSeconds: number
+  runMaxEvents: number
+  asyncQueueDepth: number
   logLevel: LogLevel
   buildId: string | undefined
   appId: string | undefined
@@ -81,6 +85,10 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'WEBHOOK_STANDARD_HEADERS', key: 'webhookStandardHeaders', defaultText: 'false', meaning: 'also send Standard Webhooks headers (webhook-id/-timestamp/-signature)', parse: parseBoolean, fallback: fixed(false) }),
   // 1000 × ~7 KB of heap per pending delivery ≈ 7 MB; bodies have their own 32 MiB bound (MAX_PENDING_BYTES, webhook-sender.ts)
   variable({ name: 'WEBHOOK_MAX_PENDING', key: 'webhookMaxPending', defaultText: '1000', meaning: 'most webhook deliveries pending at once; beyond it dropped', parse: integerIn(1, 100_000), fallback: fixed(1000) }),
+  variable({ name: 'RUN_STORE_URL', key: 'runStoreUrl', defaultText: undefined, meaning: 'redis://[user:pass@]host:port[/db] shared by every replica; unset = memory', parse: parseRedisUrl, fallback: fixed(undefined) }),
+  variable({ name: 'RUN_RETENTION_SECONDS', key: 'runRetentionSeconds', defaultText: '3600', meaning: "how long a finished run's record and events stay readable", parse: integerIn(1, MAX_SECONDS), fallback: fixed(3600) }),
+  variable({ name: 'RUN_MAX_EVENTS', key: 'runMaxEvents', defaultText: '10000', meaning: 'most events kept per streamed run; the oldest go first', parse: integerIn(1, 10_000_000), fallback: fixed(10_000) }),
+  variable({ name: 'ASYNC_QUEUE_DEPTH', key: 'asyncQueueDepth', defaultText: '10000', meaning: 'most async runs waiting per app; beyond it 503', parse: integerIn(0, 10_000_000), fallback: fixed(10_000) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),
   variable({ name: 'BUILD_ID', key: 'buildId', defaultText: undefined, meaning: 'with PROJECT_ID and APP_ID: read app settings from this build at start', parse: optionalString(parseId), fallback: fixed(undefined) }),
   variable({ name: 'APP_ID', key: 'appId', defaultText: undefined, meaning: 'the app whose build BUILD_ID names', parse: optionalString(parseId), fallback: fixed(undefined) }),

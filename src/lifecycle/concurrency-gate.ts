@@ -31,6 +31,8 @@ export class ConcurrencyGate {
   #inflight = 0
   #waiting = 0
   #open = false
+  /** Waiting for a slot nobody queued for (async runs, which yield to every call). */
+  #idleWatchers: Array<() => void> = []
 
   constructor (limit: number, queueDepth: number, observer: GateObserver) {
     this.#limit = limit
@@ -53,6 +55,28 @@ export class ConcurrencyGate {
   }
 
   /**
+   * Resolves once the gate is open, a slot is free and no call waits for one: async runs take
+   * their slot then (with tryAcquire), so a call waiting for a slot always goes first.
+   * `signal` aborts the wait, rejecting with its reason.
+   */
+  whenSlotFree (signal: AbortSignal): Promise<void> {
+    if (this.#slotFree()) return Promise.resolve()
+    if (signal.aborted) return Promise.reject(signal.reason as Error)
+    return new Promise<void>((resolve, reject) => {
+      const abandon = (): void => {
+        this.#idleWatchers = this.#idleWatchers.filter(watcher => watcher !== wake)
+        reject(signal.reason as Error)
+      }
+      const wake = (): void => {
+        signal.removeEventListener('abort', abandon)
+        resolve()
+      }
+      this.#idleWatchers.push(wake)
+      signal.addEventListener('abort', abandon, { once: true })
+    })
+  }
+
+  /**
    * Waits for a slot, first come first served. `signal` aborts the wait (deadline, caller gone),
    * rejecting with its reason. Throws QueueFullError at once when the queue is full.
    */
@@ -72,8 +96,13 @@ export class ConcurrencyGate {
         this.#observer.queued(-1)
         reject(signal.reason as Error)
         this.#compact()
+        this.#wakeIdleWatchers()
       }, { once: true })
     })
+  }
+
+  #slotFree (): boolean {
+    return this.#open && this.#waiting === 0 && this.#hasSlot()
   }
 
   #hasSlot (): boolean {
@@ -103,6 +132,14 @@ export class ConcurrencyGate {
       waiter.grant(this.#take())
     }
     this.#compact()
+    this.#wakeIdleWatchers()
+  }
+
+  #wakeIdleWatchers (): void {
+    if (this.#idleWatchers.length === 0 || !this.#slotFree()) return
+    const watchers = this.#idleWatchers
+    this.#idleWatchers = []
+    for (const wake of watchers) wake()
   }
 
   /** Drops settled waiters from the front so the queue array does not grow without bound. */

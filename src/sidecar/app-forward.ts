@@ -4,7 +4,7 @@ import type { WebhookSender } from '../webhook/webhook-sender.ts'
 import { WebhookTee } from '../webhook/webhook-tee.ts'
 import { AppResponseRelay } from './app-response-relay.ts'
 import type { HttpCall } from './http-call.ts'
-import { appRequestHeaders } from './forward-headers.ts'
+import { appRequestHeaders, type RequestHeaderRules } from './forward-headers.ts'
 import type { CallRoute } from './match-route.ts'
 import type { RequestBody } from './request-body.ts'
 import type { SinkChooser } from './response-table.ts'
@@ -19,10 +19,8 @@ export interface AppForwardDeps {
   readonly chooseSink: SinkChooser
   readonly webhooks: WebhookSender
   readonly webhookMaxBodyBytes: number
-  /** The sidecar checked `Authorization`, so it is not forwarded. */
-  readonly dropAuthorization: boolean
-  /** The cortex envelope reads the body, so the app is asked not to encode it. */
-  readonly dropAcceptEncoding: boolean
+  /** Which headers the app gets (Authorization when the sidecar checked it, Accept-Encoding for the envelope). */
+  readonly headerRules: RequestHeaderRules
 }
 
 /**
@@ -30,7 +28,7 @@ export interface AppForwardDeps {
  * response table, teed to the webhook sender when the call asked for one.
  */
 export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined) => void {
-  const headerRules = { dropAuthorization: deps.dropAuthorization, dropAcceptEncoding: deps.dropAcceptEncoding, upgrade: false }
+  const headerRules = deps.headerRules
   const unreachable = (detail: string): AppUnreachableError => new AppUnreachableError(detail, deps.appUrl)
   return function forwardToApp (call, route, body, webhook) {
     if (call.settled) return // the caller left, or the deadline answered, while the call waited

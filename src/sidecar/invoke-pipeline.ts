@@ -5,6 +5,7 @@ import type { TokenVerifier } from '../auth/token-verifier.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
 import { pathPrefix } from '../config/env-table.ts'
 import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
+import type { RunStore } from '../runs/run-store.ts'
 import { createStreamSinks } from '../stream/stream-sinks.ts'
 import type { WebhookSender } from '../webhook/webhook-sender.ts'
 import { createAppForward } from './app-forward.ts'
@@ -16,6 +17,8 @@ import { UpgradeCall } from './upgrade-call.ts'
 import { matchRoute } from './match-route.ts'
 import { readRequestBody } from './request-body.ts'
 import { responseTable } from './response-table.ts'
+import { createRunRoutes, matchRunRoute } from './run-routes.ts'
+import { createRunSubmit, wantsAsync } from './submit-run.ts'
 import { takeSlot } from './take-slot.ts'
 import { watchCaller } from './watch-caller.ts'
 import { createWebSocketForward, type WebSocketForward } from './websocket-forward.ts'
@@ -28,6 +31,8 @@ export interface InvokeDeps extends CallRecorder {
   readonly app: Pool
   readonly webhooks: WebhookSender
   readonly gate: ConcurrencyGate
+  /** Where async runs are recorded and queued. */
+  readonly runs: RunStore
 }
 
 /**
@@ -36,23 +41,30 @@ export interface InvokeDeps extends CallRecorder {
  */
 export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, gate, verifier } = deps
-  const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs: config.sseHeartbeatSeconds * 1000 })
+  const heartbeatMs = config.sseHeartbeatSeconds * 1000
+  const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs })
+  const basePath = pathPrefix(config.appUrl)
+  const headerRules = { dropAuthorization: verifier !== undefined, dropAcceptEncoding: config.runtime === 'cortex', upgrade: false }
   const forwardToApp = createAppForward({
     app: deps.app,
     appUrl: config.appUrl.href,
-    basePath: pathPrefix(config.appUrl),
+    basePath,
     chooseSink: responseTable(streams, config.runtime, config.envelopeMaxBodyBytes),
     webhooks: deps.webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
-    dropAuthorization: verifier !== undefined,
-    dropAcceptEncoding: config.runtime === 'cortex'
+    headerRules
   })
+  const serveRunRoute = createRunRoutes({ store: deps.runs, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
+  const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
 
   async function invoke (call: HttpCall): Promise<void> {
     const route = matchRoute(call.req.url as string, config)               // 404 unknown route, project or app
     await authorizeCall(verifier, call.req.headers, route)                 // 401 bad token, 403 another project
+    const runRoute = matchRunRoute(route)                                  // 400 malformed run id; _runs never reaches the app
+    if (runRoute !== undefined) return await serveRunRoute(call, runRoute) // 404 no such run, 409, 503 run store unavailable
     const webhook = webhookRequest(route, call.req.headers)                // 400 malformed webhookEndpoint
     const body = await readRequestBody(call.req, config.maxBodyBytes)      // 400 bad Content-Length, 413 too large
+    if (wantsAsync(route, call.req.headers)) return await submitRun(call, route, body, webhook) // 202; 503 async queue full
     await takeSlot(gate, call)                                             // 503 queue full; waits for first readiness
     forwardToApp(call, route, body, webhook)                               // 502 app unreachable; the response table
   }
@@ -68,7 +80,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
  * A WebSocket upgrade on `/v4/…`: the same route, auth and gate stages as a call (no webhook, no
  * deadline), then the handshake and every frame pass to and from the app untouched.
  */
-export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks'>): WebSocketForward & {
+export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' | 'runs'>): WebSocketForward & {
   handleUpgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void
 } {
   const { config, gate, verifier } = deps

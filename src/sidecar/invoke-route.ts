@@ -31,20 +31,23 @@ export interface SplitQuery {
   readonly forwarded: string
   readonly webhookEndpoint: string | undefined
   readonly accessToken: string | undefined
+  /** `async=true` was in the query (it is not forwarded). */
+  readonly async: boolean
 }
 
-const NOTHING_TAKEN: Omit<SplitQuery, 'forwarded'> = { webhookEndpoint: undefined, accessToken: undefined }
+const NOTHING_TAKEN: Omit<SplitQuery, 'forwarded'> = { webhookEndpoint: undefined, accessToken: undefined, async: false }
 
 /**
- * Removes `webhookEndpoint` (always) and `access_token` (when `takeAccessToken`) from a raw query,
+ * Removes `webhookEndpoint` and `async=true` (always) and `access_token` (when `takeAccessToken`) from a raw query,
  * keeping every other parameter byte for byte and in order.
  */
 export function splitQuery (query: string, takeAccessToken: boolean): SplitQuery {
-  if (query === '' || (!query.includes('webhookEndpoint') && !query.includes('access_token') && !query.includes('%'))) {
+  if (query === '' || (!query.includes('webhookEndpoint') && !query.includes('access_token') && !query.includes('async') && !query.includes('%'))) {
     return { forwarded: query, ...NOTHING_TAKEN }
   }
   let webhookEndpoint: string | undefined
   let accessToken: string | undefined
+  let async = false
   const kept: string[] = []
   for (const pair of query.split('&')) {
     const eq = pair.indexOf('=')
@@ -54,11 +57,13 @@ export function splitQuery (query: string, takeAccessToken: boolean): SplitQuery
       webhookEndpoint ??= decodeComponent(value)
     } else if (takeAccessToken && name === 'access_token') {
       accessToken ??= decodeComponent(value)
+    } else if (name === 'async' && decodeComponent(value) === 'true') {
+      async = true
     } else {
       kept.push(pair)
     }
   }
-  return { forwarded: kept.join('&'), webhookEndpoint, accessToken }
+  return { forwarded: kept.join('&'), webhookEndpoint, accessToken, async }
 }
 
 function decodeComponent (text: string): string {

@@ -11,6 +11,8 @@ export interface CallRoute {
   readonly forwardedQuery: string
   readonly webhookEndpoint: string | undefined
   readonly accessToken: string | undefined
+  /** `?async=true`: run later, answer 202 now (the `Prefer: respond-async` header is checked with the headers). */
+  readonly async: boolean
 }
 
 export interface RouteRules {
@@ -36,6 +38,7 @@ export function matchRoute (url: string, rules: RouteRules): CallRoute {
     appPath: route.appPath,
     forwardedQuery: query.forwarded,
     webhookEndpoint: query.webhookEndpoint,
-    accessToken: query.accessToken
+    accessToken: query.accessToken,
+    async: query.async
   }
 }

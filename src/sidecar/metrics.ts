@@ -66,6 +66,27 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     registers: [this.registry]
   })
 
+  readonly runsTotal = new Counter({
+    name: 'sidecar_runs_total',
+    help: 'Recorded runs (async) that ended, by final status',
+    labelNames: ['status'] as const,
+    registers: [this.registry]
+  })
+
+  /** Feeds sidecar_async_queued_runs from the run store at each scrape (the last count stays while it cannot be reached). */
+  watchAsyncQueue (queued: () => Promise<number>): void {
+    new Gauge({
+      name: 'sidecar_async_queued_runs',
+      help: 'Async runs waiting in the run store for this app (every replica sharing it)',
+      registers: [this.registry],
+      async collect () {
+        try {
+          this.set(await queued())
+        } catch {}
+      }
+    })
+  }
+
   /** Feeds the autoscaling gauges from `stats`; `limit` is REPLICA_CONCURRENCY (0: none). */
   watchConcurrency (stats: { averageConcurrency: () => number, requestsPerSecond: () => number }, limit: number): void {
     new Gauge({

@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
+import type { StreamKind } from '../stream/event-splitter.ts'
 import type { StreamSinks } from '../stream/stream-sinks.ts'
 import { envelopeSink, passthroughSink } from './response-sinks.ts'
 
@@ -13,20 +14,30 @@ export type SinkChooser = (ctx: SinkContext, status: number, headers: IncomingHt
  */
 export function responseTable (streams: StreamSinks, runtime: 'cortex' | 'custom', envelopeMaxBytes: number): SinkChooser {
   return function chooseSink (ctx, status, headers) {
-    if (!hasReadableBody(ctx, status, headers)) return passthroughSink(ctx, status, headers)
-    const type = mediaType(headers['content-type'])
-    if (type === 'text/event-stream') return streams.eventStream(ctx)
-    if (type === 'application/x-ndjson' || type === 'application/jsonl') return streams.ndjson(ctx)
-    if (headers['content-length'] === undefined && acceptsEventStream(ctx.res.req.headers.accept)) return streams.chunks(ctx)
+    const req = ctx.res.req
+    if (!hasReadableBody(req.method, status, headers)) return passthroughSink(ctx, status, headers)
+    const kind = streamKind(headers, req.headers.accept)
+    if (kind === 'event-stream') return streams.eventStream(ctx)
+    if (kind === 'ndjson') return streams.ndjson(ctx)
+    if (kind === 'chunks') return streams.chunks(ctx)
     if (runtime === 'cortex') return envelopeSink(ctx, status, headers, envelopeMaxBytes)
     return passthroughSink(ctx, status, headers)
   }
 }
 
 /** A 2xx body the caller will get (not HEAD, 204, 205), not content-encoded. */
-function hasReadableBody (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): boolean {
-  return status >= 200 && status < 300 && status !== 204 && status !== 205 && ctx.res.req.method !== 'HEAD' &&
+export function hasReadableBody (method: string | undefined, status: number, headers: IncomingHttpHeaders): boolean {
+  return status >= 200 && status < 300 && status !== 204 && status !== 205 && method !== 'HEAD' &&
     (headers['content-encoding'] === undefined || headers['content-encoding'] === 'identity')
+}
+
+/** Which of the table's three stream rows a readable body falls under, if any (`accept`: the caller's Accept). */
+export function streamKind (headers: IncomingHttpHeaders, accept: string | undefined): StreamKind | undefined {
+  const type = mediaType(headers['content-type'])
+  if (type === 'text/event-stream') return 'event-stream'
+  if (type === 'application/x-ndjson' || type === 'application/jsonl') return 'ndjson'
+  if (headers['content-length'] === undefined && acceptsEventStream(accept)) return 'chunks'
+  return undefined
 }
 
 function mediaType (contentType: string | undefined): string {

@@ -14,11 +14,14 @@ import { ConcurrencyStats } from '../lifecycle/concurrency-stats.ts'
 import { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import { createLogger } from './access-log.ts'
 import { createAdminServer } from './admin-server.ts'
+import { AsyncRunner } from './async-runner.ts'
 import { SIDECAR_INTERNAL } from './call-record.ts'
 import { createInvokeHandler, createUpgradeHandler } from './invoke-pipeline.ts'
 import { createManagementHandler } from './management-forward.ts'
 import { SidecarMetrics } from './metrics.ts'
 import { runIdFor } from './run-id.ts'
+import { openRunStore } from '../runs/open-run-store.ts'
+import type { RunStore } from '../runs/run-store.ts'
 import { answerClientError, sendError, writeRawError } from '../shared/http-answers.ts'
 import { AddressGuard } from '../webhook/address-guard.ts'
 import { WebhookDelivery } from '../webhook/webhook-delivery.ts'
@@ -41,6 +44,8 @@ export interface SidecarOptions {
   headersTimeoutMs?: number
   /** How often a warning names the app while calls wait for its first readiness (default 10 s). */
   notReadyWarningMs?: number
+  /** A run store to use instead of the one RUN_STORE_URL names (tests). */
+  runStore?: RunStore
 }
 
 export interface RunningSidecar {
@@ -50,6 +55,7 @@ export interface RunningSidecar {
   readonly metrics: SidecarMetrics
   readonly inflight: InflightTracker
   readonly webhooks: WebhookSender
+  readonly runs: RunStore
   /** SIGTERM: /readyz turns 503, in-flight work gets `graceSeconds`, then everything closes. True when nothing was cut. */
   drain: (graceSeconds: number) => Promise<boolean>
   /** Closes everything at once. */
@@ -105,8 +111,39 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     logger.warn({ appUrl: config.appUrl.href, waiting: gate.waiting, probe: readiness.lastFailure }, 'calls are waiting for the app to be ready')
   }, options.notReadyWarningMs ?? NOT_READY_WARNING_MS).unref()
 
+  const runs = options.runStore ?? await openRunStore(config.runStoreUrl, {
+    retentionSeconds: config.runRetentionSeconds,
+    maxEvents: config.runMaxEvents,
+    queueDepth: config.asyncQueueDepth,
+    scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
+  })
+  metrics.watchAsyncQueue(async () => await runs.queuedCount())
+  const runner = new AsyncRunner({
+    store: runs,
+    gate,
+    app,
+    appUrl: config.appUrl.href,
+    webhooks,
+    webhookMaxBodyBytes: config.webhookMaxBodyBytes,
+    maxResultBytes: config.envelopeMaxBodyBytes,
+    deadlineSeconds: config.deadlineSeconds,
+    replicaConcurrency: config.replicaConcurrency,
+    runsTotal: metrics.runsTotal,
+    logger,
+    inflight
+  })
+  runs.listen({
+    canceled: (scope, runId) => { runner.canceled(scope, runId) },
+    lost: (run, view) => { runner.lost(run, view) },
+    availability: available => {
+      if (available) logger.info({ runStore: 'redis' }, 'run store reachable')
+      else logger.warn({ runStore: 'redis' }, 'run store unreachable: async runs and run records answer 503 until it is back')
+      runner.availability(available)
+    }
+  })
+
   const recorder = { logger, metrics, inflight }
-  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks, gate })
+  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks, gate, runs })
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl), storeUrl: config.storeUrl.href })
   const websockets = createUpgradeHandler({ ...recorder, config, verifier, gate })
 
@@ -135,16 +172,19 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   await listen(admin, config.adminPort, config.host)
   readiness.start()
   if (health !== readiness) health.start()
+  runner.start()
   if (verifier !== undefined) void revocations.start()
   verifier?.loadKeys(KEYS_RETRY_MS) // readiness waits for a key set, not for the first caller to ask for one
   const port = (server.address() as AddressInfo).port
   const adminPort = (admin.address() as AddressInfo).port
-  logger.info({ port, adminPort, appUrl: config.appUrl.href, storeUrl: config.storeUrl.href, runtime: config.runtime, auth: !config.disableAuth }, 'sidecar listening')
+  logger.info({ port, adminPort, appUrl: config.appUrl.href, storeUrl: config.storeUrl.href, runtime: config.runtime, auth: !config.disableAuth, runStore: runs.shared ? 'redis' : 'memory' }, 'sidecar listening')
   logger.flush() // tooling waiting for the ports (PORT=0) reads this line now, not at the next batch
 
   async function close (): Promise<void> {
     clearInterval(notReady)
+    await runner.close()
     await webhooks.drain(Promise.resolve())
+    await runs.close()
     revocations.stop()
     verifier?.stop()
     stats.stop()
@@ -162,8 +202,10 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     logger.info({ inflight: inflight.count, webhooks: webhooks.pending, graceSeconds }, 'draining')
     let timer: NodeJS.Timeout | undefined
     const graceOver = new Promise<false>(resolve => { timer = setTimeout(resolve, graceSeconds * 1000, false) })
+    // async runs: with a shared store, queued ones stay for the other replicas; in memory they run now
+    const runsDone = runner.drain(graceOver)
     // nothing left at the end of the grace period counts as done too
-    const requestsDone = await Promise.race([quiet(graceOver), graceOver]) || inflight.count === 0
+    const requestsDone = (await Promise.race([quiet(graceOver), graceOver]) || inflight.count === 0) && await runsDone
     if (!requestsDone) logger.warn({ inflight: inflight.count }, 'grace period over; cutting what is left')
     // the last calls' webhooks were handed over as they ended; they get what is left of the grace period
     const webhooksDone = await webhooks.drain(requestsDone ? graceOver : Promise.resolve())
@@ -194,7 +236,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     return false
   }
 
-  return { port, adminPort, logger, metrics, inflight, webhooks, drain, close }
+  return { port, adminPort, logger, metrics, inflight, webhooks, runs, drain, close }
 }
 
 /** How often the key set is fetched again while none was ever fetched: just past the verifier's 5 s back-off after a failure. */

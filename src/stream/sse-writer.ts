@@ -50,6 +50,15 @@ export class SseWriter {
     return this.#res.write(frameSseEvent(data))
   }
 
+  /** Sends `events` whole events already framed (the text ends at an event boundary). */
+  framed (text: string, events: number): boolean {
+    if (events > 0) this.#metrics.sseEvents.inc(events)
+    this.#boundary = 'event'
+    this.#lastByte = NL
+    this.#timer?.refresh()
+    return this.#res.write(text)
+  }
+
   /** Sends bytes that are already SSE (passthrough), counting `events` complete events in them. */
   raw (bytes: Buffer, events: number): boolean {
     if (events > 0) this.#metrics.sseEvents.inc(events)

@@ -62,6 +62,18 @@ export class WebhookCapture {
 
 /** The body POSTed to a webhook: `{"run_id","status_code","result","run_time_ms","timestamp"}` (+ `"truncated": true`). */
 export function webhookBody (runId: string, capture: WebhookCapture, runTimeMs: number, timestamp: string): string {
-  const truncated = capture.truncated ? ',"truncated":true' : ''
-  return `{"run_id":${JSON.stringify(runId)},"status_code":${capture.status},"result":${capture.resultJson()},"run_time_ms":${runTimeMs},"timestamp":"${timestamp}"${truncated}}`
+  return webhookJson(runId, capture.status, capture.resultJson(), runTimeMs, timestamp, capture.truncated)
+}
+
+/**
+ * The webhook body of a recorded run, from its result as JSON text: past `maxBytes`
+ * (WEBHOOK_MAX_BODY_BYTES) it says `"result": null, "truncated": true`, as for a call.
+ */
+export function runWebhookBody (runId: string, statusCode: number, resultJson: string, runTimeMs: number, timestamp: string, maxBytes: number): string {
+  const truncated = Buffer.byteLength(resultJson) > maxBytes
+  return webhookJson(runId, statusCode, truncated ? 'null' : resultJson, runTimeMs, timestamp, truncated)
+}
+
+function webhookJson (runId: string, statusCode: number, resultJson: string, runTimeMs: number, timestamp: string, truncated: boolean): string {
+  return `{"run_id":${JSON.stringify(runId)},"status_code":${statusCode},"result":${resultJson},"run_time_ms":${runTimeMs},"timestamp":"${timestamp}"${truncated ? ',"truncated":true' : ''}}`
 }

@@ -14,6 +14,8 @@ export interface WebhookJob {
   readonly body: string
   /** The caller's `X-Webhook-Secret`, when it sent one: each attempt is then signed. */
   readonly secret: string | undefined
+  /** Told how the delivery ended and how many attempts it made (a recorded run keeps them). */
+  readonly onEnd?: (result: DeliveryResult | 'dropped', attempts: number) => void
 }
 
 export interface DeliverySettings {
@@ -96,6 +98,7 @@ export class WebhookDelivery {
         signal
       })
       metrics.webhookDeliveries.labels('delivered').inc()
+      job.onEnd?.('delivered', made)
       return 'delivered'
     } catch {
       const shutdown = signal.aborted
@@ -106,7 +109,9 @@ export class WebhookDelivery {
         attempts: made,
         outcome: shutdown ? 'shutdown' : (last?.message ?? 'unknown')
       }, 'webhook failed')
-      return shutdown ? 'shutdown' : 'failed'
+      const result = shutdown ? 'shutdown' : 'failed'
+      job.onEnd?.(result, made)
+      return result
     }
   }
 

@@ -57,6 +57,7 @@ export class WebhookSender {
         this.#pendingBytes + bytes > this.#limits.maxPendingBytes) {
       this.#metrics.webhookDeliveries.labels('dropped').inc()
       this.#logger.warn({ runId: job.runId, host: job.url.host, pending: this.#pending.size, pendingBytes: this.#pendingBytes }, 'webhook dropped')
+      job.onEnd?.('dropped', 0)
       return false
     }
     this.#pendingBytes += bytes

@@ -30,7 +30,23 @@ t.test('defaults match the SPEC table', async t => {
   t.equal(c.webhookHeaderBrand, 'Service')
   t.same(c.webhookAllowedCidrs, [])
   t.equal(c.webhookMaxPending, 1000)
+  t.equal(c.runStoreUrl, undefined)
+  t.equal(c.runRetentionSeconds, 3600)
+  t.equal(c.runMaxEvents, 10000)
+  t.equal(c.asyncQueueDepth, 10000)
   t.equal(c.logLevel, 'info')
+})
+
+t.test('RUN_STORE_URL takes redis:// and rediss:// URLs; the password never shows in an error', async t => {
+  t.equal(loadSidecarConfig({ RUN_STORE_URL: 'redis://127.0.0.1:6379/3' }).runStoreUrl?.href, 'redis://127.0.0.1:6379/3')
+  t.equal(loadSidecarConfig({ RUN_STORE_URL: 'rediss://user:s3cret@redis.internal:6380' }).runStoreUrl?.password, 's3cret')
+  t.equal(loadSidecarConfig({ RUN_STORE_URL: 'redis://redis' }).runStoreUrl?.hostname, 'redis')
+  for (const raw of ['http://redis:6379', 'redis://:s3cret@redis:6379/x', 'redis://:s3cret@redis:6379/1/2', 'redis://:s3cret@redis:6379/1#f', 'not a url s3cret']) {
+    let message = ''
+    try { loadSidecarConfig({ RUN_STORE_URL: raw }) } catch (error) { message = (error as Error).message }
+    t.match(message, /^RUN_STORE_URL: expected /, raw)
+    t.notMatch(message, 's3cret', `${raw}: no password in the error`)
+  }
 })
 
 t.test('derived defaults follow the values they depend on', async t => {
@@ -80,7 +96,9 @@ const invalid: Array<[string, string]> = [
   ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/33'], ['WEBHOOK_ALLOWED_CIDRS', 'fd00::/129'],
   ['WEBHOOK_ALLOWED_CIDRS', 'example.com/8'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/8/1'],
   ['WEBHOOK_MAX_PENDING', '0'], ['WEBHOOK_MAX_PENDING', '-1'], ['WEBHOOK_MAX_PENDING', '1.5'], ['WEBHOOK_MAX_PENDING', '100001'],
-  ['WEBHOOK_MAX_PENDING', 'many'], ['LOG_LEVEL', 'verbose']
+  ['WEBHOOK_MAX_PENDING', 'many'], ['LOG_LEVEL', 'verbose'],
+  ['RUN_STORE_URL', 'postgres://db'], ['RUN_RETENTION_SECONDS', '0'], ['RUN_RETENTION_SECONDS', '1.5'],
+  ['RUN_MAX_EVENTS', '0'], ['RUN_MAX_EVENTS', 'lots'], ['ASYNC_QUEUE_DEPTH', '-1'], ['ASYNC_QUEUE_DEPTH', '10000001']
 ]
 for (const [name, value] of invalid) {
   t.test(`${name}=${JSON.stringify(value)} is refused with an error naming it`, async t => {

@@ -1,0 +1,17 @@
+import { MemoryRunStore } from './memory-run-store.ts'
+import type { RunStore, RunStoreSettings } from './run-store.ts'
+
+/** How long a start waits for Redis before it goes on without it (recorded runs then answer 503 until it is back). */
+const REACHABLE_WAIT_MS = 2000
+
+/**
+ * The run store RUN_STORE_URL names: unset, this process's memory; `redis://…`, Redis shared by
+ * every sidecar given the same URL (its client is loaded only then).
+ */
+export async function openRunStore (url: URL | undefined, settings: RunStoreSettings): Promise<RunStore> {
+  if (url === undefined) return new MemoryRunStore(settings)
+  const { RedisRunStore } = await import('./redis-run-store.ts')
+  const store = new RedisRunStore(url.href, settings)
+  await store.reachable(REACHABLE_WAIT_MS)
+  return store
+}

@@ -1,0 +1,79 @@
+import type { IncomingHttpHeaders } from 'node:http'
+import type { Readable } from 'node:stream'
+import type { RunStore, StoredRequest } from '../runs/run-store.ts'
+import { sendJson } from '../shared/http-answers.ts'
+import { appRequestHeaders, type RequestHeaderRules } from './forward-headers.ts'
+import type { HttpCall } from './http-call.ts'
+import type { CallRoute } from './match-route.ts'
+import type { RequestBody } from './request-body.ts'
+import type { WebhookRequest } from './webhook-request.ts'
+
+const RESPOND_ASYNC = /(^|,)\s*respond-async\s*(,|;|$)/i
+
+/** `?async=true`, or `Prefer: respond-async` (RFC 7240). */
+export function wantsAsync (route: CallRoute, headers: IncomingHttpHeaders): boolean {
+  if (route.async) return true
+  const prefer = headers.prefer
+  if (prefer === undefined) return false
+  return RESPOND_ASYNC.test(Array.isArray(prefer) ? prefer.join(',') : prefer)
+}
+
+export interface RunSubmitDeps {
+  readonly store: RunStore
+  /** APP_URL's path, without a trailing slash ('' for none). */
+  readonly basePath: string
+  readonly headerRules: RequestHeaderRules
+}
+
+/**
+ * The async stage (202; 503 queue full or run store unavailable): the request as it would have
+ * been forwarded is recorded and queued, and the caller is answered at once with the run's id
+ * and where to read it.
+ */
+export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined) => Promise<void> {
+  return async function submitRun (call, route, body, webhook) {
+    const query = route.forwardedQuery
+    const request: StoredRequest = {
+      method: call.req.method as string,
+      path: deps.basePath + route.appPath + (query === '' ? '' : '?' + query),
+      headers: withoutRespondAsync(appRequestHeaders(call.req, call.runId, deps.headerRules)),
+      body: await wholeBody(body)
+    }
+    const scope = { projectId: route.projectId, appName: route.appName }
+    await deps.store.submit({
+      scope,
+      runId: call.runId,
+      request,
+      webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: webhook.secret },
+      createdAt: Date.now()
+    })
+    if (call.settled) return
+    sendJson(call.res, 202, `{"run_id":${JSON.stringify(call.runId)},"status":"queued"}`, {
+      'x-request-id': call.runId,
+      location: `/v4/${route.projectId}/${route.appName}/_runs/${call.runId}`
+    })
+  }
+}
+
+/** The body read whole (it is kept until the run starts); the request stage has already bounded it. */
+async function wholeBody (body: RequestBody): Promise<Buffer | null> {
+  if (body === null || Buffer.isBuffer(body)) return body
+  const chunks: Buffer[] = []
+  for await (const chunk of body as Readable) chunks.push(chunk as Buffer)
+  return chunks.length === 0 ? null : Buffer.concat(chunks)
+}
+
+/** The `Prefer` header without `respond-async`, which asked the sidecar, not the app (dropped when nothing is left). */
+function withoutRespondAsync (headers: string[]): string[] {
+  const out: string[] = []
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i] as string
+    let value = headers[i + 1] as string
+    if (name.toLowerCase() === 'prefer') {
+      value = value.split(',').map(part => part.trim()).filter(part => !/^respond-async\s*(;|$)/i.test(part)).join(', ')
+      if (value === '') continue
+    }
+    out.push(name, value)
+  }
+  return out
+}
