@@ -81,6 +81,11 @@ curl -N -X POST ${base}/v4/${PROJECT}/${APP}/generate -H "Authorization: Bearer 
 # an SSE app: its event stream passes through byte for byte, flushed as it arrives
 curl -N "${base}/v4/${PROJECT}/${APP}/events?count=5&delay_ms=500" -H "Authorization: Bearer $TOKEN"
 
+# an async run: 202 at once with its id; follow its events (resumable), then read its record
+RUN=$(curl -s -X POST "${base}/v4/${PROJECT}/${APP}/generate?async=true" -H "Authorization: Bearer $TOKEN" -d '{"prompt":"runs outlive their connection","delay_ms":300}' | node -pe 'JSON.parse(require("fs").readFileSync(0)).run_id')
+curl -N ${base}/v4/${PROJECT}/${APP}/_runs/$RUN/events -H "Authorization: Bearer $TOKEN"
+curl -s ${base}/v4/${PROJECT}/${APP}/_runs/$RUN -H "Authorization: Bearer $TOKEN"
+
 # Get Build, through the sidecar (/v2 is forwarded to the store)
 curl -s ${base}/v2/projects/${PROJECT}/apps/${APP}/builds/${BUILD} -H "Authorization: Bearer $TOKEN"
 
