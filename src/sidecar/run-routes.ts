@@ -1,5 +1,5 @@
 import { once } from 'node:events'
-import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError } from '../errors.ts'
+import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError, SidecarError } from '../errors.ts'
 import { recordJson } from '../runs/run-record.ts'
 import type { RunScope, RunStatus, RunStore } from '../runs/run-store.ts'
 import { sendJson } from '../shared/http-answers.ts'
@@ -66,7 +66,11 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
     if (call.settled) return
     const { res } = call
     const writer = new SseWriter(res, call.runId, deps.heartbeatMs, deps.metrics)
+    // the stream answers from here on: past DEADLINE_SECONDS it ends with an error event, not a cut connection
+    call.forwarded = true
+    call.onAbort({ abortFor: reason => { if (reason instanceof SidecarError) writer.fail(reason.message) } })
     for await (const item of items) {
+      if (res.writableEnded) return
       let writable: boolean
       if (item.type === 'event') {
         writable = writer.framed(frameSseEvent(item.data, undefined, item.n), 1)
