@@ -1,0 +1,80 @@
+import fc from 'fast-check'
+import t from 'tap'
+import { createEventSplitter, type StreamKind } from '../../src/stream/event-splitter.ts'
+
+/** The values `kind` splits `chunks` into, fed one push per chunk, then end(). */
+function split (kind: StreamKind, chunks: Array<string | Buffer>, end = true): string[] {
+  const values: string[] = []
+  const splitter = createEventSplitter(kind, data => { values.push(data) })
+  for (const chunk of chunks) splitter.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk)
+  if (end) splitter.end()
+  return values
+}
+
+/** `text` as UTF-8 bytes cut at every offset in `cuts`. */
+function cutAt (text: string, cuts: number[]): Buffer[] {
+  const bytes = Buffer.from(text)
+  const points = [...new Set(cuts.map(c => Math.min(c, bytes.length)))].sort((a, b) => a - b)
+  const out: Buffer[] = []
+  let from = 0
+  for (const point of points) {
+    out.push(bytes.subarray(from, point))
+    from = point
+  }
+  out.push(bytes.subarray(from))
+  return out
+}
+
+t.test('event-stream: the data of each event, as the WHATWG parser reads it', async t => {
+  t.same(split('event-stream', ['data: a\n\ndata: {"b":1}\n\n']), ['a', '{"b":1}'])
+  t.same(split('event-stream', ['data: one\ndata: two\n\n']), ['one\ntwo'], 'several data lines: one value with line breaks')
+  t.same(split('event-stream', ['data:x\n\ndata:  y\n\n']), ['x', ' y'], 'one space after the colon is dropped, no more')
+  t.same(split('event-stream', ['data: crlf\r\n\r\ndata: cr\r\rdata: lf\n\n']), ['crlf', 'cr', 'lf'], 'CRLF, CR and LF end lines')
+  t.same(split('event-stream', [': comment\n\nevent: tick\nid: 4\nretry: 10\ndata: v\n\n']), ['v'], 'comments, event, id and retry are not values')
+  t.same(split('event-stream', ['event: empty\n\nid: 5\n\n']), [], 'an event without data is not dispatched')
+  t.same(split('event-stream', ['data\n\ndata:\n\n']), ['', ''], 'an empty data field is an empty value')
+  t.same(split('event-stream', ['data: a\n\ndata: unfinished']), ['a'], 'an event the stream never finished is dropped at the end (WHATWG)')
+  t.same(split('event-stream', ['data: a\n']), [], 'a data line without its blank line is not an event yet')
+})
+
+t.test('event-stream: the same values however the bytes are cut, UTF-8 characters included', async t => {
+  const body = 'data: héllo 🌍\n\nevent: x\ndata: {"k":"日本"}\ndata: 2\r\n\r\n: c\n\ndata: end\n\n'
+  const whole = split('event-stream', [body])
+  t.same(whole, ['héllo 🌍', '{"k":"日本"}\n2', 'end'])
+  const length = Buffer.byteLength(body)
+  for (let at = 0; at <= length; at++) {
+    const values = split('event-stream', cutAt(body, [at]))
+    if (JSON.stringify(values) !== JSON.stringify(whole)) t.fail(`cut at byte ${at}: ${JSON.stringify(values)}`)
+  }
+  t.same(split('event-stream', [...Buffer.from(body)].map(byte => Buffer.from([byte]))), whole, 'one byte at a time')
+})
+
+t.test('ndjson: each non-empty line, whitespace-only lines skipped, CRLF trimmed, the last line without a newline kept at the end', async t => {
+  t.same(split('ndjson', ['{"a":1}\n', 'text\r\n', '\n', '   \n', '\t\n', '3']), ['{"a":1}', 'text', '3'])
+  t.same(split('ndjson', ['{"a":', '1}\n{"b"', ':2}\n']), ['{"a":1}', '{"b":2}'], 'lines over several reads')
+  t.same(split('ndjson', ['last'], false), [], 'a last line waits for the end')
+  t.same(split('ndjson', ['last']), ['last'])
+  t.same(split('ndjson', [' padded \n']), [' padded '], 'a line is kept as it is')
+  t.same(split('ndjson', []), [])
+})
+
+t.test('ndjson: the same values however the bytes are cut', async t => {
+  await fc.assert(fc.property(
+    fc.array(fc.string({ unit: 'grapheme' }).filter(s => !/[\r\n]/.test(s) && s.trim() !== ''), { maxLength: 8 }),
+    fc.array(fc.nat(400), { maxLength: 6 }),
+    (lines, cuts) => {
+      const body = lines.map(line => line + '\n').join('')
+      const values = split('ndjson', cutAt(body, cuts))
+      return JSON.stringify(values) === JSON.stringify(lines)
+    }
+  ))
+})
+
+t.test('chunks: each read is one value, as text; a character cut between reads joins the later one', async t => {
+  t.same(split('chunks', ['a', 'bc', 'line\nbreak']), ['a', 'bc', 'line\nbreak'])
+  t.same(split('chunks', ['', 'x', Buffer.alloc(0)]), ['x'], 'an empty read is no value')
+  const euro = Buffer.from('€') // three bytes
+  t.same(split('chunks', [Buffer.concat([Buffer.from('a'), euro.subarray(0, 1)]), euro.subarray(1)]), ['a', '€'])
+  t.same(split('chunks', [euro.subarray(0, 1), euro.subarray(1, 2), euro.subarray(2)]), ['€'], 'reads holding only part of a character wait for the rest')
+  t.same(split('chunks', [Buffer.concat([Buffer.from('z'), euro.subarray(0, 2)])]), ['z', '\ufffd'], 'a character cut by the end becomes U+FFFD')
+})
