@@ -21,11 +21,26 @@ export function createEventSplitter (kind: StreamKind, onEvent: (data: string) =
     const splitter = new NdjsonSplitter()
     return { push: chunk => { splitter.push(chunk, onEvent) }, end: () => { splitter.flush(onEvent) } }
   }
+  if (kind === 'event-stream') return createSseDataParser(onEvent)
   const decoder = new StringDecoder('utf8')
-  if (kind === 'event-stream') {
-    const parser = createParser({ onEvent: event => { onEvent(event.data) } })
-    return { push: chunk => { parser.feed(decoder.write(chunk)) }, end: () => { parser.feed(decoder.end()) } }
-  }
   const emit = (text: string): void => { if (text !== '') onEvent(text) }
   return { push: chunk => { emit(decoder.write(chunk)) }, end: () => { emit(decoder.end()) } }
+}
+
+/**
+ * The `data` of each server-sent event in a byte stream, as the WHATWG parser reads it: UTF-8
+ * decoded across reads, and a byte order mark at the start of the stream skipped.
+ */
+export function createSseDataParser (onEvent: (data: string) => void): EventSplitter {
+  const decoder = new StringDecoder('utf8')
+  const parser = createParser({ onEvent: event => { onEvent(event.data) } })
+  let first = true
+  const feed = (text: string): void => {
+    if (first && text !== '') {
+      first = false
+      if (text.charCodeAt(0) === 0xfeff) text = text.slice(1)
+    }
+    parser.feed(text)
+  }
+  return { push: chunk => { feed(decoder.write(chunk)) }, end: () => { feed(decoder.end()) } }
 }

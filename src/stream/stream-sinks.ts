@@ -1,9 +1,9 @@
 import { StringDecoder } from 'node:string_decoder'
-import { createParser } from 'eventsource-parser'
 import { SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import type { StreamMetrics } from '../shared/metric-contracts.ts'
 import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
+import { createSseDataParser } from './event-splitter.ts'
 import { NdjsonSplitter } from './ndjson-splitter.ts'
 import { SseWriter } from './sse-writer.ts'
 
@@ -36,13 +36,12 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
     eventStream (ctx) {
       const capture = ctx.capture
       const writer = open(ctx)
-      const decoder = new StringDecoder('utf8')
       let events = 0
-      const parser = createParser({ onEvent: event => { events++; capture?.event(event.data) } })
+      const parser = createSseDataParser(data => { events++; capture?.event(data) })
       return {
         write: chunk => {
           events = 0
-          parser.feed(decoder.write(chunk))
+          parser.push(chunk)
           return writer.raw(chunk, events)
         },
         end: () => { writer.end() },

@@ -35,6 +35,9 @@ t.test('event-stream: the data of each event, as the WHATWG parser reads it', as
   t.same(split('event-stream', ['data\n\ndata:\n\n']), ['', ''], 'an empty data field is an empty value')
   t.same(split('event-stream', ['data: a\n\ndata: unfinished']), ['a'], 'an event the stream never finished is dropped at the end (WHATWG)')
   t.same(split('event-stream', ['data: a\n']), [], 'a data line without its blank line is not an event yet')
+  t.same(split('event-stream', ['\ufeffdata: a\n\n\ufeffdata: b\n\n']), ['a'], 'a byte order mark starts the stream and is skipped; later, it is part of a field name')
+  t.same(split('event-stream', [Buffer.from([0xef]), Buffer.from([0xbb, 0xbf]), 'data: a\n\n']), ['a'], 'a byte order mark cut between reads')
+  t.same(split('event-stream', ['', '\ufeffdata: a\n\n']), ['a'], 'an empty first read does not use up the start')
 })
 
 t.test('event-stream: the same values however the bytes are cut, UTF-8 characters included', async t => {

@@ -102,6 +102,10 @@ t.test('envelope: streamed responses give the array of event values, in order, J
   t.equal(sse.response.headers['content-type'], 'text/event-stream; charset=utf-8')
   checkEnvelope(t, sse, 200, [{ n: 1 }, 'hello', 'line1\nline2'], 'SSE passthrough (comments are no events)')
 
+  const bom = await roundTrip('/sse-bom', { accept: 'text/event-stream' })
+  t.same(bom.response.body.subarray(0, 20), Buffer.from('\ufeffdata: first\n\ndata'), 'the caller gets the bytes as sent, the mark included')
+  checkEnvelope(t, bom, 200, ['first', 'second'], 'a byte order mark before the first event is skipped, as an EventSource does')
+
   const chunks = await roundTrip('/chunks', { accept: 'text/event-stream' })
   t.equal(chunks.response.headers['content-type'], 'text/event-stream; charset=utf-8')
   checkEnvelope(t, chunks, 200, [{ n: 1 }, 'text chunk', [1, 2]], 'chunks for a caller accepting SSE')

@@ -37,6 +37,9 @@ export async function startWebhookApp (): Promise<TestServer> {
     } else if (path === '/sse') {
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       res.end(': a comment\n\ndata: {"n":1}\n\ndata: hello\n\nevent: custom\ndata: line1\ndata: line2\n\n')
+    } else if (path === '/sse-bom') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.end('\ufeffdata: first\n\ndata: second\n\n')
     } else if (path === '/chunks') {
       res.writeHead(200, { 'content-type': 'text/plain' })
       const parts = ['{"n":1}', 'text chunk', '[1,2]']
