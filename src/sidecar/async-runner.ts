@@ -56,10 +56,9 @@ export class AsyncRunner implements RunStoreListener {
   readonly #maxParallel: number
   /** Started runs, by scope and run id, for cancels. */
   readonly #running = new Map<string, RunRelay>()
-  /** Taken runs waiting for a slot. */
-  readonly #held = new Set<TakenRun>()
+  /** Runs taken and not yet ended. */
+  #active = 0
   readonly #loop = new AbortController()
-  readonly #hold = new AbortController()
   #wake: Array<() => void> = []
   #stopped: Promise<void> | undefined
 
@@ -69,7 +68,7 @@ export class AsyncRunner implements RunStoreListener {
   }
 
   /** Runs taken and not yet ended. */
-  get active (): number { return this.#running.size + this.#held.size }
+  get active (): number { return this.#active }
 
   /** Starts taking runs. */
   start (): void {
@@ -91,8 +90,8 @@ export class AsyncRunner implements RunStoreListener {
   }
 
   /**
-   * SIGTERM. With a shared store: no new run is taken, and taken runs still waiting for a slot go
-   * back to the queue for the other replicas. In memory: queued runs go on running like in-flight
+   * SIGTERM. With a shared store: no new run is taken, so runs still queued stay for the other
+   * replicas. In memory: queued runs go on running like in-flight
    * calls. Either way the runs under way get until `graceOver`; then they fail with "replica
    * stopped". True when nothing was cut.
    */
@@ -121,7 +120,6 @@ export class AsyncRunner implements RunStoreListener {
 
   #stopTaking (): void {
     this.#loop.abort(new Error('sidecar stopping'))
-    this.#hold.abort(new Error('sidecar stopping'))
   }
 
   async #takeLoop (signal: AbortSignal): Promise<void> {
@@ -129,7 +127,7 @@ export class AsyncRunner implements RunStoreListener {
     let failing = false
     while (!signal.aborted) {
       try {
-        while (this.#held.size > 0 || this.active >= this.#maxParallel) await this.#change(signal)
+        while (this.#active >= this.#maxParallel) await this.#change(signal)
         await gate.whenSlotFree(signal)
         const run = await store.take(signal)
         failing = false
@@ -144,19 +142,18 @@ export class AsyncRunner implements RunStoreListener {
   }
 
   async #execute (run: TakenRun): Promise<void> {
-    const { store, logger, inflight } = this.#deps
-    this.#held.add(run)
+    const { store, logger, inflight, gate } = this.#deps
+    let release: Release | undefined = gate.tryAcquire()
+    if (release === undefined) {
+      // a call took the slot while the run was being taken: the call goes first, and the run goes
+      // back to the queue (not held here, where no other replica could take it)
+      await whileUnavailable(async () => { await store.release(run) })
+        .catch((error: unknown) => { logger.error({ err: error, runId: run.runId }, 'async run could not be given back') })
+      return
+    }
+    this.#active++
     inflight.begin()
-    let release: Release | undefined
     try {
-      try {
-        release = await this.#slot()
-      } catch {
-        await store.release(run) // SIGTERM with a shared store: another replica runs it
-        return
-      } finally {
-        this.#held.delete(run)
-      }
       let started: boolean
       try {
         started = await whileUnavailable(async () => await store.start(run, Date.now()))
@@ -175,18 +172,9 @@ export class AsyncRunner implements RunStoreListener {
       logger.error({ err: error, runId: run.runId }, 'async run could not be recorded')
     } finally {
       release?.()
+      this.#active--
       inflight.end()
       this.#changed()
-    }
-  }
-
-  /** A slot, once one is free and no call waits for it. */
-  async #slot (): Promise<Release> {
-    const { gate } = this.#deps
-    for (;;) {
-      const release = gate.tryAcquire()
-      if (release !== undefined) return release
-      await gate.whenSlotFree(this.#hold.signal)
     }
   }
 
