@@ -20,14 +20,18 @@ export interface RunRoute {
 }
 
 const RUNS_PREFIX = '/_runs'
+const UNDERSCORE = 0x5f
 
 /**
- * The runs stage: undefined when the app path is not under `/_runs` (the call goes to the app);
- * else the route it names. 400 for a malformed run id, 404 for any other shape.
+ * The runs stage: undefined when the app path does not start with `_` (the call goes to the app);
+ * else the `_runs` route it names. 400 for a malformed run id, 404 for any other shape and any
+ * other `_` path (reserved, never forwarded).
  */
 export function matchRunRoute (route: CallRoute): RunRoute | undefined {
   const path = route.appPath
-  if (!path.startsWith(RUNS_PREFIX) || (path.length > RUNS_PREFIX.length && path[RUNS_PREFIX.length] !== '/')) return undefined
+  if (path.charCodeAt(1) !== UNDERSCORE) return undefined
+  // app paths starting with `_` are reserved for the sidecar: only `_runs` is one of its routes yet
+  if (!path.startsWith(RUNS_PREFIX) || (path.length > RUNS_PREFIX.length && path[RUNS_PREFIX.length] !== '/')) throw new RouteNotFoundError()
   const parts = path.slice(RUNS_PREFIX.length + 1).split('/')
   const runId = parts[0] as string
   if (runId === '' || parts.length > 2) throw new RouteNotFoundError()

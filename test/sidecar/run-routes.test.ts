@@ -88,7 +88,9 @@ t.test('route shapes: malformed run id 400, other shapes 404, a wrong method 405
     }
   }
   t.equal((await send(client.runUrl('x'.repeat(128)))).text, NO_SUCH_RUN, 'an id of 128 characters is well formed')
-  for (const path of ['/_runs', '/_runs/', '/_runs/shape/', '/_runs/shape/other', '/_runs/shape/events/more', '/_runs//events', '/_runs/shape/cancel/x']) {
+  // every app path starting with `_` is reserved: the sidecar's, 404 unless one of its routes
+  for (const path of ['/_runs', '/_runs/', '/_runs/shape/', '/_runs/shape/other', '/_runs/shape/events/more', '/_runs//events', '/_runs/shape/cancel/x',
+    '/_', '/_/x', '/_other', '/_runsx', '/_health?async=true']) {
     const r = await send(`${h.base}${client.prefix}${path}`)
     t.equal(r.status, 404, path)
     t.equal(r.text, '{"message":"no such route"}')
@@ -113,7 +115,8 @@ t.test('route shapes: malformed run id 400, other shapes 404, a wrong method 405
   // the reserved path with async=true or Prefer: respond-async is still the sidecar's
   t.equal((await send(`${client.runUrl('shape')}?async=true`)).text, record)
   t.equal((await send(client.runUrl('shape'), { headers: { prefer: 'respond-async' } })).text, record)
-  t.same(app.requests.map(r => r.url), ['/json'], 'only the submitted run reached the app')
+  t.equal((await send(`${h.base}${client.prefix}/json/_runs`)).status, 200, 'an underscore further on is the app\'s')
+  t.same(app.requests.map(r => r.url), ['/json', '/json/_runs'], 'only the submitted run and the app\'s own path reached the app')
 })
 
 t.test('cancel a queued run: canceled, never reaches the app, no webhook', async t => {
