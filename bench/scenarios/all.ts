@@ -4,8 +4,9 @@ import { getBuildScenario } from './get-build.ts'
 import { jsonPostScenario } from './json-post.ts'
 import { largeBodyScenario } from './large-body.ts'
 import { sseScenario } from './sse.ts'
+import { asyncScenario } from './async.ts'
 import { webhooksScenario } from './webhooks.ts'
 import { websocketScenario } from './websocket.ts'
 
 /** Every scenario, in the order a full run measures them. */
-export const SCENARIOS: Scenario[] = [jsonPostScenario, sseScenario, webhooksScenario, getBuildScenario, gateScenario, websocketScenario, largeBodyScenario]
+export const SCENARIOS: Scenario[] = [jsonPostScenario, sseScenario, webhooksScenario, getBuildScenario, gateScenario, websocketScenario, largeBodyScenario, asyncScenario]

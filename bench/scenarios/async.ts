@@ -1,0 +1,397 @@
+import http from 'node:http'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createParser } from 'eventsource-parser'
+import { Redis } from 'ioredis'
+import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
+import { scrapeMetrics, sumOf } from '../admin-metrics.ts'
+import type { BenchChild } from '../child-processes.ts'
+import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
+import { Latencies, type LoadRequest, type Measurement, runLoad, summarize } from '../load.ts'
+import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import type { BenchSettings } from '../settings.ts'
+import { startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
+
+/**
+ * Issue 14: async runs. Submissions per second (202s) with the run store in memory and in Redis;
+ * runs completed per second end to end by one sidecar and by two sharing Redis; the lag of a run's
+ * events from the app's write to a reader of the events route (memory; Redis, the reader on the
+ * sidecar running the run or on the other one); and a plain call's throughput with RUN_STORE_URL
+ * unset and set. Targets: ≥ 2,000 submissions/s with Redis, event lag p99 ≤ 5 ms (memory) and
+ * ≤ 10 ms (Redis), plain calls within 3%.
+ */
+const PROJECT_ID = 'bench'
+const APP_NAME = 'app'
+const BODY = '{"name":"Ada"}'
+const SUBMIT_TARGET = 2000
+const LAG_MEMORY_MS = 5
+const LAG_REDIS_MS = 10
+const PLAIN_TOLERANCE = 0.03
+/** The completion phase's app holds each run this long; each sidecar runs this many at once. */
+const HOLD_MS = 20
+const RUN_SLOTS = 4
+/** Streams followed at once in the lag phase, and their pace at the app (40 streams × 50 events/s = 2,000 events/s). */
+const LAG_STREAMS = 40
+const LAG_INTERVAL_MS = 20
+
+/** BENCH_REDIS_URL (default database 11 of the machine's Redis): flushed before every target that uses it. */
+const redisUrl = (): string => process.env.BENCH_REDIS_URL?.trim() || 'redis://127.0.0.1:6379/11'
+
+async function flushRedis (): Promise<void> {
+  const redis = new Redis(redisUrl(), { lazyConnect: true, maxRetriesPerRequest: 1 })
+  try {
+    await redis.connect()
+    await redis.flushdb()
+  } finally {
+    redis.disconnect()
+  }
+}
+
+/** The Redis server's pid (its CPU is the targets' work, not other load), or why Redis cannot be used. */
+async function findRedis (): Promise<{ pid: number } | { skip: string }> {
+  const redis = new Redis(redisUrl(), { lazyConnect: true, maxRetriesPerRequest: 1 })
+  try {
+    await redis.connect()
+    await redis.flushdb()
+    const pid = Number(/process_id:(\d+)/.exec(await redis.info('server'))?.[1])
+    return { pid }
+  } catch (error) {
+    return { skip: `Redis at ${redisUrl()} is not reachable (${(error as Error).message}); set BENCH_REDIS_URL` }
+  } finally {
+    redis.disconnect()
+  }
+}
+
+const expectGreeting = (status: number, body: string): void => {
+  if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
+  const parsed = JSON.parse(body) as { result?: { greeting?: unknown } }
+  if (parsed.result?.greeting !== 'Hello, Ada!') throw new Error(`unexpected body: ${body.slice(0, 200)}`)
+}
+
+const expectQueued = (status: number, body: string): void => {
+  if (status !== 202) throw new Error(`expected 202, got ${status}: ${body.slice(0, 200)}`)
+  if (!/^\{"run_id":"[^"]+","status":"queued"\}$/.test(body)) throw new Error(`unexpected body: ${body.slice(0, 200)}`)
+}
+
+interface Sidecar { origin: string, adminOrigin: string, child: BenchChild }
+
+const succeededRuns = async (sidecars: Sidecar[]): Promise<number> => {
+  let total = 0
+  for (const sidecar of sidecars) total += sumOf(await scrapeMetrics(sidecar.adminOrigin), 'sidecar_runs_total', { status: 'succeeded' })
+  return total
+}
+
+/** Waits until no run is queued or running on any of the sidecars (the warm-up's runs ended). */
+async function settled (sidecars: Sidecar[]): Promise<void> {
+  for (const deadline = performance.now() + 60_000; performance.now() < deadline; await sleep(20)) {
+    let busy = 0
+    for (const sidecar of sidecars) {
+      const samples = await scrapeMetrics(sidecar.adminOrigin)
+      busy += sumOf(samples, 'sidecar_async_queued_runs') + sumOf(samples, 'sidecar_inflight_requests')
+    }
+    if (busy === 0) return
+  }
+  throw new Error('the sidecars did not settle within 60 s')
+}
+
+const nowUs = (): number => (performance.timeOrigin + performance.now()) * 1000
+
+/**
+ * Runs completed per second: `runs` async runs submitted to the first sidecar (20 at a time),
+ * timed from the first submission until every sidecar's sidecar_runs_total{status="succeeded"}
+ * adds up to them all. Latencies: the submissions'.
+ */
+async function completionPhase (sidecars: Sidecar[], runs: number, headers: Record<string, string>): Promise<Measurement> {
+  await settled(sidecars)
+  const before = await succeededRuns(sidecars)
+  const latencies = new Latencies()
+  const statusCodes: Record<string, number> = {}
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 20 })
+  const url = new URL(`${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/run?async=true`)
+  const startedAt = performance.now()
+  let next = 0
+  const submitOne = async (): Promise<void> => {
+    while (next < runs) {
+      next++
+      const sentAt = performance.now()
+      const status = await new Promise<number>(resolve => {
+        const req = http.request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method: 'POST', headers, agent }, res => {
+          res.resume()
+          res.once('end', () => { resolve(res.statusCode ?? 0) })
+        })
+        req.once('error', () => { resolve(0) })
+        req.end(BODY)
+      })
+      statusCodes[status] = (statusCodes[status] ?? 0) + 1
+      if (status === 202) latencies.push(performance.now() - sentAt)
+    }
+  }
+  await Promise.all(Array.from({ length: 20 }, submitOne))
+  agent.destroy()
+  const accepted = statusCodes[202] ?? 0
+  let done = 0
+  const deadline = performance.now() + 120_000
+  while (performance.now() < deadline) {
+    done = await succeededRuns(sidecars) - before
+    if (done >= accepted) break
+    await sleep(20)
+  }
+  const seconds = (performance.now() - startedAt) / 1000
+  const measured = summarize(latencies.values.subarray(0, latencies.count), {
+    ok: done, errors: 0, timeouts: 0, non2xx: runs - accepted, statusCodes, durationSeconds: seconds, connections: 20
+  })
+  return { ...measured, valid: measured.valid && done === accepted, extra: { runs: accepted, completed: done } }
+}
+
+/** One followed run's reader: each event's lag (arrival here − the app's write), -1 events on a gap or error. */
+function follow (eventsUrl: string, headers: Record<string, string>, latencies: Latencies): Promise<{ events: number, failed: boolean }> {
+  return new Promise(resolve => {
+    const outcome = { events: 0, failed: false }
+    let next = 0
+    let receivedAt = 0
+    const req = http.get(eventsUrl, { headers: { ...headers, accept: 'text/event-stream' } }, res => {
+      if (res.statusCode !== 200) { outcome.failed = true; res.resume(); res.once('end', () => { resolve(outcome) }); return }
+      res.setEncoding('utf8')
+      const parser = createParser({
+        onEvent: event => {
+          if (event.event === 'done') return
+          if (event.event === 'error') { outcome.failed = true; return }
+          const value = JSON.parse(event.data) as { i: number, t: number }
+          if (value.i !== next) outcome.failed = true
+          next = value.i + 1
+          outcome.events++
+          latencies.push((receivedAt - value.t) / 1000)
+        }
+      })
+      res.on('data', (chunk: string) => { receivedAt = nowUs(); parser.feed(chunk) })
+      res.once('end', () => { resolve(outcome) })
+      res.once('error', () => { outcome.failed = true; resolve(outcome) })
+    })
+    req.once('error', () => { outcome.failed = true; resolve(outcome) })
+  })
+}
+
+/**
+ * Event lag: LAG_STREAMS async runs of the stream app (NDJSON, each line stamped with its write
+ * time), submitted to the first sidecar and each followed from its first event by a reader on
+ * every sidecar given. Latencies: every event's lag; extra: the p99 per reader's sidecar.
+ */
+async function lagPhase (sidecars: Sidecar[], durationSeconds: number, headers: Record<string, string>): Promise<Measurement> {
+  const all = new Latencies()
+  const perSidecar = sidecars.map(() => new Latencies())
+  const startedAt = performance.now()
+  const followers: Array<Promise<{ events: number, failed: boolean }>> = []
+  let rejected = 0
+  for (let i = 0; i < LAG_STREAMS; i++) {
+    const submitted = await fetch(`${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/stream?interval_ms=${LAG_INTERVAL_MS}&duration_ms=${durationSeconds * 1000}&async=true`,
+      { headers })
+    if (submitted.status !== 202) { rejected++; continue }
+    const { run_id: runId } = await submitted.json() as { run_id: string }
+    sidecars.forEach((sidecar, s) => {
+      const latencies = perSidecar[s] as Latencies
+      const both = { push: (v: number) => { latencies.push(v); all.push(v) } } as unknown as Latencies
+      followers.push(follow(`${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/_runs/${runId}/events`, headers, both))
+    })
+  }
+  const outcomes = await Promise.all(followers)
+  const seconds = (performance.now() - startedAt) / 1000
+  const p99 = (l: Latencies): number => summarize(l.values.subarray(0, l.count), { ok: l.count, errors: 0, timeouts: 0, non2xx: 0, statusCodes: {}, durationSeconds: 1, connections: 1 }).p99Ms
+  const events = outcomes.reduce((sum, o) => sum + o.events, 0)
+  const measured = summarize(all.values.subarray(0, all.count), {
+    ok: events,
+    errors: outcomes.filter(o => o.failed).length,
+    timeouts: 0,
+    non2xx: rejected,
+    statusCodes: { 202: LAG_STREAMS - rejected },
+    durationSeconds: seconds,
+    connections: followers.length
+  })
+  const extra: Record<string, number> = { readers: followers.length, eventsPerReader: events / Math.max(1, followers.length), p99RunnerSideMs: p99(perSidecar[0] as Latencies) }
+  if (sidecars.length > 1) extra.p99OtherSidecarMs = p99(perSidecar[1] as Latencies)
+  return { ...measured, extra }
+}
+
+async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
+  const app = await startExampleApp(ctx)
+  const streamApp = await startBenchServer(ctx, 'stream-app', 'stream-app.ts')
+  const slowApp = await startBenchServer(ctx, 'slow-app', 'slow-app.ts', { HOLD_MS: String(HOLD_MS) })
+  const issuer = await createTokenIssuer()
+  const jwks = await serveJwks([issuer])
+  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const headers = { 'content-type': 'application/json', authorization: `Bearer ${token}` }
+  const redis = await findRedis()
+  const redisMissing = 'skip' in redis ? redis.skip : undefined
+
+  const startSidecars = async (name: string, count: number, appOrigin: string, env: NodeJS.ProcessEnv): Promise<Sidecar[]> => {
+    const started: Sidecar[] = []
+    for (let i = 0; i < count; i++) {
+      started.push(await startSidecarProcess(ctx, {
+        appOrigin,
+        jwksUrl: jwks.url,
+        logLevel: 'warn',
+        name: count === 1 ? name : `${name}-${i + 1}`,
+        env: { PROJECT_ID, APP_NAME, ASYNC_QUEUE_DEPTH: '10000000', ...env }
+      }))
+    }
+    return started
+  }
+  const stopAll = async (sidecars: Sidecar[]): Promise<void> => { for (const s of sidecars) await s.child.stop() }
+  const withRedis = (shared: boolean): NodeJS.ProcessEnv => shared ? { RUN_STORE_URL: redisUrl() } : {}
+
+  /** Plain calls (the json-post request), the run store unset or Redis. */
+  const plainTarget = (shared: boolean): TargetDef => ({
+    id: shared ? 'plain-redis' : 'plain',
+    label: shared ? 'plain calls, RUN_STORE_URL=redis' : 'plain calls, no RUN_STORE_URL',
+    phases: ['plain'],
+    ...(shared && redisMissing !== undefined ? { skipReason: redisMissing } : {}),
+    start: async (): Promise<RunningTarget> => {
+      if (shared) await flushRedis()
+      const sidecars = await startSidecars(shared ? 'sidecar-redis' : 'sidecar', 1, app.origin, withRedis(shared))
+      const sidecar = sidecars[0] as Sidecar
+      return {
+        request: { url: `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/run`, method: 'POST', headers, body: BODY },
+        checkResponse: expectGreeting,
+        children: sidecars.map(s => s.child),
+        stop: async () => { await stopAll(sidecars) }
+      }
+    }
+  })
+
+  /** Async submissions: the store in memory, or two sidecars sharing Redis (submitted to the first). */
+  const submitTarget = (shared: boolean): TargetDef => ({
+    id: shared ? 'submit-redis' : 'submit-memory',
+    label: shared ? 'async submissions, two sidecars sharing Redis' : 'async submissions, run store in memory',
+    phases: ['submit'],
+    ...(shared && redisMissing !== undefined ? { skipReason: redisMissing } : {}),
+    start: async (): Promise<RunningTarget> => {
+      if (shared) await flushRedis()
+      const sidecars = await startSidecars(shared ? 'submit-redis' : 'submit-memory', shared ? 2 : 1, app.origin, withRedis(shared))
+      return {
+        request: { url: `${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/run?async=true`, method: 'POST', headers, body: BODY },
+        checkResponse: expectQueued,
+        children: sidecars.map(s => s.child),
+        stop: async () => { await stopAll(sidecars) }
+      }
+    }
+  })
+
+  /** Event lag: the store in memory, or two sidecars sharing Redis (a reader on each), in front of the stream app. */
+  const lagTarget = (shared: boolean): TargetDef => ({
+    id: shared ? 'lag-redis' : 'lag-memory',
+    label: shared ? 'run events, two sidecars sharing Redis' : 'run events, run store in memory',
+    phases: ['lag'],
+    ...(shared && redisMissing !== undefined ? { skipReason: redisMissing } : {}),
+    start: async (): Promise<RunningTarget> => {
+      if (shared) await flushRedis()
+      const sidecars = await startSidecars(shared ? 'lag-redis' : 'lag-memory', shared ? 2 : 1, streamApp.origin, withRedis(shared))
+      return {
+        request: { url: `${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/stream?count=1&interval_ms=0&async=true`, method: 'GET', headers },
+        checkResponse: expectQueued,
+        children: sidecars.map(s => s.child),
+        runPhase: async (_phase, settings) => await lagPhase(sidecars, settings.durationSeconds, headers),
+        stop: async () => { await stopAll(sidecars) }
+      }
+    }
+  })
+
+  /** Runs completed per second: one sidecar, or two sharing Redis, each running RUN_SLOTS at once against a HOLD_MS app. */
+  const fleetTarget = (count: number): TargetDef => ({
+    id: `fleet-${count}`,
+    label: count === 1 ? 'one sidecar, Redis' : `${count} sidecars sharing Redis`,
+    phases: ['complete'],
+    ...(redisMissing !== undefined ? { skipReason: redisMissing } : {}),
+    start: async (): Promise<RunningTarget> => {
+      await flushRedis()
+      const sidecars = await startSidecars(`fleet-${count}`, count, slowApp.origin, { RUN_STORE_URL: redisUrl(), REPLICA_CONCURRENCY: String(RUN_SLOTS) })
+      const request: LoadRequest = { url: `${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/run?async=true`, method: 'POST', headers, body: BODY }
+      return {
+        request,
+        checkResponse: expectQueued,
+        children: sidecars.map(s => s.child),
+        runPhase: async (_phase, settings) => await completionPhase(sidecars, Math.round(RUN_SLOTS * 1000 / HOLD_MS * settings.durationSeconds), headers),
+        stop: async () => { await stopAll(sidecars) }
+      }
+    }
+  })
+
+  return {
+    targets: [plainTarget(false), plainTarget(true), submitTarget(false), submitTarget(true), lagTarget(false), lagTarget(true), fleetTarget(1), fleetTarget(2)],
+    children: [app.child, streamApp.child, slowApp.child],
+    // a Redis on another machine has no pid here: its CPU is then simply not seen
+    ...('pid' in redis && Number.isInteger(redis.pid) ? { outsideProcesses: async () => ({ 'redis-server': redis.pid }) } : {}),
+    close: async () => {
+      await app.child.stop()
+      await streamApp.child.stop()
+      await slowApp.child.stop()
+      await jwks.close()
+    }
+  }
+}
+
+function evaluate (results: TargetResult[]): Evaluation {
+  const plain = pairedRatio('plain-redis/plain', 'plain calls/s with RUN_STORE_URL=redis / without', '×',
+    roundsOf(results, 'plain-redis', 'plain'), roundsOf(results, 'plain', 'plain'), (x, y) => x.rps / y.rps)
+  const submitRedis = ownFigure('submit-redis', '202s/s, two sidecars sharing Redis (submitted to one)', 'req/s', roundsOf(results, 'submit-redis', 'submit'), x => x.rps)
+  const submitMemory = ownFigure('submit-memory', '202s/s, run store in memory', 'req/s', roundsOf(results, 'submit-memory', 'submit'), x => x.rps)
+  const lagMemory = ownFigure('lag-memory', 'event lag p99, memory', 'ms', roundsOf(results, 'lag-memory', 'lag'), x => x.p99Ms)
+  const lagRedis = ownFigure('lag-redis', 'event lag p99, Redis (readers on both sidecars)', 'ms', roundsOf(results, 'lag-redis', 'lag'), x => x.p99Ms)
+  const lagOther = ownFigure('lag-redis-other', 'event lag p99, Redis, reader on the sidecar the run was not submitted to', 'ms',
+    roundsOf(results, 'lag-redis', 'lag'), x => x.extra?.p99OtherSidecarMs ?? NaN)
+  const fleet = pairedRatio('fleet-2/fleet-1', 'runs completed/s, two sidecars sharing Redis / one', '×',
+    roundsOf(results, 'fleet-2', 'complete'), roundsOf(results, 'fleet-1', 'complete'), (x, y) => x.rps / y.rps)
+  const checks: Check[] = [
+    thresholdCheck(`≥ ${SUBMIT_TARGET.toLocaleString('en-US')} submissions/s with Redis`, submitRedis, SUBMIT_TARGET, true),
+    thresholdCheck(`event lag p99 ≤ ${LAG_MEMORY_MS} ms (memory)`, lagMemory, LAG_MEMORY_MS, false),
+    thresholdCheck(`event lag p99 ≤ ${LAG_REDIS_MS} ms (Redis)`, lagRedis, LAG_REDIS_MS, false),
+    thresholdCheck(`plain calls with RUN_STORE_URL set ≥ ${1 - PLAIN_TOLERANCE}× without`, plain, 1 - PLAIN_TOLERANCE, true)
+  ]
+  return {
+    ratios: [plain, submitMemory, submitRedis, lagMemory, lagRedis, lagOther, fleet],
+    checks,
+    notes: [`runs completed/s: each sidecar runs ${RUN_SLOTS} at once (REPLICA_CONCURRENCY) against an app holding each call ${HOLD_MS} ms, so one sidecar's ceiling is ${RUN_SLOTS * 1000 / HOLD_MS} runs/s and two sidecars' is twice that`]
+  }
+}
+
+export const asyncScenario: Scenario = {
+  name: 'async',
+  baselineId: 'plain',
+  description: 'async runs: submissions (202) per second, runs completed per second by one sidecar and by two sharing Redis, event lag from the app to a reader of the events route, and plain calls with and without RUN_STORE_URL',
+  phases: [
+    { id: 'plain', label: 'plain calls, max throughput', run: async (request, settings) => await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds }) },
+    { id: 'submit', label: 'async submissions, max throughput', run: async (request, settings) => await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds }) },
+    {
+      id: 'lag',
+      label: `event lag, ${LAG_STREAMS} streamed runs × ${1000 / LAG_INTERVAL_MS} events/s`,
+      rateUnit: 'events/s',
+      run: async () => { throw new Error('the lag phase runs through its target') },
+      columns: [{ key: 'readers', label: 'readers' }, { key: 'p99RunnerSideMs', label: 'p99 ms, reader on the submitting sidecar', digits: 2 },
+        { key: 'p99OtherSidecarMs', label: 'p99 ms, reader on the other', digits: 2 }]
+    },
+    {
+      id: 'complete',
+      label: 'runs completed end to end',
+      rateUnit: 'runs/s',
+      run: async () => { throw new Error('the complete phase runs through its target') },
+      columns: [{ key: 'runs', label: 'runs', combine: 'sum' }, { key: 'completed', label: 'completed', combine: 'sum' }]
+    }
+  ],
+  method: settings =>
+    `Plain calls and submissions: autocannon, ${settings.connections} connections, ${settings.durationSeconds} s, auth on (a cached token); ` +
+    'each submission is a POST ?async=true of the json-post body, run at the example app by the same sidecars meanwhile (ASYNC_QUEUE_DEPTH raised so none is refused). ' +
+    `Event lag: ${LAG_STREAMS} async runs of the stream app (NDJSON, one line every ${LAG_INTERVAL_MS} ms for the phase, each stamped with its write time), ` +
+    'each followed by one reader of its events route per sidecar; lag = arrival at the reader − the app\'s write (one clock). ' +
+    `Runs completed: ${RUN_SLOTS * 1000 / HOLD_MS} runs × phase seconds submitted to the first sidecar (20 at a time), timed until the sidecars' ` +
+    'sidecar_runs_total{status="succeeded"} account for all. Redis: BENCH_REDIS_URL (default redis://127.0.0.1:6379/11, flushed before each target).',
+  prepare,
+  evaluate,
+  // the targets measured by their own phase would queue far more runs than they finish from a
+  // full autocannon warm-up: they get a hundred requests, one at a time
+  warmUp: async (target, settings) => {
+    if (target.runPhase === undefined) return await runLoad(target.request, { connections: settings.connections, durationSeconds: settings.warmupSeconds })
+    const { url, method, headers, body } = target.request
+    for (let i = 0; i < 100; i++) {
+      const response = await fetch(url, { method, headers, ...(body === undefined ? {} : { body }) })
+      target.checkResponse(response.status, await response.text())
+    }
+    return undefined
+  }
+}
