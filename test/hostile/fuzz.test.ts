@@ -134,7 +134,7 @@ const target = fc.oneof(
 const method = fc.constantFrom('GET', 'GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS')
 
 type TargetOutcome = { kind: 'malformed' } | { kind: 'not-route' } | { kind: 'store', method: string } | { kind: 'no-app' } |
-{ kind: 'bad-webhook', message: string } | { kind: 'forward', url: string } | { kind: 'unsure' }
+{ kind: 'bad-webhook', message: string } | { kind: 'forward', url: string } | { kind: 'unsure' } | { kind: 'reserved' }
 
 function targetOracle (sent: Buffer, verb: string): TargetOutcome {
   // the parser tolerates extra spaces around the target (the target itself stays unambiguous)
@@ -151,6 +151,7 @@ function targetOracle (sent: Buffer, verb: string): TargetOutcome {
   const [projectId, appName] = segments as [string, string]
   if (!ID.test(projectId) || !ID.test(appName) || projectId !== 'proj' || appName !== 'app') return { kind: 'no-app' }
   const appPath = segments.length === 2 ? '/' : '/' + segments.slice(2).join('/')
+  if (appPath.startsWith('/_')) return { kind: 'reserved' } // the sidecar's own paths: _runs routes, else 404
   const { endpoint, forwarded } = splitOracle(query)
   if (endpoint !== undefined) {
     const message = endpointError(endpoint)
@@ -180,6 +181,13 @@ t.test('request targets: the right status for every path and query, and the app 
       case 'unsure': {
         const response = expectOneResponse(x)
         assert.ok(response.status === 400 || response.status === 404, `status ${response.status}`)
+        messageOf(response)
+        break
+      }
+      case 'reserved': {
+        // 404 no such route / no such run, 400 a malformed run id, 405 a method the route does not take
+        const response = expectOneResponse(x)
+        assert.ok([400, 404, 405].includes(response.status), `status ${response.status}`)
         messageOf(response)
         break
       }
