@@ -2,7 +2,8 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:
 import { performance } from 'node:perf_hooks'
 import { openStream, type OpenStream } from '../stream/sse-test-kit.ts'
 import { send, type SentResponse } from './http-client.ts'
-import { eventually, startTestServer, type TestServer } from './sidecar-harness.ts'
+import { eventually, type Harness, startHarness, startTestServer, type TestServer } from './sidecar-harness.ts'
+import { startWebhookReceiver, type WebhookReceiver } from './webhook-receiver.ts'
 
 /** A run record as `GET …/_runs/{id}` answers it (the SPEC's fields; absent ones are absent). */
 export interface RunRecordBody {
@@ -192,4 +193,27 @@ export async function startRunsApp (): Promise<RunsApp> {
     requestsTo: (prefix: string) => app.requests.filter(r => r.url.startsWith(prefix))
   })
   return runsApp
+}
+
+interface Teardown { teardown: (fn: () => unknown) => void }
+
+/** A runs app (startRunsApp), closed at `t`'s teardown. */
+export async function runsAppFor (t: Teardown): Promise<RunsApp> {
+  const app = await startRunsApp()
+  t.teardown(() => app.close())
+  return app
+}
+
+/** An in-process sidecar in front of `appUrl` with `env`, closed at `t`'s teardown. */
+export async function runsSidecarFor (t: Teardown, appUrl: string, env: Record<string, string> = {}): Promise<Harness> {
+  const h = await startHarness(appUrl, env)
+  t.teardown(() => h.close())
+  return h
+}
+
+/** A webhook receiver (startWebhookReceiver), closed at `t`'s teardown. */
+export async function receiverFor (t: Teardown, ...script: Parameters<typeof startWebhookReceiver>): Promise<WebhookReceiver> {
+  const receiver = await startWebhookReceiver(...script)
+  t.teardown(() => receiver.close())
+  return receiver
 }

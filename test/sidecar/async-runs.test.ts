@@ -3,31 +3,16 @@ import t, { type Test } from 'tap'
 import { verifyWebhook } from '../../src/webhook/webhook-signature.ts'
 import { fetchMetrics, metric, sampleValue } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
-import { runsClient, type RunRecordBody, type RunsApp, startRunsApp } from '../helpers/runs-client.ts'
+import { receiverFor, runsAppFor, runsClient, runsSidecarFor, type RunRecordBody } from '../helpers/runs-client.ts'
 import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
 import { sleep } from '../helpers/timing.ts'
-import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
+import type { WebhookReceiver } from '../helpers/webhook-receiver.ts'
 
 const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/
 const RECORD_FIELDS = ['run_id', 'status', 'created_at', 'started_at', 'completed_at', 'queue_time_ms', 'run_time_ms', 'status_code', 'result', 'error', 'webhook']
 
-async function appFor (t: Test): Promise<RunsApp> {
-  const app = await startRunsApp()
-  t.teardown(() => app.close())
-  return app
-}
-
-async function sidecarFor (t: Test, appUrl: string, env: Record<string, string> = {}): Promise<Harness> {
-  const h = await startHarness(appUrl, { DISABLE_AUTH: 'true', ...env })
-  t.teardown(() => h.close())
-  return h
-}
-
-async function receiverFor (t: Test, ...script: Parameters<typeof startWebhookReceiver>): Promise<WebhookReceiver> {
-  const receiver = await startWebhookReceiver(...script)
-  t.teardown(() => receiver.close())
-  return receiver
-}
+const appFor = runsAppFor
+const sidecarFor = async (t: Test, appUrl: string, env: Record<string, string> = {}): Promise<Harness> => await runsSidecarFor(t, appUrl, { DISABLE_AUTH: 'true', ...env })
 
 /** The record's fields in the SPEC's order: every key known, none twice, in order. */
 function checkFieldOrder (t: Test, record: object, expected: string[]): void {

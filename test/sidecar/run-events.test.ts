@@ -2,21 +2,12 @@ import { performance } from 'node:perf_hooks'
 import t, { type Test } from 'tap'
 import { metric } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
-import { type HeldRequest, runsClient, type RunsApp, type RunsClient, startRunsApp } from '../helpers/runs-client.ts'
-import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
+import { type HeldRequest, runsAppFor, runsClient, type RunsApp, type RunsClient, runsSidecarFor } from '../helpers/runs-client.ts'
+import { eventually, type Harness } from '../helpers/sidecar-harness.ts'
 import type { OpenStream } from '../stream/sse-test-kit.ts'
 
-async function appFor (t: Test): Promise<RunsApp> {
-  const app = await startRunsApp()
-  t.teardown(() => app.close())
-  return app
-}
-
-async function sidecarFor (t: Test, appUrl: string, env: Record<string, string> = {}): Promise<Harness> {
-  const h = await startHarness(appUrl, { DISABLE_AUTH: 'true', ...env })
-  t.teardown(() => h.close())
-  return h
-}
+const appFor = runsAppFor
+const sidecarFor = async (t: Test, appUrl: string, env: Record<string, string> = {}): Promise<Harness> => await runsSidecarFor(t, appUrl, { DISABLE_AUTH: 'true', ...env })
 
 /** Submits an NDJSON run, writes `lines` one read at a time, ends it, and returns its final record text. */
 async function ndjsonRun (app: RunsApp, client: RunsClient, runId: string, lines: string[]): Promise<string> {

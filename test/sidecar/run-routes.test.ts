@@ -1,28 +1,11 @@
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { verifyWebhook } from '../../src/webhook/webhook-signature.ts'
 import { metric } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
-import { runsClient, type RunRecordBody, type RunsApp, startRunsApp } from '../helpers/runs-client.ts'
-import { type Harness, startHarness } from '../helpers/sidecar-harness.ts'
-import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
+import { receiverFor, runsAppFor, runsClient, runsSidecarFor, type RunRecordBody } from '../helpers/runs-client.ts'
 
-async function appFor (t: Test): Promise<RunsApp> {
-  const app = await startRunsApp()
-  t.teardown(() => app.close())
-  return app
-}
-
-async function sidecarFor (t: Test, appUrl: string, env: Record<string, string> = {}): Promise<Harness> {
-  const h = await startHarness(appUrl, env)
-  t.teardown(() => h.close())
-  return h
-}
-
-async function receiverFor (t: Test): Promise<WebhookReceiver> {
-  const receiver = await startWebhookReceiver()
-  t.teardown(() => receiver.close())
-  return receiver
-}
+const appFor = runsAppFor
+const sidecarFor = runsSidecarFor
 
 const NO_SUCH_RUN = '{"message":"no such run"}'
 
