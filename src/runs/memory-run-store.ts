@@ -2,7 +2,7 @@ import { LRUCache } from 'lru-cache'
 import { AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError } from '../errors.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord } from './run-record.ts'
 import type {
-  NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
+  KeptAnswer, KeyClaim, KeyEntry, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
 } from './run-store.ts'
 
@@ -35,6 +35,8 @@ interface Taker {
 
 /** Finished runs kept for RUN_RETENTION_SECONDS, at most this many bytes of results and events (then the oldest go first). */
 const FINISHED_BYTES = 256 * 1024 * 1024
+/** Kept answers of Idempotency-Keys, at most this many bytes (then the oldest go first; a claim still running is never dropped). */
+const ANSWER_BYTES = 64 * 1024 * 1024
 
 /**
  * The run store in this process's memory (RUN_STORE_URL unset): one sidecar, nothing to
@@ -50,6 +52,9 @@ export class MemoryRunStore implements RunStore {
   /** Queued (not taken) runs per scope, in submission order; canceled ones are skipped when met. */
   readonly #queues = new Map<string, MemoryRun[]>()
   readonly #waiting = new Map<string, number>()
+  /** Idempotency-Key slots whose first request still runs (never evicted), and the answered ones. */
+  readonly #claims = new Map<string, { readonly entry: KeyEntry, readonly expires: number }>()
+  readonly #answers: LRUCache<string, KeyEntry>
   #takers: Taker[] = []
   #seq = 0
   #listener: RunStoreListener | undefined
@@ -62,6 +67,34 @@ export class MemoryRunStore implements RunStore {
       maxSize: FINISHED_BYTES,
       sizeCalculation: run => 512 + (run.resultJson?.length ?? 0) + run.events.reduce((sum, data) => sum + data.length + 16, 0)
     })
+    this.#answers = new LRUCache<string, KeyEntry>({
+      ttl: settings.retentionSeconds * 1000,
+      maxSize: ANSWER_BYTES,
+      sizeCalculation: entry => 256 + (entry.answer?.body.length ?? 0)
+    })
+  }
+
+  async claimKey (scope: RunScope, slot: string, claim: KeyClaim): Promise<KeyEntry | undefined> {
+    const key = `${scopeKeyOf(scope)}/${slot}`
+    const running = this.#claims.get(key)
+    if (running !== undefined && running.expires > Date.now()) return running.entry
+    const answered = this.#answers.get(key)
+    if (answered !== undefined) return answered
+    this.#claims.set(key, { entry: { ...claim, answer: undefined }, expires: Date.now() + this.#settings.retentionSeconds * 1000 })
+    return undefined
+  }
+
+  async keepAnswer (scope: RunScope, slot: string, runId: string, answer: KeptAnswer): Promise<void> {
+    const key = `${scopeKeyOf(scope)}/${slot}`
+    const claim = this.#claims.get(key)?.entry
+    if (claim?.runId !== runId) return
+    this.#claims.delete(key)
+    this.#answers.set(key, { runId, digest: claim.digest, async: claim.async, answer })
+  }
+
+  async dropKey (scope: RunScope, slot: string, runId: string): Promise<void> {
+    const key = `${scopeKeyOf(scope)}/${slot}`
+    if (this.#claims.get(key)?.entry.runId === runId) this.#claims.delete(key)
   }
 
   listen (listener: RunStoreListener): void { this.#listener = listener }

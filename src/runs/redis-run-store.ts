@@ -6,10 +6,10 @@ import {
   RunNotFoundError, RunStoreUnavailableError
 } from '../errors.ts'
 import { RedisFollow } from './redis-follow.ts'
-import { APPEND_EVENT, GROUP, RELEASE, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
+import { APPEND_EVENT, CLAIM_KEY, DROP_KEY, GROUP, KEEP_ANSWER, RELEASE, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, REPLICA_LOST, startedRecord } from './run-record.ts'
 import type {
-  NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
+  KeptAnswer, KeyClaim, KeyEntry, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
 } from './run-store.ts'
 
@@ -37,6 +37,7 @@ class ScopeKeys {
   }
 
   run (runId: string): string { return `${this.#prefix}:run:${runId}` }
+  slot (slot: string): string { return `${this.#prefix}:key:${slot}` }
   events (runId: string): string { return `${this.#prefix}:events:${runId}` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
 }
@@ -236,6 +237,30 @@ export class RedisRunStore implements RunStore {
     // subscribed before the first read of the events: nothing appended meanwhile is missed
     const listening = await this.#follow.listen(keys.live(runId), signal)
     return this.#follow.events(listening, keys.events(runId), after + 1, async () => await this.#finishedView(keys, runId))
+  }
+
+  async claimKey (scope: RunScope, slot: string, claim: KeyClaim): Promise<KeyEntry | undefined> {
+    const held = await guard(CLAIM_KEY.runBuffer(this.#redis, [new ScopeKeys(scope).slot(slot)],
+      [claim.runId, claim.digest, claim.async ? '1' : '0', this.#settings.retentionSeconds * 1000])) as Array<Buffer | null> | null
+    if (held === null) return undefined
+    const [runId, digest, async, status, type, body] = held
+    return {
+      runId: String(runId),
+      digest: String(digest),
+      async: String(async) === '1',
+      answer: status === null || status === undefined
+        ? undefined
+        : { status: Number(String(status)), contentType: type === null || type === undefined || type.length === 0 ? undefined : String(type), body: body ?? Buffer.alloc(0) }
+    }
+  }
+
+  async keepAnswer (scope: RunScope, slot: string, runId: string, answer: KeptAnswer): Promise<void> {
+    await guard(KEEP_ANSWER.run(this.#redis, [new ScopeKeys(scope).slot(slot)],
+      [runId, answer.status, answer.contentType ?? '', answer.body, this.#settings.retentionSeconds * 1000]))
+  }
+
+  async dropKey (scope: RunScope, slot: string, runId: string): Promise<void> {
+    await guard(DROP_KEY.run(this.#redis, [new ScopeKeys(scope).slot(slot)], [runId]))
   }
 
   async queuedCount (): Promise<number> {

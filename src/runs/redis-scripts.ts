@@ -19,6 +19,16 @@ export class LuaScript {
       return await redis.eval(this.#source, keys.length, ...keys, ...args)
     }
   }
+
+  /** As `run`, with bulk replies as Buffers (binary values). */
+  async runBuffer (redis: Redis, keys: readonly string[], args: ReadonlyArray<string | Buffer | number>): Promise<unknown> {
+    try {
+      return await redis.callBuffer('EVALSHA', this.#sha, keys.length, ...keys, ...args)
+    } catch (error) {
+      if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
+      return await redis.callBuffer('EVAL', this.#source, keys.length, ...keys, ...args)
+    }
+  }
 }
 
 /** The consumer group every sidecar reads an app's queue in. */
@@ -102,4 +112,35 @@ for _, key in ipairs(KEYS) do
   total = total + redis.call('XLEN', key) - (ok and pending[1] or 0)
 end
 return total
+`)
+
+/**
+ * Claims an Idempotency-Key's slot unless a request holds it: nil when claimed, else what the slot
+ * holds (run id, digest, async, then status, content type and body once answered).
+ * KEYS: slot. ARGV: run id, digest, async ('1' or '0'), ttl ms.
+ */
+export const CLAIM_KEY = new LuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('HMGET', KEYS[1], 'run', 'digest', 'async', 'status', 'type', 'body')
+end
+redis.call('HSET', KEYS[1], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return false
+`)
+
+/**
+ * Keeps the answer in the slot the run holds (compare and set on the run id), for the ttl again.
+ * KEYS: slot. ARGV: run id, status, content type, body, ttl ms.
+ */
+export const KEEP_ANSWER = new LuaScript(`
+if redis.call('HGET', KEYS[1], 'run') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'type', ARGV[3], 'body', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+`)
+
+/** Frees the slot the run holds, unless it has an answer. KEYS: slot. ARGV: run id. */
+export const DROP_KEY = new LuaScript(`
+if redis.call('HGET', KEYS[1], 'run') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'status') == 1 then return 0 end
+return redis.call('DEL', KEYS[1])
 `)

@@ -90,6 +90,29 @@ export type RunEventItem =
   /** The run has ended: the last item. */
   | { readonly type: 'done', readonly view: RunView }
 
+/** The first request with an Idempotency-Key, as it claims the key's slot. */
+export interface KeyClaim {
+  /** The first request's run id: a repeat is answered with it. */
+  readonly runId: string
+  /** bodyDigest of the first request's body: a repeat with another body is refused (422). */
+  readonly digest: string
+  readonly async: boolean
+}
+
+/** The answer a key's first request got, kept to answer its repeats. */
+export interface KeptAnswer {
+  readonly status: number
+  readonly contentType: string | undefined
+  /** The body as the caller got it (a stream: its SSE frames). */
+  readonly body: Buffer
+}
+
+/** What a key's slot holds: the first request's claim, and its answer once it has one. */
+export interface KeyEntry extends KeyClaim {
+  /** Undefined while the first request runs. */
+  readonly answer: KeptAnswer | undefined
+}
+
 /** What the store needs to know besides where it lives. */
 export interface RunStoreSettings {
   /** RUN_RETENTION_SECONDS: how long a finished run's record, result and events stay readable. */
@@ -153,6 +176,17 @@ export interface RunStore {
    * does not pull is never buffered without bound: it catches up from the kept events.
    */
   follow: (scope: RunScope, runId: string, after: number, signal: AbortSignal) => Promise<AsyncIterable<RunEventItem>>
+
+  /**
+   * Claims an Idempotency-Key's slot (idempotency-key.ts) for `claim`, atomically across every
+   * sidecar sharing the store: undefined when this request now holds it (it runs), else what holds
+   * it. A claim is kept RUN_RETENTION_SECONDS.
+   */
+  claimKey: (scope: RunScope, slot: string, claim: KeyClaim) => Promise<KeyEntry | undefined>
+  /** Keeps the answer of the claim of `runId` for its repeats (RUN_RETENTION_SECONDS from now); nothing when the slot is not its. */
+  keepAnswer: (scope: RunScope, slot: string, runId: string, answer: KeptAnswer) => Promise<void>
+  /** Frees the slot the claim of `runId` holds (its request failed before the app): a retry runs. */
+  dropKey: (scope: RunScope, slot: string, runId: string) => Promise<void>
 
   /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
   queuedCount: () => Promise<number>

@@ -207,6 +207,57 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.pass('gone')
   })
 
+  t.test('idempotency keys: the first claim holds the slot; repeats see it, then its answer, byte for byte', async t => {
+    const store = await fresh(t)
+    const slot = `slot-${++counter}`
+    const claim = { runId: `first-${counter}`, digest: 'digest-a', async: false }
+    t.equal(await store.claimKey(SCOPE, slot, claim), undefined, 'claimed: the first request runs')
+    t.same(await store.claimKey(SCOPE, slot, { runId: 'second', digest: 'digest-b', async: true }), { ...claim, answer: undefined }, 'a repeat sees the running claim, not its own')
+    const body = Buffer.from([0x7b, 0x00, 0xff, 0xfe, 0x0a, 0x7d])
+    await store.keepAnswer(SCOPE, slot, 'second', { status: 500, contentType: 'text/plain', body: Buffer.from('not mine') })
+    t.same((await store.claimKey(SCOPE, slot, claim))?.answer, undefined, 'only the claim\'s own run keeps an answer')
+    await store.keepAnswer(SCOPE, slot, claim.runId, { status: 201, contentType: 'application/octet-stream', body })
+    const answered = await store.claimKey(SCOPE, slot, { runId: 'third', digest: 'digest-a', async: false })
+    t.same(answered, { ...claim, answer: { status: 201, contentType: 'application/octet-stream', body } })
+    t.ok(answered?.answer?.body.equals(body), 'binary bytes intact')
+    await store.dropKey(SCOPE, slot, claim.runId)
+    t.not(await store.claimKey(SCOPE, slot, { runId: 'fourth', digest: 'digest-a', async: false }), undefined, 'an answered key is never dropped')
+
+    const empty = `slot-${++counter}`
+    t.equal(await store.claimKey(SCOPE, empty, { runId: 'async-run', digest: 'd', async: true }), undefined)
+    await store.keepAnswer(SCOPE, empty, 'async-run', { status: 202, contentType: undefined, body: Buffer.alloc(0) })
+    t.same(await store.claimKey(SCOPE, empty, { runId: 'x', digest: 'd', async: true }),
+      { runId: 'async-run', digest: 'd', async: true, answer: { status: 202, contentType: undefined, body: Buffer.alloc(0) } }, 'no content type, an empty body')
+  })
+
+  t.test('idempotency keys: one claim wins among simultaneous ones; a dropped claim frees the slot; scopes and slots apart', async t => {
+    const store = await fresh(t)
+    const slot = `slot-${++counter}`
+    const claims = await Promise.all(Array.from({ length: 20 }, async (_, i) => await store.claimKey(SCOPE, slot, { runId: `racer-${i}`, digest: 'd', async: false })))
+    const winners = claims.flatMap((held, i) => held === undefined ? [`racer-${i}`] : [])
+    t.equal(winners.length, 1, 'exactly one claim won')
+    t.ok(claims.every(held => held === undefined || held.runId === winners[0]), 'the others all see the winner')
+    await store.dropKey(SCOPE, slot, 'racer-not-the-winner')
+    t.equal((await store.claimKey(SCOPE, slot, { runId: 'late', digest: 'd', async: false }))?.runId, winners[0], 'only the holder drops its claim')
+    await store.dropKey(SCOPE, slot, winners[0] as string)
+    t.equal(await store.claimKey(SCOPE, slot, { runId: 'retry', digest: 'd', async: false }), undefined, 'dropped: the retry runs')
+    t.equal(await store.claimKey({ projectId: 'proj', appName: 'other' }, slot, { runId: 'other-app', digest: 'd', async: false }), undefined, 'another app has its own slots')
+    t.equal(await store.claimKey(SCOPE, `${slot}-b`, { runId: 'other-slot', digest: 'd', async: false }), undefined)
+  })
+
+  t.test('idempotency keys: a key is kept RUN_RETENTION_SECONDS, claimed or answered', async t => {
+    const store = await fresh(t, { retentionSeconds: 1 })
+    const running = `slot-${++counter}`
+    const answered = `slot-${++counter}`
+    await store.claimKey(SCOPE, running, { runId: 'r1', digest: 'd', async: false })
+    await store.claimKey(SCOPE, answered, { runId: 'r2', digest: 'd', async: false })
+    await store.keepAnswer(SCOPE, answered, 'r2', { status: 200, contentType: 'application/json', body: Buffer.from('{}') })
+    t.not(await store.claimKey(SCOPE, answered, { runId: 'r3', digest: 'd', async: false }), undefined)
+    await eventually(async () => await store.claimKey(SCOPE, running, { runId: 'r4', digest: 'd', async: false }) === undefined, 4000)
+    await eventually(async () => await store.claimKey(SCOPE, answered, { runId: 'r5', digest: 'd', async: false }) === undefined, 4000)
+    t.pass('both expired')
+  })
+
   t.test('follow: kept events, then live ones, then done; after, beyond, gaps', async t => {
     const store = await fresh(t, { maxEvents: 5 })
     const run = newRun()
