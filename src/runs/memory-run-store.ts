@@ -16,8 +16,10 @@ interface MemoryRun {
   record: RunRecord
   resultJson: string | undefined
   webhook: StoredWebhook | undefined
-  /** Handed out by take() and not released. */
+  /** Handed out by take() and not released (a recorded sync run: always). */
   taken: boolean
+  /** Submitted async (a recorded sync call is not). */
+  readonly async: boolean
   /** Events kept; `events[i]` is event `dropped + i`. */
   events: string[]
   /** Events trimmed away (RUN_MAX_EVENTS) before events[0]. */
@@ -107,7 +109,7 @@ export class MemoryRunStore implements RunStore {
     if (waiting >= this.#settings.queueDepth) throw new AsyncQueueFullError()
     const stored: MemoryRun = {
       key, scopeKey, submitted: run, seq: this.#seq++, record: queuedRecord(run), resultJson: undefined,
-      webhook: run.webhook, taken: false, events: [], dropped: 0, waiters: new Set()
+      webhook: run.webhook, taken: false, async: true, events: [], dropped: 0, waiters: new Set()
     }
     this.#live.set(key, stored)
     this.#waiting.set(scopeKey, waiting + 1)
@@ -116,6 +118,17 @@ export class MemoryRunStore implements RunStore {
     else queue.push(stored)
     this.#handOut()
     return viewOf(stored)
+  }
+
+  async record (run: NewRun, startedAt: number): Promise<TakenRun> {
+    const scopeKey = scopeKeyOf(run.scope)
+    const key = `${scopeKey}/${run.runId}`
+    if (this.#live.has(key) || this.#finished.has(key)) throw new RunIdTakenError()
+    this.#live.set(key, {
+      key, scopeKey, submitted: run, seq: this.#seq++, record: startedRecord(queuedRecord(run), run.createdAt, startedAt), resultJson: undefined,
+      webhook: run.webhook, taken: true, async: false, events: [], dropped: 0, waiters: new Set()
+    })
+    return { ...run, entry: '' }
   }
 
   async get (scope: RunScope, runId: string): Promise<RunView> {
@@ -314,7 +327,7 @@ export class MemoryRunStore implements RunStore {
 
 const scopeKeyOf = (scope: RunScope): string => `${scope.projectId}/${scope.appName}`
 const keyOf = (run: TakenRun): string => `${scopeKeyOf(run.scope)}/${run.runId}`
-const isAsync = (_run: MemoryRun): boolean => true // every run recorded so far is async (Idempotency-Key runs come next)
+const isAsync = (run: MemoryRun): boolean => run.async
 
 function viewOf (run: MemoryRun): RunView {
   return { record: run.record, resultJson: run.resultJson, async: isAsync(run) }

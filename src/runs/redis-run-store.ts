@@ -6,7 +6,7 @@ import {
   RunNotFoundError, RunStoreUnavailableError
 } from '../errors.ts'
 import { RedisFollow } from './redis-follow.ts'
-import { APPEND_EVENT, CLAIM_KEY, DROP_KEY, GROUP, KEEP_ANSWER, RELEASE, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
+import { APPEND_EVENT, CLAIM_KEY, DROP_KEY, GROUP, KEEP_ANSWER, RECORD, RELEASE, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, REPLICA_LOST, startedRecord } from './run-record.ts'
 import type {
   KeptAnswer, KeyClaim, KeyEntry, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
@@ -44,6 +44,9 @@ class ScopeKeys {
 
 const SCOPES_KEY = 'as:scopes'
 const CANCEL_CHANNEL = 'as:cancel'
+
+/** How long a recorded sync run's record outlives RUN_RETENTION_SECONDS while it runs (a day). */
+const RECORDED_RUN_GRACE_SECONDS = 86_400
 
 /** How long one blocking read of the queue waits before looking again (new scopes, a stop). */
 const BLOCK_MS = 2000
@@ -133,6 +136,19 @@ export class RedisRunStore implements RunStore {
     return { record, resultJson: undefined, async: true }
   }
 
+  async record (run: NewRun, startedAt: number): Promise<TakenRun> {
+    const keys = new ScopeKeys(run.scope)
+    const record = startedRecord(queuedRecord(run), run.createdAt, startedAt)
+    // a sync run is not in a queue, so no other sidecar can tell its sidecar died: should it, the
+    // record shows "running" until this TTL (its caller saw the connection drop)
+    const outcome = await guard(RECORD.run(this.#redis, [keys.run(run.runId)], [
+      JSON.stringify(record), this.#consumer, run.webhook === undefined ? '' : JSON.stringify(run.webhook),
+      this.#settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS
+    ]))
+    if (outcome === -1) throw new RunIdTakenError()
+    return { ...run, entry: '' }
+  }
+
   async get (scope: RunScope, runId: string): Promise<RunView> {
     const [view] = await this.#read(new ScopeKeys(scope), runId)
     return view
@@ -215,7 +231,7 @@ export class RedisRunStore implements RunStore {
       const finished = finishedRecord(view.record, outcome)
       if (await this.#transition(keys, run.runId, raw, finished, { result: outcome.resultJson, entry: run.entry, done: true })) {
         this.#held.delete(run.entry)
-        return { record: finished, resultJson: outcome.resultJson, async: true }
+        return { record: finished, resultJson: outcome.resultJson, async: view.async }
       }
     }
   }

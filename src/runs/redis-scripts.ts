@@ -144,3 +144,15 @@ export const DROP_KEY = new LuaScript(`
 if redis.call('HGET', KEYS[1], 'run') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'status') == 1 then return 0 end
 return redis.call('DEL', KEYS[1])
 `)
+
+/**
+ * Records a sync call as a running run (not queued), unless the id is taken (-1).
+ * KEYS: run. ARGV: record, owner, webhook ('' none), ttl seconds.
+ */
+export const RECORD = new LuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'async', '0', 'owner', ARGV[2])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'webhook', ARGV[3]) end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+`)

@@ -148,6 +148,12 @@ export interface RunStore {
 
   /** Records a queued async run and queues it. Rejects with AsyncQueueFullError, RunIdTakenError. */
   submit: (run: NewRun) => Promise<RunView>
+  /**
+   * Records a sync call with an Idempotency-Key as a run already running (never queued; not
+   * async, so it cannot be canceled): its events and its end are recorded as an async run's, with
+   * the handle returned. Rejects with RunIdTakenError.
+   */
+  record: (run: NewRun, startedAt: number) => Promise<TakenRun>
   /** The run's record. */
   get: (scope: RunScope, runId: string) => Promise<RunView>
   /**

@@ -1,6 +1,6 @@
 import type { Test } from 'tap'
 import {
-  AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotFoundError
+  AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError
 } from '../../src/errors.ts'
 import { recordJson } from '../../src/runs/run-record.ts'
 import type { NewRun, RunEventItem, RunScope, RunStore, RunStoreListener, RunStoreSettings, TakenRun } from '../../src/runs/run-store.ts'
@@ -205,6 +205,32 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.equal((await store.get(SCOPE, run.runId)).record.status, 'succeeded')
     await eventually(async () => await store.get(SCOPE, run.runId).then(() => false, error => error instanceof RunNotFoundError), 4000)
     t.pass('gone')
+  })
+
+  t.test('a recorded sync run: running at once, never queued, not cancelable; its events and end are kept', async t => {
+    const store = await fresh(t)
+    const run = newRun({ createdAt: Date.parse('2026-01-02T03:04:05.000Z') })
+    const handle = await store.record(run, Date.parse('2026-01-02T03:04:05.250Z'))
+    t.equal(handle.entry, '')
+    const running = await store.get(SCOPE, run.runId)
+    t.equal(recordJson(running), `{"run_id":"${run.runId}","status":"running","created_at":"2026-01-02T03:04:05.000Z","started_at":"2026-01-02T03:04:05.250Z","queue_time_ms":250}`)
+    t.equal(running.async, false)
+    await t.rejects(store.record(run, Date.now()), RunIdTakenError, 'the id is taken')
+    await t.rejects(store.cancel(SCOPE, run.runId), RunNotAsyncError)
+    t.equal(await store.queuedCount(), 0, 'never queued')
+    const queued = newRun()
+    await store.submit(queued)
+    t.equal((await takeOne(store)).runId, queued.runId, 'a take gets the queued run, never the recorded one')
+    store.appendEvent(handle, 0, 'first')
+    store.appendEvent(handle, 1, 'second')
+    const finished = await store.finish(handle, { ...OUTCOME, completedAt: Date.parse('2026-01-02T03:04:06.000Z') })
+    t.equal(finished.record.status, 'succeeded')
+    t.equal(finished.async, false)
+    const items = await collect(await store.follow(SCOPE, run.runId, -1, AbortSignal.timeout(5000)))
+    t.same(items.slice(0, 2), [{ type: 'event', n: 0, data: 'first' }, { type: 'event', n: 1, data: 'second' }])
+    t.equal(items[2]?.type, 'done')
+    t.equal((await store.get(SCOPE, run.runId)).async, false, 'still not async once finished')
+    await t.rejects(store.cancel(SCOPE, run.runId), RunNotAsyncError, 'finished or not, only async runs are canceled')
   })
 
   t.test('idempotency keys: the first claim holds the slot; repeats see it, then its answer, byte for byte', async t => {
