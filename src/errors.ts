@@ -202,6 +202,16 @@ export class RunNotAsyncError extends SidecarError {
   constructor () { super(409, 'SIDECAR_RUN_NOT_ASYNC', 'only async runs can be canceled') }
 }
 
+/** A repeat of a sync request whose Idempotency-Key's first request still runs. */
+export class IdempotencyInProgressError extends SidecarError {
+  constructor () { super(409, 'SIDECAR_IDEMPOTENCY_IN_PROGRESS', 'a request with this Idempotency-Key is in progress') }
+}
+
+/** An Idempotency-Key already used (per project, app and path) with another body. */
+export class IdempotencyKeyReusedError extends SidecarError {
+  constructor () { super(422, 'SIDECAR_IDEMPOTENCY_KEY_REUSED', 'Idempotency-Key reused with a different body') }
+}
+
 /** `Last-Event-ID` or `?after=` names an event the run has not produced. */
 export class EventBeyondLastError extends SidecarError {
   constructor (after: number, last: number) {

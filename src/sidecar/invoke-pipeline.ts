@@ -13,6 +13,7 @@ import { authorizeCall } from './authorize-call.ts'
 import { startDeadline } from './call-deadline.ts'
 import type { CallRecorder } from './call-record.ts'
 import { HttpCall } from './http-call.ts'
+import { createIdempotency, idempotencyKeyOf, keepSyncAnswer } from './idempotent-call.ts'
 import { UpgradeCall } from './upgrade-call.ts'
 import { matchRoute } from './match-route.ts'
 import { readRequestBody } from './request-body.ts'
@@ -56,6 +57,8 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   })
   const serveRunRoute = createRunRoutes({ store: deps.runs, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
   const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
+  const idempotency = { store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger }
+  const claimKey = createIdempotency(idempotency)
 
   async function invoke (call: HttpCall): Promise<void> {
     const route = matchRoute(call.req.url as string, config)               // 404 unknown route, project or app
@@ -63,10 +66,15 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     const runRoute = matchRunRoute(route)                                  // 400 malformed run id; _runs never reaches the app
     if (runRoute !== undefined) return await serveRunRoute(call, runRoute) // 404 no such run, 409, 503 run store unavailable
     const webhook = webhookRequest(route, call.req.headers)                // 400 malformed webhookEndpoint
+    const key = idempotencyKeyOf(call.req)                                 // 400 malformed Idempotency-Key (POSTs)
     const body = await readRequestBody(call.req, config.maxBodyBytes)      // 400 bad Content-Length, 413 too large
-    if (wantsAsync(route, call.req.headers)) return await submitRun(call, route, body, webhook) // 202; 503 async queue full
+    const async = wantsAsync(route, call.req.headers)
+    const held = key === undefined ? undefined : await claimKey(call, route, key, body, async) // 409 in progress, 422 other body; a repeat gets the kept answer
+    if (held === 'answered') return
+    if (async) return await submitRun(call, route, held?.body ?? body, webhook, held) // 202; 503 async queue full
+    if (held !== undefined) keepSyncAnswer(idempotency, call, held)       // the answer kept for repeats; no answer from the app frees the key
     await takeSlot(gate, call)                                             // 503 queue full; waits for first readiness
-    forwardToApp(call, route, body, webhook)                               // 502 app unreachable; the response table
+    forwardToApp(call, route, held?.body ?? body, webhook)                 // 502 app unreachable; the response table
   }
 
   return function handleInvoke (req, res) {

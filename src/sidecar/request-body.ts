@@ -38,3 +38,11 @@ function readWhole (req: IncomingMessage, bytes: number): Promise<Buffer> {
     req.once('error', reject)
   })
 }
+
+/** The body read whole (a kept async run, an Idempotency-Key's digest); the request stage has already bounded it. */
+export async function wholeRequestBody (body: RequestBody): Promise<Buffer | null> {
+  if (body === null || Buffer.isBuffer(body)) return body
+  const chunks: Buffer[] = []
+  for await (const chunk of body) chunks.push(chunk as Buffer)
+  return chunks.length === 0 ? null : Buffer.concat(chunks)
+}

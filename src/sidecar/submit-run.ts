@@ -1,11 +1,11 @@
 import type { IncomingHttpHeaders } from 'node:http'
-import type { Readable } from 'node:stream'
 import type { RunStore, StoredRequest } from '../runs/run-store.ts'
 import { sendJson } from '../shared/http-answers.ts'
 import { appRequestHeaders, type RequestHeaderRules } from './forward-headers.ts'
 import type { HttpCall } from './http-call.ts'
 import type { CallRoute } from './match-route.ts'
-import type { RequestBody } from './request-body.ts'
+import { keepAsyncAnswer, type HeldKey } from './idempotent-call.ts'
+import { type RequestBody, wholeRequestBody } from './request-body.ts'
 import type { WebhookRequest } from './webhook-request.ts'
 
 const RESPOND_ASYNC = /(^|,)\s*respond-async\s*(,|;|$)/i
@@ -30,23 +30,25 @@ export interface RunSubmitDeps {
  * been forwarded is recorded and queued, and the caller is answered at once with the run's id
  * and where to read it.
  */
-export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined) => Promise<void> {
-  return async function submitRun (call, route, body, webhook) {
+export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined, key?: HeldKey) => Promise<void> {
+  return async function submitRun (call, route, body, webhook, key) {
     const query = route.forwardedQuery
     const request: StoredRequest = {
       method: call.req.method as string,
       path: deps.basePath + route.appPath + (query === '' ? '' : '?' + query),
       headers: withoutRespondAsync(appRequestHeaders(call.req, call.runId, deps.headerRules)),
-      body: await wholeBody(body)
+      body: await wholeRequestBody(body)
     }
     const scope = { projectId: route.projectId, appName: route.appName }
-    await deps.store.submit({
+    const submitted = deps.store.submit({
       scope,
       runId: call.runId,
       request,
       webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: webhook.secret },
       createdAt: Date.now()
     })
+    // with an Idempotency-Key, the 202 is kept for repeats before the caller has it; a refused run frees the key
+    await (key === undefined ? submitted : keepAsyncAnswer(deps.store, key, submitted))
     if (call.settled) return
     sendJson(call.res, 202, `{"run_id":${JSON.stringify(call.runId)},"status":"queued"}`, {
       'x-request-id': call.runId,
@@ -55,13 +57,6 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, route: C
   }
 }
 
-/** The body read whole (it is kept until the run starts); the request stage has already bounded it. */
-async function wholeBody (body: RequestBody): Promise<Buffer | null> {
-  if (body === null || Buffer.isBuffer(body)) return body
-  const chunks: Buffer[] = []
-  for await (const chunk of body as Readable) chunks.push(chunk as Buffer)
-  return chunks.length === 0 ? null : Buffer.concat(chunks)
-}
 
 /** The `Prefer` header without `respond-async`, which asked the sidecar, not the app (dropped when nothing is left). */
 function withoutRespondAsync (headers: string[]): string[] {

@@ -1,0 +1,154 @@
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { Logger } from 'pino'
+import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../errors.ts'
+import { bodyDigest, idempotencyKey, idempotencySlot } from '../runs/idempotency-key.ts'
+import type { KeptAnswer, KeyEntry, RunScope, RunStore } from '../runs/run-store.ts'
+import { sendJson } from '../shared/http-answers.ts'
+import type { HttpCall } from './http-call.ts'
+import type { CallRoute } from './match-route.ts'
+import { type RequestBody, wholeRequestBody } from './request-body.ts'
+
+/** The Idempotency-Key a request holds: its slot in the store, which it frees or fills when it ends. */
+export interface HeldKey {
+  readonly scope: RunScope
+  readonly slot: string
+  readonly runId: string
+  /** The request's body, read whole to take its digest: what goes to the app. */
+  readonly body: Buffer | null
+}
+
+/** The Idempotency-Key of a POST (other methods are idempotent already, or not the SPEC's): 400 when malformed. */
+export function idempotencyKeyOf (req: IncomingMessage): string | undefined {
+  return req.method === 'POST' ? idempotencyKey(req.headers['idempotency-key']) : undefined
+}
+
+/** What the idempotency stage found: this request holds the key (it runs), or it was answered from the store. */
+export type KeyOutcome = HeldKey | 'answered'
+
+export interface IdempotencyDeps {
+  readonly store: RunStore
+  /** The largest answer kept for repeats (ENVELOPE_MAX_BODY_BYTES). */
+  readonly maxAnswerBytes: number
+  readonly logger: Logger
+}
+
+const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large to keep"}'
+
+/**
+ * The idempotency stage (SPEC: Runs → Idempotency): claims the key's slot for this request, or
+ * answers a repeat: the kept answer again (`Idempotent-Replayed: true`, the first's
+ * `X-Request-Id`); while the first runs, 409 for a sync repeat and 202 with the first's run id
+ * for an async one; 422 when the body differs.
+ */
+export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, route: CallRoute, key: string, request: RequestBody, async: boolean) => Promise<KeyOutcome> {
+  return async function claimKey (call, route, key, request, async) {
+    const body = await wholeRequestBody(request)
+    const scope = { projectId: route.projectId, appName: route.appName }
+    const slot = idempotencySlot(scope, route.appPath, key)
+    const digest = bodyDigest(body)
+    const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async })
+    if (held === undefined) return { scope, slot, runId: call.runId, body }
+    if (held.digest !== digest) throw new IdempotencyKeyReusedError()
+    if (held.answer !== undefined) {
+      if (!call.settled) replay(call.res, held, held.answer, route)
+      return 'answered'
+    }
+    if (!async) throw new IdempotencyInProgressError()
+    if (!call.settled) sendJson(call.res, 202, queuedBody(held.runId), { ...replayHeaders(held), location: runLocation(route, held.runId) })
+    return 'answered'
+  }
+}
+
+/**
+ * Watches a sync call that holds a key: what the caller gets is copied (up to `maxAnswerBytes`)
+ * and kept for repeats once the answer is complete. A call that never reached the app (503
+ * queue full, the deadline while it waited) or whose caller left (the sidecar cut the app
+ * request) frees the key instead: a retry runs.
+ */
+export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: HeldKey): void {
+  const res = call.res
+  const chunks: Buffer[] = []
+  let size = 0
+  let tooLarge = false
+  const keep = (chunk: unknown, encoding: unknown): void => {
+    if (tooLarge || chunk === undefined || chunk === null || typeof chunk === 'function') return
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk, typeof encoding === 'string' ? encoding as BufferEncoding : 'utf8') : Buffer.from(chunk as Uint8Array)
+    size += bytes.length
+    if (size > deps.maxAnswerBytes) {
+      tooLarge = true
+      chunks.length = 0
+    } else {
+      chunks.push(bytes)
+    }
+  }
+  let contentType: string | undefined
+  const writeHead = res.writeHead
+  res.writeHead = function (this: ServerResponse, status: number, ...rest: unknown[]) {
+    contentType = contentTypeIn(rest[rest.length - 1]) ?? contentType
+    return (writeHead as (...args: unknown[]) => ServerResponse).call(this, status, ...rest)
+  } as ServerResponse['writeHead']
+  const write = res.write
+  const end = res.end
+  res.write = function (this: ServerResponse, chunk: unknown, encoding?: unknown, callback?: unknown) {
+    keep(chunk, encoding)
+    return (write as (...args: unknown[]) => boolean).call(this, chunk, encoding, callback)
+  } as ServerResponse['write']
+  res.end = function (this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
+    keep(chunk, encoding)
+    return (end as (...args: unknown[]) => ServerResponse).call(this, chunk, encoding, callback)
+  } as ServerResponse['end']
+  call.onClose(() => {
+    const { store } = deps
+    const settle = !res.writableFinished || !call.forwarded
+      ? store.dropKey(key.scope, key.slot, key.runId)
+      : store.keepAnswer(key.scope, key.slot, key.runId, tooLarge
+        ? { status: 409, contentType: 'application/json; charset=utf-8', body: Buffer.from(TOO_LARGE) }
+        : { status: res.statusCode, contentType: contentType ?? headerText(res.getHeader('content-type')), body: Buffer.concat(chunks) })
+    settle.catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key answer not kept') })
+  })
+}
+
+/** An async request that holds a key: its 202 is the answer repeats get; a refused one frees the key. */
+export async function keepAsyncAnswer (store: RunStore, key: HeldKey, submitted: Promise<unknown>): Promise<void> {
+  try {
+    await submitted
+  } catch (error) {
+    await store.dropKey(key.scope, key.slot, key.runId).catch(() => {})
+    throw error
+  }
+  await store.keepAnswer(key.scope, key.slot, key.runId, { status: 202, contentType: 'application/json; charset=utf-8', body: Buffer.from(queuedBody(key.runId)) })
+}
+
+function replay (res: ServerResponse, held: KeyEntry, answer: KeptAnswer, route: CallRoute): void {
+  const headers: OutgoingHttpHeaders = { ...replayHeaders(held), 'content-length': answer.body.length }
+  if (answer.contentType !== undefined) headers['content-type'] = answer.contentType
+  if (answer.contentType?.startsWith('text/event-stream') === true) {
+    headers['cache-control'] = 'no-cache'
+    headers['x-accel-buffering'] = 'no'
+  }
+  if (held.async) headers.location = runLocation(route, held.runId)
+  res.writeHead(answer.status, headers)
+  res.end(answer.body)
+}
+
+const replayHeaders = (held: KeyEntry): Record<string, string> => ({ 'x-request-id': held.runId, 'idempotent-replayed': 'true' })
+const queuedBody = (runId: string): string => `{"run_id":${JSON.stringify(runId)},"status":"queued"}`
+const runLocation = (route: CallRoute, runId: string): string => `/v4/${route.projectId}/${route.appName}/_runs/${runId}`
+
+const headerText = (value: unknown): string | undefined => value === undefined ? undefined : String(value)
+
+/** The Content-Type among the headers given to writeHead: an object, or a [name, value, …] list. */
+function contentTypeIn (headers: unknown): string | undefined {
+  if (Array.isArray(headers)) {
+    const flat = headers.flat() as unknown[]
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      if (String(flat[i]).toLowerCase() === 'content-type') return String(flat[i + 1])
+    }
+    return undefined
+  }
+  if (headers === null || typeof headers !== 'object') return undefined
+  for (const [name, value] of Object.entries(headers)) {
+    if (name.toLowerCase() === 'content-type') return headerText(value)
+  }
+  return undefined
+}
