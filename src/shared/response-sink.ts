@@ -21,6 +21,22 @@ export interface ResponseCapture {
   event: (data: string) => void
 }
 
+/**
+ * Who follows a forwarded call's answer besides its caller (its webhook, its run record): the
+ * sinks feed `capture` as they write, the relay says when the request went out and how it ended.
+ */
+export interface AnswerTee {
+  readonly capture: ResponseCapture
+  /** The request went to the app now (run_time_ms counts from here). */
+  forwarded: () => void
+  /** The response is over: report what the caller got. */
+  finish: () => void
+  /** The caller got the sidecar's own answer instead (a 502, a 504, 499 gone): report that. */
+  finishWith: (status: number, body: string) => void
+  /** The call was refused before the app could answer it (413). */
+  cancel: () => void
+}
+
 /** What a sink needs to know of the call it answers. */
 export interface SinkContext {
   readonly res: ServerResponse

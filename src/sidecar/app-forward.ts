@@ -6,6 +6,7 @@ import { AppResponseRelay } from './app-response-relay.ts'
 import type { HttpCall } from './http-call.ts'
 import { appRequestHeaders, type RequestHeaderRules } from './forward-headers.ts'
 import type { CallRoute } from './match-route.ts'
+import { abandonRecordedCall, type RecordedCall, RecordedRunTee } from './recorded-run.ts'
 import type { RequestBody } from './request-body.ts'
 import type { SinkChooser } from './response-table.ts'
 import type { WebhookRequest } from './webhook-request.ts'
@@ -19,6 +20,8 @@ export interface AppForwardDeps {
   readonly chooseSink: SinkChooser
   readonly webhooks: WebhookSender
   readonly webhookMaxBodyBytes: number
+  /** ENVELOPE_MAX_BODY_BYTES: the largest result a recorded call keeps on its record. */
+  readonly maxResultBytes: number
   /** Which headers the app gets (Authorization when the sidecar checked it, Accept-Encoding for the envelope). */
   readonly headerRules: RequestHeaderRules
 }
@@ -27,14 +30,18 @@ export interface AppForwardDeps {
  * The forward stage (502): the request goes to the app; its answer comes back through the
  * response table, teed to the webhook sender when the call asked for one.
  */
-export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined) => void {
+export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined, recorded?: RecordedCall) => void {
   const headerRules = deps.headerRules
   const unreachable = (detail: string): AppUnreachableError => new AppUnreachableError(detail, deps.appUrl)
-  return function forwardToApp (call, route, body, webhook) {
-    if (call.settled) return // the caller left, or the deadline answered, while the call waited
-    const tee = webhook === undefined
+  return function forwardToApp (call, route, body, webhook, recorded) {
+    if (call.settled) { // the caller left, or the deadline answered, while the call waited
+      if (recorded !== undefined) abandonRecordedCall(recorded, call.status)
+      return
+    }
+    const webhookTee = webhook === undefined
       ? undefined
       : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks)
+    const tee = recorded === undefined ? webhookTee : new RecordedRunTee(recorded, webhookTee, deps.maxResultBytes)
     const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee)
     call.forwarded = true
     call.onAbort(relay)

@@ -3,8 +3,7 @@ import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
 import { DeadlineExceededError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
-import type { ResponseCapture, ResponseSink, SinkContext } from '../shared/response-sink.ts'
-import type { WebhookTee } from '../webhook/webhook-tee.ts'
+import type { AnswerTee, ResponseCapture, ResponseSink, SinkContext } from '../shared/response-sink.ts'
 import { type AbortTaker, CallerGoneError } from './call-record.ts'
 import type { HttpCall } from './http-call.ts'
 import type { SinkChooser } from './response-table.ts'
@@ -24,7 +23,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   /** When the request was forwarded (run_time_ms counts from here). */
   readonly forwardedAt = performance.now()
   readonly #call: HttpCall
-  readonly #tee: WebhookTee | undefined
+  readonly #tee: AnswerTee | undefined
   #controller: Dispatcher.DispatchController | undefined
   #sink: ResponseSink | undefined
   #callerGone = false
@@ -34,7 +33,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   readonly #resume = (): void => { this.#controller?.resume() }
 
   constructor (call: HttpCall, choose: SinkChooser,
-    unreachable: (detail: string) => SidecarError, tee?: WebhookTee) {
+    unreachable: (detail: string) => SidecarError, tee?: AnswerTee) {
     this.#call = call
     this.res = call.res
     this.runId = call.runId

@@ -15,6 +15,8 @@ export interface HeldKey {
   readonly runId: string
   /** The request's body, read whole to take its digest: what goes to the app. */
   readonly body: Buffer | null
+  /** When the key was claimed (epoch ms): the run's created_at. */
+  readonly claimedAt: number
 }
 
 /** The Idempotency-Key of a POST (other methods are idempotent already, or not the SPEC's): 400 when malformed. */
@@ -47,7 +49,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, rout
     const slot = idempotencySlot(scope, route.appPath, key)
     const digest = bodyDigest(body)
     const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async })
-    if (held === undefined) return { scope, slot, runId: call.runId, body }
+    if (held === undefined) return { scope, slot, runId: call.runId, body, claimedAt: Date.now() }
     if (held.digest !== digest) throw new IdempotencyKeyReusedError()
     if (held.answer !== undefined) {
       if (!call.settled) replay(call.res, held, held.answer, route)

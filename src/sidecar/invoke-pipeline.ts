@@ -16,6 +16,7 @@ import { HttpCall } from './http-call.ts'
 import { createIdempotency, idempotencyKeyOf, keepSyncAnswer } from './idempotent-call.ts'
 import { UpgradeCall } from './upgrade-call.ts'
 import { matchRoute } from './match-route.ts'
+import { recordCall } from './recorded-run.ts'
 import { readRequestBody } from './request-body.ts'
 import { responseTable } from './response-table.ts'
 import { createRunRoutes, matchRunRoute } from './run-routes.ts'
@@ -53,6 +54,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     chooseSink: responseTable(streams, config.runtime, config.envelopeMaxBodyBytes),
     webhooks: deps.webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
+    maxResultBytes: config.envelopeMaxBodyBytes,
     headerRules
   })
   const serveRunRoute = createRunRoutes({ store: deps.runs, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
@@ -74,7 +76,8 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     if (async) return await submitRun(call, route, held?.body ?? body, webhook, held) // 202; 503 async queue full
     if (held !== undefined) keepSyncAnswer(idempotency, call, held)       // the answer kept for repeats; no answer from the app frees the key
     await takeSlot(gate, call)                                             // 503 queue full; waits for first readiness
-    forwardToApp(call, route, held?.body ?? body, webhook)                 // 502 app unreachable; the response table
+    const recorded = held === undefined ? undefined : await recordCall(deps.runs, deps.logger, call, route, held, webhook) // its run record; 409 id taken, 503 store down
+    forwardToApp(call, route, held?.body ?? body, webhook, recorded)       // 502 app unreachable; the response table
   }
 
   return function handleInvoke (req, res) {

@@ -1,5 +1,7 @@
 import { performance } from 'node:perf_hooks'
+import type { AnswerTee } from '../shared/response-sink.ts'
 import { roundedMs } from '../shared/run-result.ts'
+import type { DeliveryResult } from './webhook-delivery.ts'
 import { WebhookCapture, webhookBody } from './webhook-capture.ts'
 import type { WebhookSender } from './webhook-sender.ts'
 
@@ -7,8 +9,10 @@ import type { WebhookSender } from './webhook-sender.ts'
  * The webhook side of one call: sinks feed it the body or the events as they go to the caller
  * (never slowing them), and when the call ends it hands one delivery to the sender.
  */
-export class WebhookTee {
+export class WebhookTee implements AnswerTee {
   readonly capture: WebhookCapture
+  /** Told how the delivery ended (a recorded run keeps it on its record). */
+  onEnd: ((result: DeliveryResult | 'dropped', attempts: number) => void) | undefined
   readonly #url: URL
   readonly #runId: string
   readonly #secret: string | undefined
@@ -33,7 +37,7 @@ export class WebhookTee {
     this.#done = true
     const runTimeMs = roundedMs(performance.now() - this.#forwardedAt)
     const body = webhookBody(this.#runId, this.capture, runTimeMs, new Date().toISOString())
-    this.#sender.submit({ url: this.#url, runId: this.#runId, body, secret: this.#secret })
+    this.#sender.submit({ url: this.#url, runId: this.#runId, body, secret: this.#secret, onEnd: this.onEnd })
   }
 
   /** The caller got the sidecar's own answer instead (a 502, a 504): deliver that. */

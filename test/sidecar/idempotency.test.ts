@@ -1,7 +1,7 @@
 import type { OutgoingHttpHeaders } from 'node:http'
 import t from 'tap'
 import { send, type SentResponse } from '../helpers/http-client.ts'
-import { runsAppFor, runsSidecarFor } from '../helpers/runs-client.ts'
+import { receiverFor, runsAppFor, runsSidecarFor } from '../helpers/runs-client.ts'
 import { eventually, type Harness } from '../helpers/sidecar-harness.ts'
 
 const IN_PROGRESS = '{"message":"a request with this Idempotency-Key is in progress"}'
@@ -159,4 +159,43 @@ t.test('simultaneous first requests with one key: one runs, the others are 409 o
   t.equal(app.requestsTo('/json/race').length, 1, 'the app ran it once')
   t.ok(answers.every(r => r.status === 200 || (r.status === 409 && r.text === IN_PROGRESS)), answers.map(r => r.status).join(' '))
   t.equal(answers.filter(r => r.status === 200 && r.headers['idempotent-replayed'] === undefined).length, 1, 'one first answer')
+})
+
+t.test('a sync call with a key is a recorded run: running while it runs (live events), then its record; not cancelable', async t => {
+  const app = await runsAppFor(t)
+  const receiver = await receiverFor(t)
+  const h = await runsSidecarFor(t, app.url, { DISABLE_AUTH: 'true', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8' })
+  const call = caller(h)
+  const hook = `webhookEndpoint=${encodeURIComponent(receiver.url)}`
+  const pending = call(`/ndjson?${hook}`, 'recorded-key', { headers: { 'x-request-id': 'recorded-sync', 'x-webhook-secret': 'whsec-x' } })
+  const held = await app.waitForHeld(1)
+  const running = (await send(`${h.base}/v4/proj/app/_runs/recorded-sync`)).json() as Record<string, unknown>
+  t.equal(running.status, 'running')
+  t.same(running.webhook, { status: 'pending', attempts: 0 })
+  const cancel = await send(`${h.base}/v4/proj/app/_runs/recorded-sync/cancel`, { method: 'POST' })
+  t.equal(cancel.status, 409)
+  t.equal(cancel.text, '{"message":"only async runs can be canceled"}')
+  const events = fetch(`${h.base}/v4/proj/app/_runs/recorded-sync/events`).then(async r => await r.text())
+  held.res.write('{"i":0}\n')
+  held.res.end('{"i":1}\n')
+  t.equal((await pending).status, 200)
+  t.match(await events, /^id: 0\ndata: \{"i":0\}\n\nid: 1\ndata: \{"i":1\}\n\nevent: done\ndata: \{"run_id":"recorded-sync","status":"succeeded"/)
+  await receiver.waitForAttempts(1)
+  await eventually(async () => ((await send(`${h.base}/v4/proj/app/_runs/recorded-sync`)).json() as { webhook: { status: string } }).webhook.status === 'delivered')
+  const done = (await send(`${h.base}/v4/proj/app/_runs/recorded-sync`)).json() as Record<string, unknown>
+  t.equal(done.status, 'succeeded')
+  t.equal(done.status_code, 200)
+  t.same(done.result, [{ i: 0 }, { i: 1 }])
+  t.same(done.webhook, { status: 'delivered', attempts: 1 })
+  t.notMatch(JSON.stringify(done), /whsec/, 'the secret is never in a record')
+
+  const failed = await call('/status/500', 'failing-key', { headers: { 'x-request-id': 'recorded-500' } })
+  t.equal(failed.status, 500)
+  const record = (await send(`${h.base}/v4/proj/app/_runs/recorded-500`)).json() as Record<string, unknown>
+  t.equal(record.status, 'failed')
+  t.equal(record.status_code, 500)
+  t.same(record.error, { message: 'app answered 500' })
+  t.equal((await send(`${h.base}/v4/proj/app/_runs/no-key-call`)).status, 404, 'a plain call is not recorded')
+  await call('/json/plain', undefined, { headers: { 'x-request-id': 'no-key-call' } })
+  t.equal((await send(`${h.base}/v4/proj/app/_runs/no-key-call`)).status, 404, 'still not, once it ran')
 })
