@@ -126,3 +126,27 @@ t.test('SIGTERM: runs still queued stay for the other replica; the stopping one 
   t.equal(await sidecars[0].child.exited, 0)
   t.equal((await record(sidecars[1], first as string)).status, 'succeeded', 'its own run finished within the grace period')
 })
+
+t.test('Idempotency-Key: the same key sent to both replicas at the same instant runs once; either replica replays it, the record readable on both', async t => {
+  const { apps, sidecars } = await fleet(t, {}, 200)
+  const keys = Array.from({ length: 10 }, (_, i) => `fleet-key-${i}`)
+  const answers = await Promise.all(keys.flatMap(key => sidecars.map(async sidecar =>
+    await send(`${sidecar.base}/v4/p/a/work`, { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: `{"key":"${key}"}` }))))
+  const calls = [...apps[0].requests, ...apps[1].requests]
+  for (const key of keys) t.equal(calls.filter(r => r.body.toString() === `{"key":"${key}"}`).length, 1, `${key} reached an app once`)
+  const firsts = answers.filter(r => r.status === 200 && r.headers['idempotent-replayed'] === undefined)
+  t.equal(firsts.length, keys.length, 'one first answer per key')
+  t.ok(answers.every(r => r.status === 200 || r.text === '{"message":"a request with this Idempotency-Key is in progress"}'), answers.map(r => r.status).join(' '))
+  for (const first of firsts) {
+    const runId = first.headers['x-request-id'] as string
+    for (const sidecar of sidecars) t.equal((await record(sidecar, runId)).status, 'succeeded', `${runId}: the record is on both replicas`)
+  }
+  for (const key of keys) {
+    for (const sidecar of sidecars) {
+      const replay = await send(`${sidecar.base}/v4/p/a/work`, { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: `{"key":"${key}"}` })
+      t.equal(replay.headers['idempotent-replayed'], 'true')
+      t.same(replay.body, firsts.find(f => f.headers['x-request-id'] === replay.headers['x-request-id'])?.body, `${key}: the same answer`)
+    }
+  }
+  t.equal([...apps[0].requests, ...apps[1].requests].length, keys.length, 'no repeat reached an app')
+})

@@ -199,3 +199,13 @@ t.test('a sync call with a key is a recorded run: running while it runs (live ev
   await call('/json/plain', undefined, { headers: { 'x-request-id': 'no-key-call' } })
   t.equal((await send(`${h.base}/v4/proj/app/_runs/no-key-call`)).status, 404, 'still not, once it ran')
 })
+
+t.test('a key expires with RUN_RETENTION_SECONDS: then the same request runs again', async t => {
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { DISABLE_AUTH: 'true', RUN_RETENTION_SECONDS: '1' })
+  const call = caller(h)
+  t.equal((await call('/json/expiring', 'short-lived')).status, 200)
+  t.equal((await call('/json/expiring', 'short-lived')).headers['idempotent-replayed'], 'true')
+  await eventually(async () => (await call('/json/expiring', 'short-lived')).headers['idempotent-replayed'] === undefined, 5000)
+  t.equal(app.requestsTo('/json/expiring').length, 2, 'run again once the key expired, not before')
+})
