@@ -209,3 +209,17 @@ t.test('a key expires with RUN_RETENTION_SECONDS: then the same request runs aga
   await eventually(async () => (await call('/json/expiring', 'short-lived')).headers['idempotent-replayed'] === undefined, 5000)
   t.equal(app.requestsTo('/json/expiring').length, 2, 'run again once the key expired, not before')
 })
+
+t.test('an answer over ENVELOPE_MAX_BODY_BYTES is not kept: its repeats get 409 "too large to keep", and the app is not called again', async t => {
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { DISABLE_AUTH: 'true', RUNTIME: 'custom', ENVELOPE_MAX_BODY_BYTES: '64' })
+  const call = caller(h)
+  const first = await call('/json/large', 'big-answer', { body: JSON.stringify({ pad: 'x'.repeat(100) }) })
+  t.equal(first.status, 200)
+  t.ok(first.body.length > 64, `the caller got all ${first.body.length} bytes`)
+  await eventually(async () => (await call('/json/large', 'big-answer', { body: JSON.stringify({ pad: 'x'.repeat(100) }) })).status === 409)
+  const repeat = await call('/json/large', 'big-answer', { body: JSON.stringify({ pad: 'x'.repeat(100) }) })
+  t.equal(repeat.text, '{"message":"the answer to this Idempotency-Key was too large to keep"}')
+  t.equal(repeat.headers['idempotent-replayed'], 'true')
+  t.equal(app.requestsTo('/json/large').length, 1)
+})
