@@ -2,7 +2,7 @@ import { LRUCache } from 'lru-cache'
 import { AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError } from '../errors.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord } from './run-record.ts'
 import type {
-  KeptAnswer, KeyClaim, KeyEntry, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
+  HeldDelivery, KeptAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
 } from './run-store.ts'
 
@@ -223,6 +223,12 @@ export class MemoryRunStore implements RunStore {
     if (after > last) throw new EventBeyondLastError(after, last)
     return this.#events(run, after + 1, signal)
   }
+
+  // in memory, webhook delivery is as it always was: nothing is written down
+  async holdDelivery (_delivery: NewDelivery): Promise<HeldDelivery | undefined> { return undefined }
+  async deliveryAttempt (_delivery: HeldDelivery): Promise<void> {}
+  async deliveryDone (_delivery: HeldDelivery): Promise<void> {}
+  async leaveDelivery (_delivery: HeldDelivery): Promise<void> {}
 
   async queuedCount (): Promise<number> {
     const scope = this.#settings.scope

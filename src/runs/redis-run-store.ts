@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import { hostname } from 'node:os'
 import { Redis, type RedisOptions } from 'ioredis'
 import {
@@ -6,10 +6,10 @@ import {
   RunNotFoundError, RunStoreUnavailableError
 } from '../errors.ts'
 import { RedisFollow } from './redis-follow.ts'
-import { APPEND_EVENT, CLAIM_KEY, DROP_KEY, GROUP, KEEP_ANSWER, RECORD, RELEASE, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
+import { APPEND_EVENT, CLAIM_KEY, DROP_KEY, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RECORD, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, REPLICA_LOST, startedRecord } from './run-record.ts'
 import type {
-  KeptAnswer, KeyClaim, KeyEntry, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
+  HeldDelivery, KeptAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
 } from './run-store.ts'
 
@@ -38,12 +38,20 @@ class ScopeKeys {
 
   run (runId: string): string { return `${this.#prefix}:run:${runId}` }
   slot (slot: string): string { return `${this.#prefix}:key:${slot}` }
+  get deliveries (): string { return `${this.#prefix}:deliveries` }
+  delivery (id: string): string { return `${this.#prefix}:delivery:${id}` }
   events (runId: string): string { return `${this.#prefix}:events:${runId}` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
 }
 
 const SCOPES_KEY = 'as:scopes'
 const CANCEL_CHANNEL = 'as:cancel'
+
+/** How long a delivery is kept at most, should every sidecar that could finish it be gone (a day). */
+const DELIVERY_TTL_SECONDS = 86_400
+
+/** The consumer group of a stream this store holds entries of: an app's queue (runs) or its deliveries. */
+const groupOf = (stream: string): string => stream.endsWith(':deliveries') ? SENDERS : GROUP
 
 /** How long a recorded sync run's record outlives RUN_RETENTION_SECONDS while it runs (a day). */
 const RECORDED_RUN_GRACE_SECONDS = 86_400
@@ -279,6 +287,36 @@ export class RedisRunStore implements RunStore {
     await guard(DROP_KEY.run(this.#redis, [new ScopeKeys(scope).slot(slot)], [runId]))
   }
 
+  async holdDelivery (delivery: NewDelivery): Promise<HeldDelivery | undefined> {
+    const keys = new ScopeKeys(delivery.scope)
+    const id = randomUUID()
+    const entry = String(await guard(HOLD_DELIVERY.run(this.#redis, [keys.deliveries, keys.delivery(id), SCOPES_KEY], [
+      delivery.runId, delivery.url, delivery.body, delivery.secret ?? '', this.#consumer, keys.name, DELIVERY_TTL_SECONDS, id
+    ])))
+    this.#held.set(entry, keys.deliveries)
+    return { ...delivery, attempts: 0, entry: `${entry} ${id}` }
+  }
+
+  async deliveryAttempt (delivery: HeldDelivery): Promise<void> {
+    const [, id] = delivery.entry.split(' ') as [string, string]
+    await guard(this.#redis.hincrby(new ScopeKeys(delivery.scope).delivery(id), 'attempts', 1))
+  }
+
+  async deliveryDone (delivery: HeldDelivery): Promise<void> {
+    const keys = new ScopeKeys(delivery.scope)
+    const [entry, id] = delivery.entry.split(' ') as [string, string]
+    this.#held.delete(entry)
+    await guard(this.#redis.multi().xack(keys.deliveries, SENDERS, entry).xdel(keys.deliveries, entry).del(keys.delivery(id)).exec())
+  }
+
+  async leaveDelivery (delivery: HeldDelivery): Promise<void> {
+    const keys = new ScopeKeys(delivery.scope)
+    const [entry] = delivery.entry.split(' ') as [string, string]
+    this.#held.delete(entry)
+    // idle as long as a lost sidecar's: the next sidecar to look takes it over
+    await guard(this.#redis.call('XCLAIM', keys.deliveries, SENDERS, this.#consumer, 0, entry, 'IDLE', this.#lostAfterMs + 1, 'JUSTID'))
+  }
+
   async queuedCount (): Promise<number> {
     const queues = await this.#servedQueues()
     if (queues.length === 0) return 0
@@ -419,8 +457,11 @@ export class RedisRunStore implements RunStore {
         if (ids === undefined) byQueue.set(queue, [id])
         else ids.push(id)
       }
-      for (const [queue, ids] of byQueue) await this.#redis.call('XCLAIM', queue, GROUP, this.#consumer, 0, ...ids, 'JUSTID')
-      for (const queue of await this.#servedQueues()) await this.#reap(queue)
+      for (const [stream, ids] of byQueue) await this.#redis.call('XCLAIM', stream, groupOf(stream), this.#consumer, 0, ...ids, 'JUSTID')
+      for (const queue of await this.#servedQueues()) {
+        await this.#reap(queue)
+        await this.#reapDeliveries(new ScopeKeys(scopeOfQueue(queue)))
+      }
     } catch {} // Redis went away meanwhile: the next beat tries again
   }
 
@@ -442,6 +483,26 @@ export class RedisRunStore implements RunStore {
       } else {
         await this.#forget(keys, id)
       }
+    }
+  }
+
+  /** Deliveries of lost (or stopped) sidecars: this one holds them now and makes their remaining attempts. */
+  async #reapDeliveries (keys: ScopeKeys): Promise<void> {
+    const reply = await this.#redis.call('XAUTOCLAIM', keys.deliveries, SENDERS, this.#consumer, this.#lostAfterMs, '0-0', 'COUNT', 100)
+      .catch(() => undefined) as [string, Array<[string, string[] | null]>] | undefined
+    if (reply === undefined) return
+    const scope = scopeOfQueue(keys.queue)
+    for (const [entry, fields] of reply[1]) {
+      const id = fields?.[1]
+      const stored = id === undefined ? {} : await this.#redis.hgetall(keys.delivery(id))
+      if (id === undefined || stored.run === undefined || stored.url === undefined || stored.body === undefined) {
+        await this.#redis.multi().xack(keys.deliveries, SENDERS, entry).xdel(keys.deliveries, entry).exec()
+        continue
+      }
+      this.#held.set(entry, keys.deliveries)
+      this.#listener?.deliveryLost?.({
+        scope, runId: stored.run, url: stored.url, body: stored.body, secret: stored.secret, attempts: Number(stored.attempts ?? 0), entry: `${entry} ${id}`
+      })
     }
   }
 

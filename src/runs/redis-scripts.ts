@@ -156,3 +156,23 @@ if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'webhook', ARGV[3]) end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 `)
+
+/** The consumer group every sidecar holds an app's webhook deliveries in. */
+export const SENDERS = 'senders'
+
+/**
+ * Writes a webhook delivery down and puts it straight into this sidecar's pending list (XCLAIM
+ * FORCE: nobody reads the stream, sidecars only take over idle entries). Returns the entry id.
+ * KEYS: deliveries stream, delivery hash, scopes. ARGV: run id, url, body, secret ('' none),
+ * consumer, scope, ttl seconds, delivery id.
+ */
+export const HOLD_DELIVERY = new LuaScript(`
+pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], '${SENDERS}', '0', 'MKSTREAM')
+local id = redis.call('XADD', KEYS[1], '*', 'delivery', ARGV[8])
+redis.call('XCLAIM', KEYS[1], '${SENDERS}', ARGV[5], 0, id, 'FORCE', 'JUSTID')
+redis.call('HSET', KEYS[2], 'run', ARGV[1], 'url', ARGV[2], 'body', ARGV[3], 'attempts', 0)
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], 'secret', ARGV[4]) end
+redis.call('EXPIRE', KEYS[2], ARGV[7])
+redis.call('SADD', KEYS[3], ARGV[6])
+return id
+`)

@@ -113,6 +113,25 @@ export interface KeyEntry extends KeyClaim {
   readonly answer: KeptAnswer | undefined
 }
 
+/** A webhook delivery as it is written down before its first attempt (durable delivery). */
+export interface NewDelivery {
+  readonly scope: RunScope
+  readonly runId: string
+  readonly url: string
+  /** The JSON body every attempt sends. */
+  readonly body: string
+  /** Kept only until the delivery ends. */
+  readonly secret: string | undefined
+}
+
+/** A delivery held by this sidecar in a shared store: if it dies, another makes the remaining attempts. */
+export interface HeldDelivery extends NewDelivery {
+  /** Attempts already made, by any sidecar. */
+  readonly attempts: number
+  /** The backend's handle (Redis: the entry id in the app's deliveries stream and the delivery's id). */
+  readonly entry: string
+}
+
 /** What the store needs to know besides where it lives. */
 export interface RunStoreSettings {
   /** RUN_RETENTION_SECONDS: how long a finished run's record, result and events stay readable. */
@@ -133,6 +152,8 @@ export interface RunStoreListener {
   lost: (run: TakenRun, view: RunView) => void
   /** The backend became reachable (true) or unreachable (false). */
   availability: (available: boolean) => void
+  /** A delivery whose sidecar was lost (or stopped) is now this one's: make its remaining attempts. */
+  deliveryLost?: (delivery: HeldDelivery) => void
 }
 
 /**
@@ -193,6 +214,18 @@ export interface RunStore {
   keepAnswer: (scope: RunScope, slot: string, runId: string, answer: KeptAnswer) => Promise<void>
   /** Frees the slot the claim of `runId` holds (its request failed before the app): a retry runs. */
   dropKey: (scope: RunScope, slot: string, runId: string) => Promise<void>
+
+  /**
+   * Durable webhook delivery (a shared store): writes the delivery down before its first attempt
+   * and holds it (heartbeats, as for runs). Undefined in memory, where nothing changes.
+   */
+  holdDelivery: (delivery: NewDelivery) => Promise<HeldDelivery | undefined>
+  /** An attempt of a held delivery begins (counted first: a sidecar dying mid-attempt has used it). */
+  deliveryAttempt: (delivery: HeldDelivery) => Promise<void>
+  /** A held delivery ended (delivered, or failed for good): forgotten, its secret with it. */
+  deliveryDone: (delivery: HeldDelivery) => Promise<void>
+  /** SIGTERM's grace period is over: the delivery is left for another sidecar to take over at once. */
+  leaveDelivery: (delivery: HeldDelivery) => Promise<void>
 
   /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
   queuedCount: () => Promise<number>

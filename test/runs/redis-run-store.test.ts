@@ -1,7 +1,8 @@
+import { Redis } from 'ioredis'
 import t from 'tap'
 import { RunStoreUnavailableError } from '../../src/errors.ts'
 import { RedisRunStore } from '../../src/runs/redis-run-store.ts'
-import type { NewRun, RunStoreListener, RunStoreSettings, RunView, TakenRun } from '../../src/runs/run-store.ts'
+import type { HeldDelivery, NewRun, RunStoreListener, RunStoreSettings, RunView, TakenRun } from '../../src/runs/run-store.ts'
 import { flushRedis, redisOrSkip, startPrivateRedis, TEST_REDIS_URL } from '../helpers/redis-server.ts'
 import { eventually, freePort } from '../helpers/sidecar-harness.ts'
 import { runStoreSuite } from './run-store-suite.ts'
@@ -97,6 +98,41 @@ t.test('redis run store', async t => {
     await new Promise(resolve => setTimeout(resolve, 1500)) // two more reaper rounds: nothing else happens
     t.equal(lost.length, 1, 'failed once')
     t.equal((await survivor.get(SCOPE, kept.runId)).record.status, 'running', 'a run whose sidecar beats is left alone')
+  })
+
+  t.test('durable deliveries: held before the first attempt; a lost sidecar\'s and a left one go to another with their attempts; done ones are gone', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const timing = { heartbeatMs: 200, lostAfterMs: 1000 }
+    const lost: HeldDelivery[] = []
+    const a = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'a' })
+    const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'b' })
+    t.teardown(async () => { await a.close(); await b.close() })
+    await Promise.all([a.reachable(5000), b.reachable(5000)])
+    b.listen(listener({ deliveryLost: delivery => { lost.push(delivery) } }))
+    const delivery = { scope: SCOPE, runId: 'hooked', url: 'https://hooks.example/x', body: '{"run_id":"hooked"}', secret: 'whsec' }
+    const kept = await a.holdDelivery(delivery) as HeldDelivery
+    t.match(kept, { ...delivery, attempts: 0 })
+    await a.deliveryAttempt(kept)
+    const done = await a.holdDelivery({ ...delivery, runId: 'done' }) as HeldDelivery
+    await a.deliveryDone(done)
+    await a.holdDelivery({ ...delivery, runId: 'kept-alive', secret: undefined })
+    // a keeps its deliveries alive past lostAfterMs: b takes none of them
+    await new Promise(resolve => setTimeout(resolve, 1600))
+    t.same(lost, [], 'a live sidecar keeps its deliveries')
+
+    await a.leaveDelivery(kept) // SIGTERM: left for another at once
+    await eventually(() => lost.length === 1, 3000)
+    t.match(lost[0], { ...delivery, attempts: 1 }, 'taken over with the attempt made, the body and the secret')
+    await a.close() // a is gone: its other delivery goes to b once it has been idle lostAfterMs
+    await eventually(() => lost.length === 2, 5000)
+    t.match(lost[1], { runId: 'kept-alive', attempts: 0 })
+    t.equal(lost[1]?.secret, undefined)
+    t.equal(lost.filter(d => d.runId === 'done').length, 0, 'a finished delivery is never taken over')
+    for (const taken of lost) await b.deliveryDone(taken)
+    const probe = new Redis(TEST_REDIS_URL)
+    t.teardown(() => probe.disconnect())
+    t.equal(await probe.xlen('as:{proj/app}:deliveries'), 0, 'nothing left in the stream')
+    t.same(await probe.keys('as:{proj/app}:delivery:*'), [], 'no delivery kept, no secret')
   })
 
   t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {

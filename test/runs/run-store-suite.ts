@@ -284,6 +284,18 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.pass('both expired')
   })
 
+  t.test('durable deliveries: in memory nothing is written down; a shared store holds them until done', async t => {
+    const store = await fresh(t)
+    const held = await store.holdDelivery({ scope: SCOPE, runId: 'hooked', url: 'https://hooks.example/x', body: '{}', secret: undefined })
+    if (!store.shared) {
+      t.equal(held, undefined)
+      return
+    }
+    t.match(held, { runId: 'hooked', attempts: 0 })
+    await store.deliveryAttempt(held as NonNullable<typeof held>)
+    await store.deliveryDone(held as NonNullable<typeof held>)
+  })
+
   t.test('follow: kept events, then live ones, then done; after, beyond, gaps', async t => {
     const store = await fresh(t, { maxEvents: 5 })
     const run = newRun()
