@@ -89,6 +89,8 @@ export class RedisRunStore implements RunStore {
   #scopeAdded: (() => void) | undefined
   readonly #timer: NodeJS.Timeout
   #listener: RunStoreListener | undefined
+  /** Deliveries are being left (SIGTERM): this store takes none over any more, its own included. */
+  #leaving = false
   #available = false
   #closed = false
 
@@ -313,6 +315,7 @@ export class RedisRunStore implements RunStore {
     const keys = new ScopeKeys(delivery.scope)
     const [entry] = delivery.entry.split(' ') as [string, string]
     this.#held.delete(entry)
+    this.#leaving = true
     // idle as long as a lost sidecar's: the next sidecar to look takes it over
     await guard(this.#redis.call('XCLAIM', keys.deliveries, SENDERS, this.#consumer, 0, entry, 'IDLE', this.#lostAfterMs + 1, 'JUSTID'))
   }
@@ -488,6 +491,7 @@ export class RedisRunStore implements RunStore {
 
   /** Deliveries of lost (or stopped) sidecars: this one holds them now and makes their remaining attempts. */
   async #reapDeliveries (keys: ScopeKeys): Promise<void> {
+    if (this.#leaving) return
     const reply = await this.#redis.call('XAUTOCLAIM', keys.deliveries, SENDERS, this.#consumer, this.#lostAfterMs, '0-0', 'COUNT', 100)
       .catch(() => undefined) as [string, Array<[string, string[] | null]>] | undefined
     if (reply === undefined) return

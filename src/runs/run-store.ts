@@ -224,7 +224,7 @@ export interface RunStore {
   deliveryAttempt: (delivery: HeldDelivery) => Promise<void>
   /** A held delivery ended (delivered, or failed for good): forgotten, its secret with it. */
   deliveryDone: (delivery: HeldDelivery) => Promise<void>
-  /** SIGTERM's grace period is over: the delivery is left for another sidecar to take over at once. */
+  /** SIGTERM's grace period is over: the delivery is left for another sidecar to take over at once (this store takes none over from then on). */
   leaveDelivery: (delivery: HeldDelivery) => Promise<void>
 
   /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */

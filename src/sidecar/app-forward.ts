@@ -1,6 +1,6 @@
 import type { Pool } from 'undici'
 import { AppUnreachableError } from '../errors.ts'
-import type { WebhookSender } from '../webhook/webhook-sender.ts'
+import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { WebhookTee } from '../webhook/webhook-tee.ts'
 import { AppResponseRelay } from './app-response-relay.ts'
 import type { HttpCall } from './http-call.ts'
@@ -18,7 +18,7 @@ export interface AppForwardDeps {
   /** APP_URL's path, without a trailing slash ('' for none). */
   readonly basePath: string
   readonly chooseSink: SinkChooser
-  readonly webhooks: WebhookSender
+  readonly webhooks: WebhookSubmitter
   readonly webhookMaxBodyBytes: number
   /** ENVELOPE_MAX_BODY_BYTES: the largest result a recorded call keeps on its record. */
   readonly maxResultBytes: number
@@ -40,7 +40,7 @@ export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route:
     }
     const webhookTee = webhook === undefined
       ? undefined
-      : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks)
+      : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks, { projectId: route.projectId, appName: route.appName })
     const tee = recorded === undefined ? webhookTee : new RecordedRunTee(recorded, webhookTee, deps.maxResultBytes)
     const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee)
     call.forwarded = true

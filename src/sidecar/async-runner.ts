@@ -7,7 +7,7 @@ import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import type { RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../runs/run-store.ts'
 import type { LabelledCounter } from '../shared/metric-contracts.ts'
 import { runWebhookBody } from '../webhook/webhook-capture.ts'
-import type { WebhookSender } from '../webhook/webhook-sender.ts'
+import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { ReplicaStoppedError, RunCanceledError, RunRelay } from './run-relay.ts'
 
 export interface AsyncRunnerDeps {
@@ -16,7 +16,7 @@ export interface AsyncRunnerDeps {
   readonly app: Pool
   /** APP_URL, as a failure's log reason names it. */
   readonly appUrl: string
-  readonly webhooks: WebhookSender
+  readonly webhooks: WebhookSubmitter
   readonly webhookMaxBodyBytes: number
   /** ENVELOPE_MAX_BODY_BYTES: the largest body kept as a result. */
   readonly maxResultBytes: number
@@ -213,6 +213,7 @@ export class AsyncRunner implements RunStoreListener {
       runId: run.runId,
       body,
       secret: run.webhook.secret,
+      scope: run.scope,
       onEnd: (result, attempts) => {
         store.webhookDone(run.scope, run.runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
           logger.warn({ err: error, runId: run.runId }, 'webhook result not recorded')

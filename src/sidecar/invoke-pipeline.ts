@@ -7,7 +7,7 @@ import { pathPrefix } from '../config/env-table.ts'
 import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import type { RunStore } from '../runs/run-store.ts'
 import { createStreamSinks } from '../stream/stream-sinks.ts'
-import type { WebhookSender } from '../webhook/webhook-sender.ts'
+import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { createAppForward } from './app-forward.ts'
 import { authorizeCall } from './authorize-call.ts'
 import { startDeadline } from './call-deadline.ts'
@@ -31,7 +31,7 @@ export interface InvokeDeps extends CallRecorder {
   /** Undefined when auth is disabled. */
   readonly verifier: TokenVerifier | undefined
   readonly app: Pool
-  readonly webhooks: WebhookSender
+  readonly webhooks: WebhookSubmitter
   readonly gate: ConcurrencyGate
   /** Where async runs are recorded and queued. */
   readonly runs: RunStore

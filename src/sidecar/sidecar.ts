@@ -15,6 +15,7 @@ import { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import { createLogger } from './access-log.ts'
 import { createAdminServer } from './admin-server.ts'
 import { AsyncRunner } from './async-runner.ts'
+import { DurableWebhooks } from './durable-webhooks.ts'
 import { SIDECAR_INTERNAL } from './call-record.ts'
 import { createInvokeHandler, createUpgradeHandler } from './invoke-pipeline.ts'
 import { createManagementHandler } from './management-forward.ts'
@@ -118,12 +119,13 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
   })
   metrics.watchAsyncQueue(async () => await runs.queuedCount())
+  const deliveries = new DurableWebhooks(runs, webhooks, logger)
   const runner = new AsyncRunner({
     store: runs,
     gate,
     app,
     appUrl: config.appUrl.href,
-    webhooks,
+    webhooks: deliveries,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
     maxResultBytes: config.envelopeMaxBodyBytes,
     deadlineSeconds: config.deadlineSeconds,
@@ -135,6 +137,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   runs.listen({
     canceled: (scope, runId) => { runner.canceled(scope, runId) },
     lost: (run, view) => { runner.lost(run, view) },
+    deliveryLost: held => { deliveries.resume(held) },
     availability: available => {
       if (available) logger.info({ runStore: 'redis' }, 'run store reachable')
       else logger.warn({ runStore: 'redis' }, 'run store unreachable: async runs and run records answer 503 until it is back')
@@ -143,7 +146,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   })
 
   const recorder = { logger, metrics, inflight }
-  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks, gate, runs })
+  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks: deliveries, gate, runs })
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl), storeUrl: config.storeUrl.href })
   const websockets = createUpgradeHandler({ ...recorder, config, verifier, gate })
 

@@ -16,6 +16,28 @@ export interface WebhookJob {
   readonly secret: string | undefined
   /** Told how the delivery ended and how many attempts it made (a recorded run keeps them). */
   readonly onEnd?: (result: DeliveryResult | 'dropped', attempts: number) => void
+  /** The app the call belongs to (where a durable delivery is written down). */
+  readonly scope?: { readonly projectId: string, readonly appName: string }
+  /** Where the delivery is written down (durable delivery): told of each attempt and of its end. */
+  readonly ledger?: DeliveryLedger
+}
+
+/** A delivery written down in a shared store, so that another sidecar can finish it. Never rejects. */
+export interface DeliveryLedger {
+  /** Attempts another sidecar already made (a delivery taken over): only the rest are made. */
+  readonly attemptsMade: number
+  /** An attempt begins. */
+  attempt: () => Promise<void>
+  /** The delivery ended: delivered, or failed for good. */
+  done: () => Promise<void>
+  /** The sender stopped first (the grace period is over, or its bounds are full): another sidecar takes it over. */
+  leave: () => Promise<void>
+}
+
+/** Anything that takes webhooks to deliver (the sender, or the durable layer in front of it). */
+export interface WebhookSubmitter {
+  /** Starts delivering `job` in the background; false when it was dropped. */
+  submit: (job: WebhookJob) => boolean
 }
 
 export interface DeliverySettings {
@@ -78,12 +100,16 @@ export class WebhookDelivery {
 
   /** Delivers one job; never rejects. `signal` aborts it (the drain's grace period is over). */
   async deliver (job: WebhookJob, signal: AbortSignal): Promise<DeliveryResult> {
-    const { attempts, maxDelayMs, metrics, logger } = this.#settings
-    let made = 0
+    const { maxDelayMs, metrics, logger } = this.#settings
+    const ledger = job.ledger
+    const before = ledger?.attemptsMade ?? 0
+    const attempts = Math.max(1, this.#settings.attempts - before)
+    let made = before
     let last: AttemptOutcome | undefined
     try {
       await pRetry(async () => {
         made++
+        await ledger?.attempt()
         const outcome = await this.#attempt(job, signal)
         metrics.webhookAttempts.labels(outcome.outcome).inc()
         if (outcome.outcome === '2xx') return
@@ -98,10 +124,17 @@ export class WebhookDelivery {
         signal
       })
       metrics.webhookDeliveries.labels('delivered').inc()
+      await ledger?.done()
       job.onEnd?.('delivered', made)
       return 'delivered'
     } catch {
       const shutdown = signal.aborted
+      if (shutdown && ledger !== undefined) {
+        // a durable delivery cut by the shutdown is not over: another sidecar makes its remaining attempts
+        logger.info({ runId: job.runId, host: job.url.host, attempts: made }, 'webhook left for another replica')
+        await ledger.leave()
+        return 'shutdown'
+      }
       metrics.webhookDeliveries.labels('failed').inc()
       logger.warn({
         runId: job.runId,
@@ -110,6 +143,7 @@ export class WebhookDelivery {
         outcome: shutdown ? 'shutdown' : (last?.message ?? 'unknown')
       }, 'webhook failed')
       const result = shutdown ? 'shutdown' : 'failed'
+      await ledger?.done()
       job.onEnd?.(result, made)
       return result
     }

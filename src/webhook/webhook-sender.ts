@@ -1,7 +1,7 @@
 import { setMaxListeners } from 'node:events'
 import type { Logger } from 'pino'
 import type { WebhookMetrics } from '../shared/metric-contracts.ts'
-import type { WebhookDelivery, WebhookJob } from './webhook-delivery.ts'
+import type { WebhookDelivery, WebhookJob, WebhookSubmitter } from './webhook-delivery.ts'
 
 export interface WebhookSenderLimits {
   /** Most deliveries pending (in progress or waiting to retry) at once. */
@@ -30,7 +30,7 @@ export function senderLimits (maxPending: number): WebhookSenderLimits {
  * bound is dropped at once (logged and counted), never queued without limit. On shutdown,
  * pending deliveries get the grace period; the ones left are aborted and logged one by one.
  */
-export class WebhookSender {
+export class WebhookSender implements WebhookSubmitter {
   readonly #delivery: WebhookDelivery
   readonly #limits: WebhookSenderLimits
   readonly #metrics: WebhookMetrics
@@ -57,7 +57,8 @@ export class WebhookSender {
         this.#pendingBytes + bytes > this.#limits.maxPendingBytes) {
       this.#metrics.webhookDeliveries.labels('dropped').inc()
       this.#logger.warn({ runId: job.runId, host: job.url.host, pending: this.#pending.size, pendingBytes: this.#pendingBytes }, 'webhook dropped')
-      job.onEnd?.('dropped', 0)
+      if (job.ledger !== undefined) void job.ledger.leave() // written down: another sidecar may have room
+      else job.onEnd?.('dropped', 0)
       return false
     }
     this.#pendingBytes += bytes

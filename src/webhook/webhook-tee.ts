@@ -1,9 +1,8 @@
 import { performance } from 'node:perf_hooks'
 import type { AnswerTee } from '../shared/response-sink.ts'
 import { roundedMs } from '../shared/run-result.ts'
-import type { DeliveryResult } from './webhook-delivery.ts'
+import type { DeliveryResult, WebhookJob, WebhookSubmitter } from './webhook-delivery.ts'
 import { WebhookCapture, webhookBody } from './webhook-capture.ts'
-import type { WebhookSender } from './webhook-sender.ts'
 
 /**
  * The webhook side of one call: sinks feed it the body or the events as they go to the caller
@@ -16,16 +15,18 @@ export class WebhookTee implements AnswerTee {
   readonly #url: URL
   readonly #runId: string
   readonly #secret: string | undefined
-  readonly #sender: WebhookSender
+  readonly #sender: WebhookSubmitter
+  readonly #scope: WebhookJob['scope']
   #forwardedAt = 0
   #done = false
 
-  constructor (url: URL, runId: string, secret: string | undefined, maxBytes: number, sender: WebhookSender) {
+  constructor (url: URL, runId: string, secret: string | undefined, maxBytes: number, sender: WebhookSubmitter, scope?: WebhookJob['scope']) {
     this.capture = new WebhookCapture(maxBytes)
     this.#url = url
     this.#runId = runId
     this.#secret = secret
     this.#sender = sender
+    this.#scope = scope
   }
 
   /** The request went to the app now (run_time_ms counts from here). */
@@ -37,7 +38,7 @@ export class WebhookTee implements AnswerTee {
     this.#done = true
     const runTimeMs = roundedMs(performance.now() - this.#forwardedAt)
     const body = webhookBody(this.#runId, this.capture, runTimeMs, new Date().toISOString())
-    this.#sender.submit({ url: this.#url, runId: this.#runId, body, secret: this.#secret, onEnd: this.onEnd })
+    this.#sender.submit({ url: this.#url, runId: this.#runId, body, secret: this.#secret, onEnd: this.onEnd, scope: this.#scope })
   }
 
   /** The caller got the sidecar's own answer instead (a 502, a 504): deliver that. */

@@ -300,3 +300,47 @@ t.test(`past ${CONNECTIONS_PER_DESTINATION} attempts in flight to one receiver, 
   held.abort()
   t.same(await Promise.all(inFlight), Array(CONNECTIONS_PER_DESTINATION).fill('shutdown'))
 })
+
+t.test('a durable delivery: each attempt told to its ledger first; a taken-over one makes only the attempts left; done at its end, left (not done) on shutdown', async t => {
+  const receiver = await startWebhookReceiver([404, 404, 404, 404, 'hang'])
+  t.teardown(() => receiver.close())
+  const delivery = new WebhookDelivery({
+    attempts: 3,
+    maxDelayMs: 1,
+    timeoutMs: 10_000,
+    brand: 'Sidecar',
+    guard: new AddressGuard([{ address: '127.0.0.0', prefix: 8, family: 4 }]),
+    metrics: new SidecarMetrics(),
+    logger: pino({ level: 'silent' })
+  })
+  t.teardown(() => delivery.close())
+  const ledger = (attemptsMade: number, steps: string[]): WebhookJob['ledger'] => ({
+    attemptsMade,
+    attempt: async () => { steps.push(`attempt (${receiver.attempts.length} received)`) },
+    done: async () => { steps.push('done') },
+    leave: async () => { steps.push('leave') }
+  })
+  const ends: Array<[string, number]> = []
+  const job = (runId: string, steps: string[], attemptsMade: number): WebhookJob => ({
+    url: new URL(`${receiver.url}/hook`), runId, body: '{}', secret: undefined, ledger: ledger(attemptsMade, steps), onEnd: (result, attempts) => { ends.push([result, attempts]) }
+  })
+
+  const takenOver: string[] = []
+  t.equal(await delivery.deliver(job('taken-over', takenOver, 2), new AbortController().signal), 'failed')
+  t.same(takenOver, ['attempt (0 received)', 'done'], 'two of three were made elsewhere: one attempt here, counted before it went out')
+  t.same(ends, [['failed', 3]], 'three attempts in all')
+
+  const fresh: string[] = []
+  t.equal(await delivery.deliver(job('fresh', fresh, 0), new AbortController().signal), 'failed')
+  t.same(fresh, ['attempt (1 received)', 'attempt (2 received)', 'attempt (3 received)', 'done'], 'a fresh one makes all three')
+  t.equal(receiver.attempts.length, 4)
+
+  const stopping = new AbortController()
+  const stopped: string[] = []
+  const cut = delivery.deliver(job('cut', stopped, 0), stopping.signal)
+  await receiver.waitForAttempts(5) // hangs
+  stopping.abort()
+  t.equal(await cut, 'shutdown')
+  t.same(stopped, ['attempt (4 received)', 'leave'], 'left for another sidecar, not done')
+  t.same(ends, [['failed', 3], ['failed', 3]], 'a left delivery has not ended: no onEnd')
+})
