@@ -72,10 +72,10 @@ export interface LoadOptions {
   /** Requests/s over all connections; undefined: as fast as the target answers. */
   overallRate?: number
   /**
-   * Gives every request its own `X-Request-Id` (`<prefix><n>`) and reports each 2xx response's
+   * Gives every request its own `X-Request-Id` (`<prefix><n>`; or another `header`) and reports each 2xx response's
    * `X-Request-Id` header to `onAnswered` (autocannon rebuilds each request: a little more load-generator CPU).
    */
-  requestIds?: { prefix: string, onIssued?: (id: string) => void, onAnswered?: (id: string) => void }
+  requestIds?: { prefix: string, onIssued?: (id: string) => void, onAnswered?: (id: string) => void, header?: string }
 }
 
 /**
@@ -126,7 +126,7 @@ function uniqueIdRequest (ids: NonNullable<LoadOptions['requestIds']>): autocann
   return {
     setupRequest: request => {
       const id = `${ids.prefix}${next++}`
-      request.headers = { ...request.headers, 'x-request-id': id }
+      request.headers = { ...request.headers, [ids.header ?? 'x-request-id']: id }
       ids.onIssued?.(id)
       return request
     },

@@ -13,7 +13,7 @@ import { rssMb } from './process-memory.ts'
 import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp200 } from './child-processes.ts'
 
 /**
- * `npm run soak`: SOAK_SECONDS (default 600) of mixed traffic through a real sidecar process:
+ * `npm run soak`: (`SOAK_CASE=fleet`: bench/soak-fleet.ts instead) SOAK_SECONDS (default 600) of mixed traffic through a real sidecar process:
  * plain calls (a third with a webhook to a flaky receiver), NDJSON streams turned into SSE, and
  * WebSockets. The sidecar's RSS, open file descriptors and sockets are sampled every second, and
  * its live heap every LIVE_HEAP_EVERY_S seconds. Fails (exit 1) when memory keeps growing, sockets
@@ -235,8 +235,12 @@ async function main (): Promise<number> {
   return failed ? 1 : 0
 }
 
-main().then(code => { process.exitCode = code }, error => {
-  killAllChildren()
-  process.stderr.write(`soak: ${(error as Error).stack ?? String(error)}\n`)
-  process.exitCode = 1
-})
+if (process.env.SOAK_CASE === 'fleet') {
+  await import('./soak-fleet.ts') // two sidecars on one Redis, one killed every two minutes
+} else {
+  main().then(code => { process.exitCode = code }, error => {
+    killAllChildren()
+    process.stderr.write(`soak: ${(error as Error).stack ?? String(error)}\n`)
+    process.exitCode = 1
+  })
+}

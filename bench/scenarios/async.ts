@@ -1,7 +1,6 @@
 import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
-import { Redis } from 'ioredis'
 import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { scrapeMetrics, sumOf } from '../admin-metrics.ts'
 import type { BenchChild } from '../child-processes.ts'
@@ -10,6 +9,7 @@ import { Latencies, type LoadRequest, type Measurement, runLoad, summarize } fro
 import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
 import { startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
+import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
 
 /**
  * Issue 14: async runs. Submissions per second (202s) with the run store in memory and in Redis;
@@ -32,34 +32,6 @@ const RUN_SLOTS = 4
 /** Streams followed at once in the lag phase, and their pace at the app (40 streams × 50 events/s = 2,000 events/s). */
 const LAG_STREAMS = 40
 const LAG_INTERVAL_MS = 20
-
-/** BENCH_REDIS_URL (default database 11 of the machine's Redis): flushed before every target that uses it. */
-const redisUrl = (): string => process.env.BENCH_REDIS_URL?.trim() || 'redis://127.0.0.1:6379/11'
-
-async function flushRedis (): Promise<void> {
-  const redis = new Redis(redisUrl(), { lazyConnect: true, maxRetriesPerRequest: 1 })
-  try {
-    await redis.connect()
-    await redis.flushdb()
-  } finally {
-    redis.disconnect()
-  }
-}
-
-/** The Redis server's pid (its CPU is the targets' work, not other load), or why Redis cannot be used. */
-async function findRedis (): Promise<{ pid: number } | { skip: string }> {
-  const redis = new Redis(redisUrl(), { lazyConnect: true, maxRetriesPerRequest: 1 })
-  try {
-    await redis.connect()
-    await redis.flushdb()
-    const pid = Number(/process_id:(\d+)/.exec(await redis.info('server'))?.[1])
-    return { pid }
-  } catch (error) {
-    return { skip: `Redis at ${redisUrl()} is not reachable (${(error as Error).message}); set BENCH_REDIS_URL` }
-  } finally {
-    redis.disconnect()
-  }
-}
 
 const expectGreeting = (status: number, body: string): void => {
   if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)

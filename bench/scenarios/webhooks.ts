@@ -33,7 +33,7 @@ async function loadWithIds (request: LoadRequest, settings: BenchSettings, ids: 
   return await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds, requestIds: ids })
 }
 
-const prefix = (): string => `wh${randomBytes(4).toString('hex')}-`
+export const prefix = (): string => `wh${randomBytes(4).toString('hex')}-`
 
 interface Deliveries { finished: number, delivered: number, failed: number, dropped: number, calls: number }
 
@@ -79,7 +79,7 @@ async function receivedIds (receiver: StartedServer): Promise<Map<string, number
  * The webhook target's phase: the warm-up's deliveries drained, the receiver reset, the load
  * (ids recorded), the deliveries drained, then every id accounted for (the figures in `extra`).
  */
-async function webhookPhase (request: LoadRequest, settings: BenchSettings, adminOrigin: string, receiver: StartedServer): Promise<Measurement> {
+export async function webhookPhase (request: LoadRequest, settings: BenchSettings, adminOrigin: string, receiver: StartedServer): Promise<Measurement> {
   await drain(adminOrigin)
   await fetch(`${receiver.origin}/reset`, { method: 'POST' })
   const before = await deliveries(adminOrigin)

@@ -63,7 +63,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, rout
 
 /**
  * Watches a sync call that holds a key: what the caller gets is copied (up to `maxAnswerBytes`)
- * and kept for repeats once the answer is complete. A call that never reached the app (503
+ * and kept for repeats when the answer ends, before the caller has its last bytes. A call that never reached the app (503
  * queue full, the deadline while it waited) or whose caller left (the sidecar cut the app
  * request) frees the key instead: a retry runs.
  */
@@ -95,18 +95,29 @@ export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: Held
     keep(chunk, encoding)
     return (write as (...args: unknown[]) => boolean).call(this, chunk, encoding, callback)
   } as ServerResponse['write']
+  let kept = false
   res.end = function (this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
+    const finish = (): ServerResponse => (end as (...args: unknown[]) => ServerResponse).call(this, chunk, encoding, callback)
+    if (kept || !call.forwarded || this.destroyed) return finish()
+    kept = true
     keep(chunk, encoding)
-    return (end as (...args: unknown[]) => ServerResponse).call(this, chunk, encoding, callback)
+    const answer: KeptAnswer = tooLarge
+      ? { status: 409, contentType: 'application/json; charset=utf-8', body: Buffer.from(TOO_LARGE) }
+      : { status: this.statusCode, contentType: contentType ?? headerText(this.getHeader('content-type')), body: Buffer.concat(chunks) }
+    // The answer is kept before the caller has its end: a retry sent once the answer is complete is
+    // always a replay. Sent a microtask later, after what the relay does as the answer ends (its
+    // webhook written down, when durable): the store runs commands in order, so once the caller
+    // holds the answer, its webhook is written down too.
+    queueMicrotask(() => {
+      deps.store.keepAnswer(key.scope, key.slot, key.runId, answer)
+        .catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key answer not kept') })
+        .finally(finish)
+    })
+    return this
   } as ServerResponse['end']
   call.onClose(() => {
-    const { store } = deps
-    const settle = !res.writableFinished || !call.forwarded
-      ? store.dropKey(key.scope, key.slot, key.runId)
-      : store.keepAnswer(key.scope, key.slot, key.runId, tooLarge
-        ? { status: 409, contentType: 'application/json; charset=utf-8', body: Buffer.from(TOO_LARGE) }
-        : { status: res.statusCode, contentType: contentType ?? headerText(res.getHeader('content-type')), body: Buffer.concat(chunks) })
-    settle.catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key answer not kept') })
+    // no complete answer from the app (never forwarded, or its caller left and the app request was cut): a retry runs
+    if (!kept) deps.store.dropKey(key.scope, key.slot, key.runId).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
   })
 }
 
