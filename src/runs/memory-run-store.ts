@@ -228,7 +228,7 @@ export class MemoryRunStore implements RunStore {
   async holdDelivery (_delivery: NewDelivery): Promise<HeldDelivery | undefined> { return undefined }
   async deliveryAttempt (_delivery: HeldDelivery): Promise<void> {}
   async deliveryDone (_delivery: HeldDelivery): Promise<void> {}
-  async leaveDelivery (_delivery: HeldDelivery): Promise<void> {}
+  async leaveDelivery (_delivery: HeldDelivery, _stopping: boolean): Promise<void> {}
 
   async queuedCount (): Promise<number> {
     const scope = this.#settings.scope

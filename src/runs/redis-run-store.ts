@@ -6,7 +6,7 @@ import {
   RunNotFoundError, RunStoreUnavailableError
 } from '../errors.ts'
 import { RedisFollow } from './redis-follow.ts'
-import { APPEND_EVENT, CLAIM_KEY, DROP_KEY, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RECORD, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
+import { APPEND_EVENT, CLAIM_KEY, DELIVERY_DONE, DROP_KEY, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RECORD, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, REPLICA_LOST, startedRecord } from './run-record.ts'
 import type {
   HeldDelivery, KeptAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
@@ -308,14 +308,14 @@ export class RedisRunStore implements RunStore {
     const keys = new ScopeKeys(delivery.scope)
     const [entry, id] = delivery.entry.split(' ') as [string, string]
     this.#held.delete(entry)
-    await guard(this.#redis.multi().xack(keys.deliveries, SENDERS, entry).xdel(keys.deliveries, entry).del(keys.delivery(id)).exec())
+    await guard(DELIVERY_DONE.run(this.#redis, [keys.deliveries, keys.delivery(id)], [entry]))
   }
 
-  async leaveDelivery (delivery: HeldDelivery): Promise<void> {
+  async leaveDelivery (delivery: HeldDelivery, stopping: boolean): Promise<void> {
     const keys = new ScopeKeys(delivery.scope)
     const [entry] = delivery.entry.split(' ') as [string, string]
     this.#held.delete(entry)
-    this.#leaving = true
+    if (stopping) this.#leaving = true
     // idle as long as a lost sidecar's: the next sidecar to look takes it over
     await guard(this.#redis.call('XCLAIM', keys.deliveries, SENDERS, this.#consumer, 0, entry, 'IDLE', this.#lostAfterMs + 1, 'JUSTID'))
   }

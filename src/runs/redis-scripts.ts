@@ -162,7 +162,8 @@ export const SENDERS = 'senders'
 
 /**
  * Writes a webhook delivery down and puts it straight into this sidecar's pending list (XCLAIM
- * FORCE: nobody reads the stream, sidecars only take over idle entries). Returns the entry id.
+ * FORCE: nobody reads the stream, sidecars only take over idle entries), its first attempt
+ * counted (it begins at once). Returns the entry id.
  * KEYS: deliveries stream, delivery hash, scopes. ARGV: run id, url, body, secret ('' none),
  * consumer, scope, ttl seconds, delivery id.
  */
@@ -170,9 +171,16 @@ export const HOLD_DELIVERY = new LuaScript(`
 pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], '${SENDERS}', '0', 'MKSTREAM')
 local id = redis.call('XADD', KEYS[1], '*', 'delivery', ARGV[8])
 redis.call('XCLAIM', KEYS[1], '${SENDERS}', ARGV[5], 0, id, 'FORCE', 'JUSTID')
-redis.call('HSET', KEYS[2], 'run', ARGV[1], 'url', ARGV[2], 'body', ARGV[3], 'attempts', 0)
+redis.call('HSET', KEYS[2], 'run', ARGV[1], 'url', ARGV[2], 'body', ARGV[3], 'attempts', 1)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], 'secret', ARGV[4]) end
 redis.call('EXPIRE', KEYS[2], ARGV[7])
 redis.call('SADD', KEYS[3], ARGV[6])
 return id
+`)
+
+/** A delivery ended: its entry acknowledged and deleted, its hash (and secret) gone. KEYS: deliveries stream, delivery hash. ARGV: entry id. */
+export const DELIVERY_DONE = new LuaScript(`
+redis.call('XACK', KEYS[1], '${SENDERS}', ARGV[1])
+redis.call('XDEL', KEYS[1], ARGV[1])
+return redis.call('DEL', KEYS[2])
 `)

@@ -126,7 +126,7 @@ export interface NewDelivery {
 
 /** A delivery held by this sidecar in a shared store: if it dies, another makes the remaining attempts. */
 export interface HeldDelivery extends NewDelivery {
-  /** Attempts already made, by any sidecar. */
+  /** Attempts already made, by any sidecar (a fresh one: 0; its first attempt is counted as it is held). */
   readonly attempts: number
   /** The backend's handle (Redis: the entry id in the app's deliveries stream and the delivery's id). */
   readonly entry: string
@@ -220,12 +220,16 @@ export interface RunStore {
    * and holds it (heartbeats, as for runs). Undefined in memory, where nothing changes.
    */
   holdDelivery: (delivery: NewDelivery) => Promise<HeldDelivery | undefined>
-  /** An attempt of a held delivery begins (counted first: a sidecar dying mid-attempt has used it). */
+  /** An attempt of a held delivery begins, other than a fresh one's first (counted first: a sidecar dying mid-attempt has used it). */
   deliveryAttempt: (delivery: HeldDelivery) => Promise<void>
   /** A held delivery ended (delivered, or failed for good): forgotten, its secret with it. */
   deliveryDone: (delivery: HeldDelivery) => Promise<void>
-  /** SIGTERM's grace period is over: the delivery is left for another sidecar to take over at once (this store takes none over from then on). */
-  leaveDelivery: (delivery: HeldDelivery) => Promise<void>
+  /**
+   * The delivery is left for whichever sidecar looks next (it is idle as a lost one's): SIGTERM's
+   * grace period is over (`stopping`: this store takes none over from then on), or this sidecar's
+   * bounds are full (it may take it back itself at its next heartbeat).
+   */
+  leaveDelivery: (delivery: HeldDelivery, stopping: boolean) => Promise<void>
 
   /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
   queuedCount: () => Promise<number>

@@ -53,11 +53,16 @@ export class DurableWebhooks implements WebhookSubmitter {
   #ledger (held: HeldDelivery): DeliveryLedger {
     const store = this.#store
     const quietly = async (step: Promise<void>): Promise<void> => { await step.catch(() => {}) }
+    // a fresh delivery's first attempt was counted as it was held
+    let counted = held.attempts === 0
     return {
       attemptsMade: held.attempts,
-      attempt: async () => { await quietly(store.deliveryAttempt(held)) },
+      attempt: async () => {
+        if (counted) { counted = false; return }
+        await quietly(store.deliveryAttempt(held))
+      },
       done: async () => { await quietly(store.deliveryDone(held)) },
-      leave: async () => { await quietly(store.leaveDelivery(held)) }
+      leave: async stopping => { await quietly(store.leaveDelivery(held, stopping)) }
     }
   }
 }

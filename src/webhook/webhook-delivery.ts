@@ -30,8 +30,8 @@ export interface DeliveryLedger {
   attempt: () => Promise<void>
   /** The delivery ended: delivered, or failed for good. */
   done: () => Promise<void>
-  /** The sender stopped first (the grace period is over, or its bounds are full): another sidecar takes it over. */
-  leave: () => Promise<void>
+  /** The sender stopped first (`stopping`: the grace period is over), or its bounds are full: another sidecar (or this one, later) takes it over. */
+  leave: (stopping: boolean) => Promise<void>
 }
 
 /** Anything that takes webhooks to deliver (the sender, or the durable layer in front of it). */
@@ -132,7 +132,7 @@ export class WebhookDelivery {
       if (shutdown && ledger !== undefined) {
         // a durable delivery cut by the shutdown is not over: another sidecar makes its remaining attempts
         logger.info({ runId: job.runId, host: job.url.host, attempts: made }, 'webhook left for another replica')
-        await ledger.leave()
+        await ledger.leave(true)
         return 'shutdown'
       }
       metrics.webhookDeliveries.labels('failed').inc()

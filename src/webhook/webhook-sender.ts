@@ -57,7 +57,7 @@ export class WebhookSender implements WebhookSubmitter {
         this.#pendingBytes + bytes > this.#limits.maxPendingBytes) {
       this.#metrics.webhookDeliveries.labels('dropped').inc()
       this.#logger.warn({ runId: job.runId, host: job.url.host, pending: this.#pending.size, pendingBytes: this.#pendingBytes }, 'webhook dropped')
-      if (job.ledger !== undefined) void job.ledger.leave() // written down: another sidecar may have room
+      if (job.ledger !== undefined) void job.ledger.leave(this.#abort.signal.aborted) // written down: taken over later, here or elsewhere
       else job.onEnd?.('dropped', 0)
       return false
     }

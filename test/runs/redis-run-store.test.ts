@@ -120,13 +120,13 @@ t.test('redis run store', async t => {
     await new Promise(resolve => setTimeout(resolve, 2000))
     t.same(lost, [], 'a live sidecar keeps its deliveries')
 
-    await a.leaveDelivery(kept) // SIGTERM: left for another at once
+    await a.leaveDelivery(kept, true) // SIGTERM: left for another at once
     await eventually(() => lost.some(d => d.runId === 'hooked'), 3000)
-    t.match(lost.find(d => d.runId === 'hooked'), { ...delivery, attempts: 1 }, 'taken over with the attempt made, the body and the secret')
+    t.match(lost.find(d => d.runId === 'hooked'), { ...delivery, attempts: 2 }, 'taken over with the attempts made (the first counted as it was held), the body and the secret')
     await a.close() // a is gone: its other delivery goes to b once it has been idle lostAfterMs
     await eventually(() => lost.some(d => d.runId === 'kept-alive'), 5000)
     t.equal(lost.length, 2, 'each taken over once')
-    t.match(lost.find(d => d.runId === 'kept-alive'), { runId: 'kept-alive', attempts: 0 })
+    t.match(lost.find(d => d.runId === 'kept-alive'), { runId: 'kept-alive', attempts: 1 })
     t.equal(lost.find(d => d.runId === 'kept-alive')?.secret, undefined)
     t.equal(lost.filter(d => d.runId === 'done').length, 0, 'a finished delivery is never taken over')
     for (const taken of lost) await b.deliveryDone(taken)
@@ -134,6 +134,20 @@ t.test('redis run store', async t => {
     t.teardown(() => probe.disconnect())
     t.equal(await probe.xlen('as:{proj/app}:deliveries'), 0, 'nothing left in the stream')
     t.same(await probe.keys('as:{proj/app}:delivery:*'), [], 'no delivery kept, no secret')
+  })
+
+  t.test('a delivery left because this sidecar\'s bounds were full comes back to it at its next heartbeat', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const back: HeldDelivery[] = []
+    const store = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { heartbeatMs: 200, lostAfterMs: 1500, consumer: 'busy' })
+    t.teardown(async () => { await store.close() })
+    await store.reachable(5000)
+    store.listen(listener({ deliveryLost: delivery => { back.push(delivery) } }))
+    const held = await store.holdDelivery({ scope: SCOPE, runId: 'deferred', url: 'https://hooks.example/x', body: '{}', secret: undefined }) as HeldDelivery
+    await store.leaveDelivery(held, false)
+    await eventually(() => back.length === 1, 3000)
+    t.match(back[0], { runId: 'deferred', attempts: 1 }, 'taken back by the same sidecar, its first attempt counted')
+    await store.deliveryDone(back[0] as HeldDelivery)
   })
 
   t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {
