@@ -30,6 +30,13 @@ export function serverTarget (start: () => Promise<StartedServer>, request: (ori
   }
 }
 
+/** Checks the example app's answer to json-post's `POST /run {"name":"Ada"}` through a cortex sidecar (the envelope). */
+export const expectGreeting = (status: number, body: string): void => {
+  if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
+  const parsed = JSON.parse(body) as { result?: { greeting?: unknown } }
+  if (parsed.result?.greeting !== 'Hello, Ada!') throw new Error(`unexpected body: ${body.slice(0, 200)}`)
+}
+
 /** The example app (`dist/demo/example-app.js`): POST /run {"name"} → {"greeting"}. */
 export async function startExampleApp (ctx: BenchContext): Promise<StartedServer> {
   const port = await freePort()

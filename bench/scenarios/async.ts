@@ -8,7 +8,7 @@ import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { Latencies, type LoadRequest, type Measurement, runLoad, summarize } from '../load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
+import { expectGreeting, startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
 import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
 
 /**
@@ -32,12 +32,6 @@ const RUN_SLOTS = 4
 /** Streams followed at once in the lag phase, and their pace at the app (40 streams × 50 events/s = 2,000 events/s). */
 const LAG_STREAMS = 40
 const LAG_INTERVAL_MS = 20
-
-const expectGreeting = (status: number, body: string): void => {
-  if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
-  const parsed = JSON.parse(body) as { result?: { greeting?: unknown } }
-  if (parsed.result?.greeting !== 'Hello, Ada!') throw new Error(`unexpected body: ${body.slice(0, 200)}`)
-}
 
 const expectQueued = (status: number, body: string): void => {
   if (status !== 202) throw new Error(`expected 202, got ${status}: ${body.slice(0, 200)}`)

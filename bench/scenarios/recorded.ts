@@ -3,7 +3,7 @@ import { pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
+import { expectGreeting, startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
 import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
 import { prefix, webhookPhase } from './webhooks.ts'
 
@@ -18,12 +18,6 @@ const APP_NAME = 'app'
 const BODY = '{"name":"Ada"}'
 const IDEMPOTENT_TARGET = 0.7
 const DELIVERY_CPU_TARGET = 1
-
-const expectGreeting = (status: number, body: string): void => {
-  if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
-  const parsed = JSON.parse(body) as { result?: { greeting?: unknown } }
-  if (parsed.result?.greeting !== 'Hello, Ada!') throw new Error(`unexpected body: ${body.slice(0, 200)}`)
-}
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const app = await startExampleApp(ctx)

@@ -6,7 +6,7 @@ import { pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { startBenchServer, startExampleApp, startSidecarProcess, type StartedServer } from '../targets.ts'
+import { expectGreeting, startBenchServer, startExampleApp, startSidecarProcess, type StartedServer } from '../targets.ts'
 
 /**
  * Issue 4: sidecar throughput with `webhookEndpoint` on every call vs without. Target: ≥ 0.85×
@@ -21,12 +21,6 @@ const RATIO_TARGET = 0.85
 const DRAIN_TIMEOUT_MS = 120_000
 /** Deliveries finished without progress this long: the rest are not coming. */
 const STALL_MS = 3000
-
-const expectEnvelope = (status: number, body: string): void => {
-  if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
-  const parsed = JSON.parse(body) as { result?: { greeting?: unknown } }
-  if (parsed.result?.greeting !== 'Hello, Ada!') throw new Error(`unexpected body: ${body.slice(0, 200)}`)
-}
 
 /** Max throughput, every call with its own X-Request-Id (the same load on both targets). */
 async function loadWithIds (request: LoadRequest, settings: BenchSettings, ids: Parameters<typeof runLoad>[1]['requestIds']): Promise<Measurement> {
@@ -148,7 +142,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       }
       return {
         request,
-        checkResponse: expectEnvelope,
+        checkResponse: expectGreeting,
         children: [sidecar.child],
         runPhase: withWebhooks
           ? async (_phase, settings) => await webhookPhase(request, settings, sidecar.adminOrigin, receiver)

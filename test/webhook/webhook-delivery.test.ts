@@ -83,6 +83,22 @@ function checkFailure (t: Tap, r: Row, attempts: number, outcome: string): void 
   t.equal(line.outcome, outcome)
 }
 
+
+/** A WebhookDelivery to loopback receivers (no pause between attempts to speak of), closed at `t`'s teardown. */
+function loopbackDelivery (t: Tap, attempts: number, timeoutMs: number): WebhookDelivery {
+  const delivery = new WebhookDelivery({
+    attempts,
+    maxDelayMs: 1,
+    timeoutMs,
+    brand: 'Sidecar',
+    guard: new AddressGuard([{ address: '127.0.0.0', prefix: 8, family: 4 }]),
+    metrics: new SidecarMetrics(),
+    logger: pino({ level: 'silent' })
+  })
+  t.teardown(() => delivery.close())
+  return delivery
+}
+
 t.test('2xx at the first try: 1 attempt, delivered', async t => {
   for (const status of [200, 201, 202, 204, 299]) {
     const r = await row(t, [status])
@@ -242,16 +258,7 @@ t.test('WEBHOOK_MAX_DELAY_MS=0: retries follow at once', async t => {
 t.test('attempts leave nothing on the long-lived shutdown signal (AbortSignal.any would: nodejs/node#55351)', async t => {
   const receiver = await startWebhookReceiver([404, 200])
   t.teardown(() => receiver.close())
-  const delivery = new WebhookDelivery({
-    attempts: 3,
-    maxDelayMs: 1,
-    timeoutMs: 2000,
-    brand: 'Sidecar',
-    guard: new AddressGuard([{ address: '127.0.0.0', prefix: 8, family: 4 }]),
-    metrics: new SidecarMetrics(),
-    logger: pino({ level: 'silent' })
-  })
-  t.teardown(() => delivery.close())
+  const delivery = loopbackDelivery(t, 3, 2000)
   const shutdown = new AbortController()
   // on Node 20 every AbortSignal.any([shutdown, …]) keeps an entry on `shutdown` for good (Node
   // 24 frees it): the calls are watched directly, so the check holds on every version
@@ -272,16 +279,7 @@ t.test('attempts leave nothing on the long-lived shutdown signal (AbortSignal.an
 t.test(`past ${CONNECTIONS_PER_DESTINATION} attempts in flight to one receiver, the next waits without a connection and leaves at once when aborted`, async t => {
   const receiver = await startWebhookReceiver(['hang'])
   t.teardown(() => receiver.close())
-  const delivery = new WebhookDelivery({
-    attempts: 1,
-    maxDelayMs: 1,
-    timeoutMs: 10_000,
-    brand: 'Sidecar',
-    guard: new AddressGuard([{ address: '127.0.0.0', prefix: 8, family: 4 }]),
-    metrics: new SidecarMetrics(),
-    logger: pino({ level: 'silent' })
-  })
-  t.teardown(() => delivery.close())
+  const delivery = loopbackDelivery(t, 1, 10_000)
   const job = (runId: string): WebhookJob => ({ url: new URL(`${receiver.url}/hook`), runId, body: '{}', secret: undefined })
   const held = new AbortController()
   const inFlight = Array.from({ length: CONNECTIONS_PER_DESTINATION }, async (_, i) => await delivery.deliver(job(`held-${i}`), held.signal))
@@ -304,16 +302,7 @@ t.test(`past ${CONNECTIONS_PER_DESTINATION} attempts in flight to one receiver, 
 t.test('a durable delivery: each attempt told to its ledger first; a taken-over one makes only the attempts left; done at its end, left (not done) on shutdown', async t => {
   const receiver = await startWebhookReceiver([404, 404, 404, 404, 'hang'])
   t.teardown(() => receiver.close())
-  const delivery = new WebhookDelivery({
-    attempts: 3,
-    maxDelayMs: 1,
-    timeoutMs: 10_000,
-    brand: 'Sidecar',
-    guard: new AddressGuard([{ address: '127.0.0.0', prefix: 8, family: 4 }]),
-    metrics: new SidecarMetrics(),
-    logger: pino({ level: 'silent' })
-  })
-  t.teardown(() => delivery.close())
+  const delivery = loopbackDelivery(t, 3, 10_000)
   const ledger = (attemptsMade: number, steps: string[]): WebhookJob['ledger'] => ({
     attemptsMade,
     attempt: async () => { steps.push(`attempt (${receiver.attempts.length} received)`) },
