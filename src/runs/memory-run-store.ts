@@ -54,8 +54,8 @@ export class MemoryRunStore implements RunStore {
   /** Queued (not taken) runs per scope, in submission order; canceled ones are skipped when met. */
   readonly #queues = new Map<string, MemoryRun[]>()
   readonly #waiting = new Map<string, number>()
-  /** Idempotency-Key slots whose first request still runs (never evicted), and the answered ones. */
-  readonly #claims = new Map<string, { readonly entry: KeyEntry, readonly expires: number }>()
+  /** Idempotency-Key slots whose first request still runs (held until it answers or frees them), and the answered ones. */
+  readonly #claims = new Map<string, KeyEntry>()
   readonly #answers: LRUCache<string, KeyEntry>
   #takers: Taker[] = []
   #seq = 0
@@ -79,16 +79,16 @@ export class MemoryRunStore implements RunStore {
   async claimKey (scope: RunScope, slot: string, claim: KeyClaim): Promise<KeyEntry | undefined> {
     const key = `${scopeKeyOf(scope)}/${slot}`
     const running = this.#claims.get(key)
-    if (running !== undefined && running.expires > Date.now()) return running.entry
+    if (running !== undefined) return running
     const answered = this.#answers.get(key)
     if (answered !== undefined) return answered
-    this.#claims.set(key, { entry: { ...claim, answer: undefined }, expires: Date.now() + this.#settings.retentionSeconds * 1000 })
+    this.#claims.set(key, { ...claim, answer: undefined })
     return undefined
   }
 
   async keepAnswer (scope: RunScope, slot: string, runId: string, answer: KeptAnswer): Promise<void> {
     const key = `${scopeKeyOf(scope)}/${slot}`
-    const claim = this.#claims.get(key)?.entry
+    const claim = this.#claims.get(key)
     if (claim?.runId !== runId) return
     this.#claims.delete(key)
     this.#answers.set(key, { runId, digest: claim.digest, async: claim.async, answer })
@@ -96,7 +96,7 @@ export class MemoryRunStore implements RunStore {
 
   async dropKey (scope: RunScope, slot: string, runId: string): Promise<void> {
     const key = `${scopeKeyOf(scope)}/${slot}`
-    if (this.#claims.get(key)?.entry.runId === runId) this.#claims.delete(key)
+    if (this.#claims.get(key)?.runId === runId) this.#claims.delete(key)
   }
 
   listen (listener: RunStoreListener): void { this.#listener = listener }

@@ -89,6 +89,8 @@ export class RedisRunStore implements RunStore {
   #scopeAdded: (() => void) | undefined
   readonly #timer: NodeJS.Timeout
   #listener: RunStoreListener | undefined
+  /** Idempotency-Key slots this store claimed whose answer is not kept yet: their lease is renewed with the heartbeat. */
+  readonly #claims = new Set<string>()
   /** Deliveries are being left (SIGTERM): this store takes none over any more, its own included. */
   #leaving = false
   #available = false
@@ -119,6 +121,9 @@ export class RedisRunStore implements RunStore {
   }
 
   get available (): boolean { return this.#available }
+
+  /** How long an Idempotency-Key claim outlives its sidecar's last heartbeat: as long as a lost sidecar's runs. */
+  get #claimLeaseMs (): number { return this.#lostAfterMs + this.#heartbeatMs }
 
   /** Resolves once Redis is reachable, or after `ms` (the sidecar starts either way). */
   async reachable (ms: number): Promise<boolean> {
@@ -266,9 +271,15 @@ export class RedisRunStore implements RunStore {
   }
 
   async claimKey (scope: RunScope, slot: string, claim: KeyClaim): Promise<KeyEntry | undefined> {
-    const held = await guard(CLAIM_KEY.runBuffer(this.#redis, [new ScopeKeys(scope).slot(slot)],
-      [claim.runId, claim.digest, claim.async ? '1' : '0', this.#settings.retentionSeconds * 1000])) as Array<Buffer | null> | null
-    if (held === null) return undefined
+    const key = new ScopeKeys(scope).slot(slot)
+    // a claim whose first request still runs holds a lease its sidecar renews: should the sidecar
+    // die, the key is free again (a retry runs) once the lease runs out, not after RUN_RETENTION_SECONDS
+    const held = await guard(CLAIM_KEY.runBuffer(this.#redis, [key],
+      [claim.runId, claim.digest, claim.async ? '1' : '0', this.#claimLeaseMs])) as Array<Buffer | null> | null
+    if (held === null) {
+      this.#claims.add(key)
+      return undefined
+    }
     const [runId, digest, async, status, type, body] = held
     return {
       runId: String(runId),
@@ -281,12 +292,16 @@ export class RedisRunStore implements RunStore {
   }
 
   async keepAnswer (scope: RunScope, slot: string, runId: string, answer: KeptAnswer): Promise<void> {
-    await guard(KEEP_ANSWER.run(this.#redis, [new ScopeKeys(scope).slot(slot)],
+    const key = new ScopeKeys(scope).slot(slot)
+    this.#claims.delete(key)
+    await guard(KEEP_ANSWER.run(this.#redis, [key],
       [runId, answer.status, answer.contentType ?? '', answer.body, this.#settings.retentionSeconds * 1000]))
   }
 
   async dropKey (scope: RunScope, slot: string, runId: string): Promise<void> {
-    await guard(DROP_KEY.run(this.#redis, [new ScopeKeys(scope).slot(slot)], [runId]))
+    const key = new ScopeKeys(scope).slot(slot)
+    this.#claims.delete(key)
+    await guard(DROP_KEY.run(this.#redis, [key], [runId]))
   }
 
   async holdDelivery (delivery: NewDelivery): Promise<HeldDelivery | undefined> {
@@ -461,6 +476,11 @@ export class RedisRunStore implements RunStore {
         else ids.push(id)
       }
       for (const [stream, ids] of byQueue) await this.#redis.call('XCLAIM', stream, groupOf(stream), this.#consumer, 0, ...ids, 'JUSTID')
+      if (this.#claims.size > 0) {
+        const renew = this.#redis.pipeline()
+        for (const key of this.#claims) renew.pexpire(key, this.#claimLeaseMs)
+        await renew.exec()
+      }
       for (const queue of await this.#servedQueues()) {
         await this.#reap(queue)
         await this.#reapDeliveries(new ScopeKeys(scopeOfQueue(queue)))

@@ -207,7 +207,8 @@ export interface RunStore {
   /**
    * Claims an Idempotency-Key's slot (idempotency-key.ts) for `claim`, atomically across every
    * sidecar sharing the store: undefined when this request now holds it (it runs), else what holds
-   * it. A claim is kept RUN_RETENTION_SECONDS.
+   * it. A claim is held until its answer is kept (then for RUN_RETENTION_SECONDS) or it is dropped;
+   * in Redis, also until its sidecar is lost (the claim is a lease renewed by the heartbeat).
    */
   claimKey: (scope: RunScope, slot: string, claim: KeyClaim) => Promise<KeyEntry | undefined>
   /** Keeps the answer of the claim of `runId` for its repeats (RUN_RETENTION_SECONDS from now); nothing when the slot is not its. */

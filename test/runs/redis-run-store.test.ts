@@ -150,6 +150,25 @@ t.test('redis run store', async t => {
     await store.deliveryDone(back[0] as HeldDelivery)
   })
 
+  t.test('an Idempotency-Key claim is a lease its sidecar renews: held while it lives, free soon after it dies', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const timing = { heartbeatMs: 200, lostAfterMs: 1000 } // a lease of 1.2 s
+    const a = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'claimer' })
+    const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'other' })
+    t.teardown(async () => { await a.close(); await b.close() })
+    await Promise.all([a.reachable(5000), b.reachable(5000)])
+    t.equal(await a.claimKey(SCOPE, 'leased', { runId: 'first', digest: 'd', async: false }), undefined)
+    t.equal(await a.claimKey(SCOPE, 'answered', { runId: 'done', digest: 'd', async: false }), undefined)
+    await a.keepAnswer(SCOPE, 'answered', 'done', { status: 200, contentType: undefined, body: Buffer.from('ok') })
+    await new Promise(resolve => setTimeout(resolve, 2500)) // twice the lease: the heartbeat renewed it
+    t.equal((await b.claimKey(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }))?.runId, 'first', 'still held while its sidecar lives')
+    await a.close()
+    const closedAt = Date.now()
+    await eventually(async () => await b.claimKey(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }) === undefined, 5000)
+    t.ok(Date.now() - closedAt < 3000, 'free within about a lease of its sidecar\'s end: the retry runs')
+    t.equal((await b.claimKey(SCOPE, 'answered', { runId: 'x', digest: 'd', async: false }))?.answer?.body.toString(), 'ok', 'an answered key is kept RUN_RETENTION_SECONDS, lease or not')
+  })
+
   t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {
     const nowhere = `redis://127.0.0.1:${await freePort()}/0`
     const down = new RedisRunStore(nowhere, SETTINGS)
