@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache'
 import { AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError } from '../errors.ts'
-import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord } from './run-record.ts'
+import { canceledRecord, finishedRecord, isFinished, queuedRecord, recordedRun, startedRecord } from './run-record.ts'
 import type {
   HeldDelivery, KeptAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
@@ -76,12 +76,13 @@ export class MemoryRunStore implements RunStore {
     })
   }
 
-  async claimKey (scope: RunScope, slot: string, claim: KeyClaim): Promise<KeyEntry | undefined> {
+  async claimKey (scope: RunScope, slot: string, claim: KeyClaim, run?: NewRun): Promise<KeyEntry | undefined> {
     const key = `${scopeKeyOf(scope)}/${slot}`
     const running = this.#claims.get(key)
     if (running !== undefined) return running
     const answered = this.#answers.get(key)
     if (answered !== undefined) return answered
+    if (run !== undefined) this.#record(run)
     this.#claims.set(key, { ...claim, answer: undefined })
     return undefined
   }
@@ -94,9 +95,23 @@ export class MemoryRunStore implements RunStore {
     this.#answers.set(key, { runId, digest: claim.digest, async: claim.async, answer })
   }
 
-  async dropKey (scope: RunScope, slot: string, runId: string): Promise<void> {
+  async dropKey (scope: RunScope, slot: string, runId: string, forgetRun = false): Promise<void> {
     const key = `${scopeKeyOf(scope)}/${slot}`
-    if (this.#claims.get(key)?.runId === runId) this.#claims.delete(key)
+    if (this.#claims.get(key)?.runId !== runId) return
+    this.#claims.delete(key)
+    const run = this.#live.get(`${scopeKeyOf(scope)}/${runId}`)
+    if (forgetRun && run !== undefined && !run.async) this.#live.delete(run.key)
+  }
+
+  /** A sync call with an Idempotency-Key, recorded running as its key is claimed. */
+  #record (run: NewRun): void {
+    const scopeKey = scopeKeyOf(run.scope)
+    const key = `${scopeKey}/${run.runId}`
+    if (this.#live.has(key) || this.#finished.has(key)) throw new RunIdTakenError()
+    this.#live.set(key, {
+      key, scopeKey, submitted: run, seq: this.#seq++, record: recordedRun(run).running as RunRecord, resultJson: undefined,
+      webhook: run.webhook, taken: true, async: false, events: [], dropped: 0, waiters: new Set()
+    })
   }
 
   listen (listener: RunStoreListener): void { this.#listener = listener }
@@ -118,17 +133,6 @@ export class MemoryRunStore implements RunStore {
     else queue.push(stored)
     this.#handOut()
     return viewOf(stored)
-  }
-
-  async record (run: NewRun, startedAt: number): Promise<TakenRun> {
-    const scopeKey = scopeKeyOf(run.scope)
-    const key = `${scopeKey}/${run.runId}`
-    if (this.#live.has(key) || this.#finished.has(key)) throw new RunIdTakenError()
-    this.#live.set(key, {
-      key, scopeKey, submitted: run, seq: this.#seq++, record: startedRecord(queuedRecord(run), run.createdAt, startedAt), resultJson: undefined,
-      webhook: run.webhook, taken: true, async: false, events: [], dropped: 0, waiters: new Set()
-    })
-    return { ...run, entry: '' }
   }
 
   async get (scope: RunScope, runId: string): Promise<RunView> {

@@ -6,8 +6,8 @@ import {
   RunNotFoundError, RunStoreUnavailableError
 } from '../errors.ts'
 import { RedisFollow } from './redis-follow.ts'
-import { APPEND_EVENT, CLAIM_KEY, DELIVERY_DONE, DROP_KEY, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RECORD, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING } from './redis-scripts.ts'
-import { canceledRecord, finishedRecord, isFinished, queuedRecord, REPLICA_LOST, startedRecord } from './run-record.ts'
+import { APPEND_EVENT, CLAIM_KEY, DELIVERY_DONE, DROP_KEY, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING, WEBHOOK_STATE } from './redis-scripts.ts'
+import { canceledRecord, finishedRecord, isFinished, queuedRecord, recordedRun, REPLICA_LOST, startedRecord } from './run-record.ts'
 import type {
   HeldDelivery, KeptAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
@@ -151,19 +151,6 @@ export class RedisRunStore implements RunStore {
     return { record, resultJson: undefined, async: true }
   }
 
-  async record (run: NewRun, startedAt: number): Promise<TakenRun> {
-    const keys = new ScopeKeys(run.scope)
-    const record = startedRecord(queuedRecord(run), run.createdAt, startedAt)
-    // a sync run is not in a queue, so no other sidecar can tell its sidecar died: should it, the
-    // record shows "running" until this TTL (its caller saw the connection drop)
-    const outcome = await guard(RECORD.run(this.#redis, [keys.run(run.runId)], [
-      JSON.stringify(record), this.#consumer, run.webhook === undefined ? '' : JSON.stringify(run.webhook),
-      this.#settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS
-    ]))
-    if (outcome === -1) throw new RunIdTakenError()
-    return { ...run, entry: '' }
-  }
-
   async get (scope: RunScope, runId: string): Promise<RunView> {
     const [view] = await this.#read(new ScopeKeys(scope), runId)
     return view
@@ -237,6 +224,14 @@ export class RedisRunStore implements RunStore {
 
   async finish (run: TakenRun, outcome: RunOutcome): Promise<RunView> {
     const keys = new ScopeKeys(run.scope)
+    if (run.running !== undefined) {
+      // a recorded sync call: its record is as written with its key unless something changed it
+      // (nothing can: it cannot be canceled), so no read first
+      const finished = finishedRecord(run.running, outcome)
+      if (await this.#transition(keys, run.runId, JSON.stringify(run.running), finished, { result: outcome.resultJson, done: true })) {
+        return { record: finished, resultJson: outcome.resultJson, async: false }
+      }
+    }
     for (;;) {
       const [view, raw] = await this.#read(keys, run.runId)
       if (view.record.status !== 'running') {
@@ -252,12 +247,8 @@ export class RedisRunStore implements RunStore {
   }
 
   async webhookDone (scope: RunScope, runId: string, status: WebhookStatus, attempts: number): Promise<void> {
-    const keys = new ScopeKeys(scope)
-    for (;;) {
-      const [view, raw] = await this.#read(keys, runId)
-      if (await this.#transition(keys, runId, raw, { ...view.record, webhook: { status, attempts } }, {})) break
-    }
-    if (status !== 'pending') await guard(this.#redis.hdel(keys.run(runId), 'webhook'))
+    const changed = await guard(WEBHOOK_STATE.run(this.#redis, [new ScopeKeys(scope).run(runId)], [status, attempts]))
+    if (changed === 0) throw new RunNotFoundError()
   }
 
   async follow (scope: RunScope, runId: string, after: number, signal: AbortSignal): Promise<AsyncIterable<RunEventItem>> {
@@ -270,17 +261,24 @@ export class RedisRunStore implements RunStore {
     return this.#follow.events(listening, keys.events(runId), after + 1, async () => await this.#finishedView(keys, runId))
   }
 
-  async claimKey (scope: RunScope, slot: string, claim: KeyClaim): Promise<KeyEntry | undefined> {
-    const key = new ScopeKeys(scope).slot(slot)
+  async claimKey (scope: RunScope, slot: string, claim: KeyClaim, run?: NewRun): Promise<KeyEntry | undefined> {
+    const keys = new ScopeKeys(scope)
+    const key = keys.slot(slot)
     // a claim whose first request still runs holds a lease its sidecar renews: should the sidecar
-    // die, the key is free again (a retry runs) once the lease runs out, not after RUN_RETENTION_SECONDS
-    const held = await guard(CLAIM_KEY.runBuffer(this.#redis, [key],
-      [claim.runId, claim.digest, claim.async ? '1' : '0', this.#claimLeaseMs])) as Array<Buffer | null> | null
+    // die, the key is free again (a retry runs) once the lease runs out, not after RUN_RETENTION_SECONDS.
+    // A sync run recorded with it is in no queue, so no other sidecar can tell its sidecar died:
+    // should it, the record shows "running" until its TTL (its caller saw the connection drop)
+    const held = await guard(CLAIM_KEY.runBuffer(this.#redis, [key, keys.run(run?.runId ?? claim.runId)], [
+      claim.runId, claim.digest, claim.async ? '1' : '0', this.#claimLeaseMs,
+      run === undefined ? '' : JSON.stringify(recordedRun(run).running), this.#consumer,
+      run?.webhook === undefined ? '' : JSON.stringify(run.webhook), this.#settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS
+    ])) as Array<Buffer | null> | null | number
+    if (held === -1) throw new RunIdTakenError()
     if (held === null) {
       this.#claims.add(key)
       return undefined
     }
-    const [runId, digest, async, status, type, body] = held
+    const [runId, digest, async, status, type, body] = held as Array<Buffer | null>
     return {
       runId: String(runId),
       digest: String(digest),
@@ -298,10 +296,11 @@ export class RedisRunStore implements RunStore {
       [runId, answer.status, answer.contentType ?? '', answer.body, this.#settings.retentionSeconds * 1000]))
   }
 
-  async dropKey (scope: RunScope, slot: string, runId: string): Promise<void> {
-    const key = new ScopeKeys(scope).slot(slot)
+  async dropKey (scope: RunScope, slot: string, runId: string, forgetRun = false): Promise<void> {
+    const keys = new ScopeKeys(scope)
+    const key = keys.slot(slot)
     this.#claims.delete(key)
-    await guard(DROP_KEY.run(this.#redis, [key], [runId]))
+    await guard(DROP_KEY.run(this.#redis, [key, keys.run(runId)], [runId, forgetRun ? '1' : '0']))
   }
 
   async holdDelivery (delivery: NewDelivery): Promise<HeldDelivery | undefined> {

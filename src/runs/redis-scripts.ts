@@ -116,12 +116,21 @@ return total
 
 /**
  * Claims an Idempotency-Key's slot unless a request holds it: nil when claimed, else what the slot
- * holds (run id, digest, async, then status, content type and body once answered).
- * KEYS: slot. ARGV: run id, digest, async ('1' or '0'), ttl ms.
+ * holds (run id, digest, async, then status, content type and body once answered). With a record
+ * (a sync call), the run is recorded running in the same step, unless its id is taken (-1: the key
+ * is not claimed then).
+ * KEYS: slot, run. ARGV: run id, digest, async ('1' or '0'), lease ms, record ('' none), owner,
+ * webhook ('' none), record ttl seconds.
  */
 export const CLAIM_KEY = new LuaScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HMGET', KEYS[1], 'run', 'digest', 'async', 'status', 'type', 'body')
+end
+if ARGV[5] ~= '' then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+  redis.call('HSET', KEYS[2], 'record', ARGV[5], 'async', '0', 'owner', ARGV[6])
+  if ARGV[7] ~= '' then redis.call('HSET', KEYS[2], 'webhook', ARGV[7]) end
+  redis.call('EXPIRE', KEYS[2], ARGV[8])
 end
 redis.call('HSET', KEYS[1], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -139,21 +148,27 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 `)
 
-/** Frees the slot the run holds, unless it has an answer. KEYS: slot. ARGV: run id. */
+/**
+ * Frees the slot the run holds, unless it has an answer; with forget ('1'), the run recorded with
+ * the claim goes too (it never reached the app). KEYS: slot, run. ARGV: run id, forget.
+ */
 export const DROP_KEY = new LuaScript(`
 if redis.call('HGET', KEYS[1], 'run') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'status') == 1 then return 0 end
+if ARGV[2] == '1' and redis.call('HGET', KEYS[2], 'async') == '0' then redis.call('DEL', KEYS[2]) end
 return redis.call('DEL', KEYS[1])
 `)
 
 /**
- * Records a sync call as a running run (not queued), unless the id is taken (-1).
- * KEYS: run. ARGV: record, owner, webhook ('' none), ttl seconds.
+ * The run's webhook delivery state on its record (status, attempts); the secret goes once it
+ * ended. 0 when the run is gone. KEYS: run. ARGV: status, attempts.
  */
-export const RECORD = new LuaScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-redis.call('HSET', KEYS[1], 'record', ARGV[1], 'async', '0', 'owner', ARGV[2])
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'webhook', ARGV[3]) end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
+export const WEBHOOK_STATE = new LuaScript(`
+local raw = redis.call('HGET', KEYS[1], 'record')
+if not raw then return 0 end
+local record = cjson.decode(raw)
+record.webhook = { status = ARGV[1], attempts = tonumber(ARGV[2]) }
+redis.call('HSET', KEYS[1], 'record', cjson.encode(record))
+if ARGV[1] ~= 'pending' then redis.call('HDEL', KEYS[1], 'webhook') end
 return 1
 `)
 

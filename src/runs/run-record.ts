@@ -1,4 +1,4 @@
-import type { NewRun, RunOutcome, RunRecord, RunView } from './run-store.ts'
+import type { NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './run-store.ts'
 
 const iso = (epochMs: number): string => new Date(epochMs).toISOString()
 const ms = (value: number): number => Math.round(value * 1000) / 1000
@@ -17,8 +17,9 @@ export function startedRecord (record: RunRecord, createdAt: number, startedAt: 
 
 /** The record of a running run as it ends with `outcome`. */
 export function finishedRecord (record: RunRecord, outcome: RunOutcome): RunRecord {
+  const started = outcome.startedAt === undefined ? record : startedRecord(record, Date.parse(record.created_at), outcome.startedAt)
   const done: RunRecord = {
-    ...record,
+    ...started,
     status: outcome.status,
     completed_at: iso(outcome.completedAt),
     run_time_ms: ms(outcome.runTimeMs),
@@ -45,6 +46,14 @@ export function canceledRecord (record: RunRecord, now: number): { record: RunRe
   canceled.run_time_ms = ms(now - Date.parse(record.started_at))
   canceled.status_code = CANCELED_STATUS
   return { record: canceled, resultJson: CANCELED_RESULT }
+}
+
+/**
+ * A sync call with an Idempotency-Key, recorded as its key is claimed: running from `run.createdAt`
+ * (its finish sets `started_at` to when the app request went out). The handle its events and end go through.
+ */
+export function recordedRun (run: NewRun): TakenRun {
+  return { ...run, entry: '', running: startedRecord(queuedRecord(run), run.createdAt, run.createdAt) }
 }
 
 /** Whether a run has ended. */

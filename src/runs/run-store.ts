@@ -66,6 +66,8 @@ export interface NewRun {
 export interface TakenRun extends NewRun {
   /** The backend's handle on the queue entry (Redis: the stream entry id; memory: ''). */
   readonly entry: string
+  /** A sync call recorded with its key (claimKey): the record as written then, which finish expects to find. */
+  readonly running?: RunRecord
 }
 
 /** How a started run ended, as its owner saw it. */
@@ -80,6 +82,8 @@ export interface RunOutcome {
   readonly error: string | undefined
   /** Epoch ms. */
   readonly completedAt: number
+  /** A recorded sync call: when its request went to the app (epoch ms), its `started_at` (it was recorded as its key was claimed). */
+  readonly startedAt?: number
 }
 
 /** One item of a run's event stream, as a reader of `…/_runs/{id}/events` gets them. */
@@ -169,12 +173,6 @@ export interface RunStore {
 
   /** Records a queued async run and queues it. Rejects with AsyncQueueFullError, RunIdTakenError. */
   submit: (run: NewRun) => Promise<RunView>
-  /**
-   * Records a sync call with an Idempotency-Key as a run already running (never queued; not
-   * async, so it cannot be canceled): its events and its end are recorded as an async run's, with
-   * the handle returned. Rejects with RunIdTakenError.
-   */
-  record: (run: NewRun, startedAt: number) => Promise<TakenRun>
   /** The run's record. */
   get: (scope: RunScope, runId: string) => Promise<RunView>
   /**
@@ -209,12 +207,20 @@ export interface RunStore {
    * sidecar sharing the store: undefined when this request now holds it (it runs), else what holds
    * it. A claim is held until its answer is kept (then for RUN_RETENTION_SECONDS) or it is dropped;
    * in Redis, also until its sidecar is lost (the claim is a lease renewed by the heartbeat).
+   * With `run` (a sync call), the same step records it as a run already running (never queued;
+   * not async, so it cannot be canceled; its events and end are recorded as an async run's, through
+   * the handle `recordedRun` gives): one round trip for both. Rejects with RunIdTakenError (the key
+   * is not claimed then).
    */
-  claimKey: (scope: RunScope, slot: string, claim: KeyClaim) => Promise<KeyEntry | undefined>
+  claimKey: (scope: RunScope, slot: string, claim: KeyClaim, run?: NewRun) => Promise<KeyEntry | undefined>
   /** Keeps the answer of the claim of `runId` for its repeats (RUN_RETENTION_SECONDS from now); nothing when the slot is not its. */
   keepAnswer: (scope: RunScope, slot: string, runId: string, answer: KeptAnswer) => Promise<void>
-  /** Frees the slot the claim of `runId` holds (its request failed before the app): a retry runs. */
-  dropKey: (scope: RunScope, slot: string, runId: string) => Promise<void>
+  /**
+   * Frees the slot the claim of `runId` holds (its request failed before the app, or its caller
+   * left): a retry runs. `forgetRun`: the run recorded with the claim never reached the app, and
+   * its record goes too (it was never run).
+   */
+  dropKey: (scope: RunScope, slot: string, runId: string, forgetRun?: boolean) => Promise<void>
 
   /**
    * Durable webhook delivery (a shared store): writes the delivery down before its first attempt

@@ -6,7 +6,7 @@ import { AppResponseRelay } from './app-response-relay.ts'
 import type { HttpCall } from './http-call.ts'
 import { appRequestHeaders, type RequestHeaderRules } from './forward-headers.ts'
 import type { CallRoute } from './match-route.ts'
-import { abandonRecordedCall, type RecordedCall, RecordedRunTee } from './recorded-run.ts'
+import { type RecordedCall, RecordedRunTee } from './recorded-run.ts'
 import type { RequestBody } from './request-body.ts'
 import type { SinkChooser } from './response-table.ts'
 import type { WebhookRequest } from './webhook-request.ts'
@@ -34,10 +34,7 @@ export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route:
   const headerRules = deps.headerRules
   const unreachable = (detail: string): AppUnreachableError => new AppUnreachableError(detail, deps.appUrl)
   return function forwardToApp (call, route, body, webhook, recorded) {
-    if (call.settled) { // the caller left, or the deadline answered, while the call waited
-      if (recorded !== undefined) abandonRecordedCall(recorded, call.status)
-      return
-    }
+    if (call.settled) return // the caller left, or the deadline answered, while the call waited (a recorded run is forgotten with its key)
     const webhookTee = webhook === undefined
       ? undefined
       : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks, { projectId: route.projectId, appName: route.appName })

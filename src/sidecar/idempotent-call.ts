@@ -2,11 +2,14 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:
 import type { Logger } from 'pino'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../errors.ts'
 import { bodyDigest, idempotencyKey, idempotencySlot } from '../runs/idempotency-key.ts'
+import { recordedRun } from '../runs/run-record.ts'
 import type { KeptAnswer, KeyEntry, RunScope, RunStore } from '../runs/run-store.ts'
 import { sendJson } from '../shared/http-answers.ts'
 import type { HttpCall } from './http-call.ts'
 import type { CallRoute } from './match-route.ts'
+import type { RecordedCall } from './recorded-run.ts'
 import { type RequestBody, wholeRequestBody } from './request-body.ts'
+import type { WebhookRequest } from './webhook-request.ts'
 
 /** The Idempotency-Key a request holds: its slot in the store, which it frees or fills when it ends. */
 export interface HeldKey {
@@ -17,6 +20,8 @@ export interface HeldKey {
   readonly body: Buffer | null
   /** When the key was claimed (epoch ms): the run's created_at. */
   readonly claimedAt: number
+  /** A sync call: its run, recorded running as the key was claimed. */
+  readonly recorded: RecordedCall | undefined
 }
 
 /** The Idempotency-Key of a POST (other methods are idempotent already, or not the SPEC's): 400 when malformed. */
@@ -42,14 +47,30 @@ const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large 
  * `X-Request-Id`); while the first runs, 409 for a sync repeat and 202 with the first's run id
  * for an async one; 422 when the body differs.
  */
-export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, route: CallRoute, key: string, request: RequestBody, async: boolean) => Promise<KeyOutcome> {
-  return async function claimKey (call, route, key, request, async) {
+export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, route: CallRoute, key: string, request: RequestBody, async: boolean, webhook: WebhookRequest | undefined) => Promise<KeyOutcome> {
+  return async function claimKey (call, route, key, request, async, webhook) {
     const body = await wholeRequestBody(request)
     const scope = { projectId: route.projectId, appName: route.appName }
     const slot = idempotencySlot(scope, route.appPath, key)
     const digest = bodyDigest(body)
-    const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async })
-    if (held === undefined) return { scope, slot, runId: call.runId, body, claimedAt: Date.now() }
+    const claimedAt = Date.now()
+    // a sync call is recorded with its claim, in one step: running from now on (GET …/_runs/{id}
+    // on any replica); an async one is recorded as it is submitted
+    const run = async
+      ? undefined
+      : {
+          scope,
+          runId: call.runId,
+          // a sync run is never run again: its request is not kept
+          request: { method: call.req.method as string, path: route.appPath, headers: [], body: null },
+          webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: undefined },
+          createdAt: claimedAt
+        }
+    const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async }, run)
+    if (held === undefined) {
+      const recorded = run === undefined ? undefined : { store: deps.store, run: recordedRun(run), logger: deps.logger }
+      return { scope, slot, runId: call.runId, body, claimedAt, recorded }
+    }
     if (held.digest !== digest) throw new IdempotencyKeyReusedError()
     if (held.answer !== undefined) {
       if (!call.settled) replay(call.res, held, held.answer, route)
@@ -116,8 +137,9 @@ export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: Held
     return this
   } as ServerResponse['end']
   call.onClose(() => {
-    // no complete answer from the app (never forwarded, or its caller left and the app request was cut): a retry runs
-    if (!kept) deps.store.dropKey(key.scope, key.slot, key.runId).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
+    // no complete answer from the app (never forwarded, or its caller left and the app request was
+    // cut): a retry runs; a run that never reached the app is forgotten too (it never ran)
+    if (!kept) deps.store.dropKey(key.scope, key.slot, key.runId, !call.forwarded).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
   })
 }
 

@@ -16,7 +16,6 @@ import { HttpCall } from './http-call.ts'
 import { createIdempotency, idempotencyKeyOf, keepSyncAnswer } from './idempotent-call.ts'
 import { UpgradeCall } from './upgrade-call.ts'
 import { matchRoute } from './match-route.ts'
-import { recordCall } from './recorded-run.ts'
 import { readRequestBody } from './request-body.ts'
 import { responseTable } from './response-table.ts'
 import { createRunRoutes, matchRunRoute } from './run-routes.ts'
@@ -71,13 +70,12 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     const key = idempotencyKeyOf(call.req)                                 // 400 malformed Idempotency-Key (POSTs)
     const body = await readRequestBody(call.req, config.maxBodyBytes)      // 400 bad Content-Length, 413 too large
     const async = wantsAsync(route, call.req.headers)
-    const held = key === undefined ? undefined : await claimKey(call, route, key, body, async) // 409 in progress, 422 other body; a repeat gets the kept answer
+    const held = key === undefined ? undefined : await claimKey(call, route, key, body, async, webhook) // 409 in progress, 422 other body, a repeat gets the kept answer; a sync call's run recorded (409 id taken, 503 store down)
     if (held === 'answered') return
     if (async) return await submitRun(call, route, held?.body ?? body, webhook, held) // 202; 503 async queue full
     if (held !== undefined) keepSyncAnswer(idempotency, call, held)       // the answer kept for repeats; no answer from the app frees the key
     await takeSlot(gate, call)                                             // 503 queue full; waits for first readiness
-    const recorded = held === undefined ? undefined : await recordCall(deps.runs, deps.logger, call, route, held, webhook) // its run record; 409 id taken, 503 store down
-    forwardToApp(call, route, held?.body ?? body, webhook, recorded)       // 502 app unreachable; the response table
+    forwardToApp(call, route, held?.body ?? body, webhook, held?.recorded) // 502 app unreachable; the response table
   }
 
   return function handleInvoke (req, res) {

@@ -4,33 +4,12 @@ import type { RunStore, TakenRun } from '../runs/run-store.ts'
 import type { AnswerTee, ResponseCapture } from '../shared/response-sink.ts'
 import { WebhookCapture } from '../webhook/webhook-capture.ts'
 import type { WebhookTee } from '../webhook/webhook-tee.ts'
-import type { HeldKey } from './idempotent-call.ts'
-import type { HttpCall } from './http-call.ts'
-import type { CallRoute } from './match-route.ts'
-import type { WebhookRequest } from './webhook-request.ts'
 
-/** A sync call recorded in the run store (it carries an Idempotency-Key), ready to be followed. */
+/** A sync call recorded in the run store as it claimed its Idempotency-Key, ready to be followed. */
 export interface RecordedCall {
   readonly store: RunStore
   readonly run: TakenRun
   readonly logger: Logger
-}
-
-/**
- * The record stage of a sync call with an Idempotency-Key: its run record, running from now on
- * (`GET …/_runs/{id}` on any replica sharing the store). 409 when its run id is taken, 503 when
- * the store cannot be reached (the key is freed either way: the app was not called).
- */
-export async function recordCall (store: RunStore, logger: Logger, call: HttpCall, route: CallRoute, key: HeldKey, webhook: WebhookRequest | undefined): Promise<RecordedCall> {
-  const run = await store.record({
-    scope: key.scope,
-    runId: call.runId,
-    // a sync run is never run again: its request is not kept
-    request: { method: call.req.method as string, path: route.appPath, headers: [], body: null },
-    webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: undefined },
-    createdAt: key.claimedAt
-  }, Date.now())
-  return { store, run, logger }
 }
 
 /**
@@ -44,6 +23,7 @@ export class RecordedRunTee implements AnswerTee {
   readonly #webhook: WebhookTee | undefined
   readonly #result: WebhookCapture
   #forwardedAt = performance.now()
+  #startedAt = Date.now()
   #events = 0
   #done = false
 
@@ -73,6 +53,7 @@ export class RecordedRunTee implements AnswerTee {
 
   forwarded (): void {
     this.#forwardedAt = performance.now()
+    this.#startedAt = Date.now()
     this.#webhook?.forwarded()
   }
 
@@ -99,17 +80,9 @@ export class RecordedRunTee implements AnswerTee {
     this.#done = true
     const { store, run, logger } = this.#recorded
     const runTimeMs = performance.now() - this.#forwardedAt
-    store.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now() })
+    store.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt })
       .catch((failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
   }
-}
-
-/** The call ended before it was forwarded (its caller left, its deadline passed): the record fails with the status the call got. */
-export function abandonRecordedCall (recorded: RecordedCall, status: number): void {
-  const { store, run, logger } = recorded
-  const error = status === 504 ? 'deadline exceeded' : 'caller disconnected'
-  store.finish(run, { status: 'failed', statusCode: status, resultJson: JSON.stringify({ message: error }), runTimeMs: 0, error, completedAt: Date.now() })
-    .catch((failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
 }
 
 function messageOf (body: string): string {

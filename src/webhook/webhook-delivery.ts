@@ -87,6 +87,8 @@ export class WebhookDelivery {
   readonly #settings: DeliverySettings
   readonly #pools: DestinationPools
   readonly #names: { timestamp: string, signature: string }
+  /** The attempts under way, per shutdown signal: one listener on it aborts them all. */
+  readonly #underWay = new WeakMap<AbortSignal, Set<AbortController>>()
 
   constructor (settings: DeliverySettings) {
     this.#settings = settings
@@ -162,14 +164,15 @@ export class WebhookDelivery {
       }
     }
     // One controller per attempt, aborted by the attempt's time limit or by the sender's shutdown
-    // signal, whose listener goes again when the attempt ends. Not AbortSignal.any([signal, …]):
-    // on Node 20 each call leaves an entry on the long-lived shutdown signal for good
-    // (nodejs/node#55351), a leak of about 70 bytes per attempt that the soak showed.
+    // signal. The shutdown signal gets one listener for all attempts, not one each: an
+    // EventTarget looks through its listeners on every add (O(n) per attempt with n under way), and
+    // AbortSignal.any([signal, …]) leaves an entry on it for good on Node 20 (nodejs/node#55351).
     const attempt = new AbortController()
     let timedOut = false
     const timer = setTimeout(() => { timedOut = true; attempt.abort(new Error('webhook attempt timed out')) }, this.#settings.timeoutMs)
-    const shutdown = (): void => { attempt.abort(signal.reason) }
-    signal.addEventListener('abort', shutdown, { once: true })
+    const underWay = this.#attemptsUnder(signal)
+    underWay.add(attempt)
+    if (signal.aborted) attempt.abort(signal.reason)
     try {
       this.#settings.guard.checkLiteralHost(job.url.hostname)
       const { pool, release } = await this.#pools.acquire(job.url.origin, attempt.signal)
@@ -192,8 +195,20 @@ export class WebhookDelivery {
       return classify(error, timedOut)
     } finally {
       clearTimeout(timer)
-      signal.removeEventListener('abort', shutdown)
+      underWay.delete(attempt)
     }
+  }
+
+  /** The attempts under way that `signal` cuts when it aborts. */
+  #attemptsUnder (signal: AbortSignal): Set<AbortController> {
+    let underWay = this.#underWay.get(signal)
+    if (underWay === undefined) {
+      const attempts = new Set<AbortController>()
+      signal.addEventListener('abort', () => { for (const attempt of attempts) attempt.abort(signal.reason) }, { once: true })
+      this.#underWay.set(signal, attempts)
+      underWay = attempts
+    }
+    return underWay
   }
 
   async close (): Promise<void> {

@@ -2,7 +2,7 @@ import type { Test } from 'tap'
 import {
   AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError
 } from '../../src/errors.ts'
-import { recordJson } from '../../src/runs/run-record.ts'
+import { recordedRun, recordJson } from '../../src/runs/run-record.ts'
 import type { NewRun, RunEventItem, RunScope, RunStore, RunStoreListener, RunStoreSettings, TakenRun } from '../../src/runs/run-store.ts'
 import { eventually } from '../helpers/sidecar-harness.ts'
 
@@ -195,6 +195,40 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.equal((await store.get(SCOPE, run.runId)).record.status, 'canceled')
   })
 
+  t.test('a recorded sync run that never reached the app is forgotten with its key; one that did keeps its record', async t => {
+    const store = await fresh(t)
+    const never = newRun()
+    await store.claimKey(SCOPE, 'never', { runId: never.runId, digest: 'd', async: false }, never)
+    await store.dropKey(SCOPE, 'never', never.runId, true)
+    await t.rejects(store.get(SCOPE, never.runId), RunNotFoundError, 'never ran: no record')
+    t.equal(await store.claimKey(SCOPE, 'never', { runId: 'retry', digest: 'd', async: false }), undefined, 'the retry runs')
+    const cut = newRun()
+    await store.claimKey(SCOPE, 'cut', { runId: cut.runId, digest: 'd', async: false }, cut)
+    await store.dropKey(SCOPE, 'cut', cut.runId, false)
+    t.equal((await store.get(SCOPE, cut.runId)).record.status, 'running', 'reached the app: its record stays (its end comes)')
+    t.equal(await store.claimKey(SCOPE, 'cut', { runId: 'retry', digest: 'd', async: false }), undefined)
+    const submitted = newRun()
+    await store.submit(submitted)
+    await store.claimKey(SCOPE, 'async', { runId: submitted.runId, digest: 'd', async: true })
+    await store.dropKey(SCOPE, 'async', submitted.runId, true)
+    t.equal((await store.get(SCOPE, submitted.runId)).record.status, 'queued', 'an async run is never forgotten by its key')
+  })
+
+  t.test('webhookDone: the delivery\'s state on the record; a run gone is 404', async t => {
+    const store = await fresh(t)
+    const run = newRun({ webhook: { url: 'http://127.0.0.1:9/hook', secret: 's3cret' } })
+    await store.claimKey(SCOPE, 'hooked', { runId: run.runId, digest: 'd', async: false }, run)
+    const handle = recordedRun(run)
+    await store.finish(handle, { ...OUTCOME, error: 'a/b "quoted"', status: 'failed', completedAt: Date.now() })
+    const before = await store.get(SCOPE, run.runId)
+    t.same(before.record.webhook, { status: 'pending', attempts: 0 })
+    await store.webhookDone(SCOPE, run.runId, 'delivered', 2)
+    const after = await store.get(SCOPE, run.runId)
+    t.same(after.record, { ...before.record, webhook: { status: 'delivered', attempts: 2 } }, 'only the webhook changed, every other field as it was')
+    t.equal(recordJson(after), recordJson(before).replace('"webhook":{"status":"pending","attempts":0}', '"webhook":{"status":"delivered","attempts":2}'))
+    await t.rejects(store.webhookDone(SCOPE, 'no-such-run', 'failed', 1), RunNotFoundError)
+  })
+
   t.test('retention: a finished run is gone after RUN_RETENTION_SECONDS', async t => {
     const store = await fresh(t, { retentionSeconds: 1 })
     const run = newRun()
@@ -207,15 +241,18 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.pass('gone')
   })
 
-  t.test('a recorded sync run: running at once, never queued, not cancelable; its events and end are kept', async t => {
+  t.test('a recorded sync run: recorded with its key\'s claim, running at once, never queued, not cancelable; its events and end are kept', async t => {
     const store = await fresh(t)
     const run = newRun({ createdAt: Date.parse('2026-01-02T03:04:05.000Z') })
-    const handle = await store.record(run, Date.parse('2026-01-02T03:04:05.250Z'))
+    const claim = { runId: run.runId, digest: 'd', async: false }
+    t.equal(await store.claimKey(SCOPE, 'recorded-slot', claim, run), undefined, 'claimed and recorded')
+    const handle = recordedRun(run)
     t.equal(handle.entry, '')
     const running = await store.get(SCOPE, run.runId)
-    t.equal(recordJson(running), `{"run_id":"${run.runId}","status":"running","created_at":"2026-01-02T03:04:05.000Z","started_at":"2026-01-02T03:04:05.250Z","queue_time_ms":250}`)
+    t.equal(recordJson(running), `{"run_id":"${run.runId}","status":"running","created_at":"2026-01-02T03:04:05.000Z","started_at":"2026-01-02T03:04:05.000Z","queue_time_ms":0}`)
     t.equal(running.async, false)
-    await t.rejects(store.record(run, Date.now()), RunIdTakenError, 'the id is taken')
+    await t.rejects(store.claimKey(SCOPE, 'another-slot', { ...claim }, run), RunIdTakenError, 'the id is taken')
+    t.equal(await store.claimKey(SCOPE, 'another-slot', { ...claim, runId: 'other' }), undefined, '…and that key was not claimed')
     await t.rejects(store.cancel(SCOPE, run.runId), RunNotAsyncError)
     t.equal(await store.queuedCount(), 0, 'never queued')
     const queued = newRun()
@@ -223,9 +260,12 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.equal((await takeOne(store)).runId, queued.runId, 'a take gets the queued run, never the recorded one')
     store.appendEvent(handle, 0, 'first')
     store.appendEvent(handle, 1, 'second')
-    const finished = await store.finish(handle, { ...OUTCOME, completedAt: Date.parse('2026-01-02T03:04:06.000Z') })
+    const finished = await store.finish(handle, { ...OUTCOME, completedAt: Date.parse('2026-01-02T03:04:06.000Z'), startedAt: Date.parse('2026-01-02T03:04:05.250Z') })
     t.equal(finished.record.status, 'succeeded')
     t.equal(finished.async, false)
+    t.equal(finished.record.started_at, '2026-01-02T03:04:05.250Z', 'started when its request went to the app')
+    t.equal(finished.record.queue_time_ms, 250)
+    t.same((await store.get(SCOPE, run.runId)).record, finished.record, 'as kept')
     const items = await collect(await store.follow(SCOPE, run.runId, -1, AbortSignal.timeout(5000)))
     t.same(items.slice(0, 2), [{ type: 'event', n: 0, data: 'first' }, { type: 'event', n: 1, data: 'second' }])
     t.equal(items[2]?.type, 'done')
