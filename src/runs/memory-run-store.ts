@@ -2,7 +2,7 @@ import { LRUCache } from 'lru-cache'
 import { AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError } from '../errors.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, recordedRun, startedRecord } from './run-record.ts'
 import type {
-  HeldDelivery, KeptAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
+  HeldDelivery, KeptAnswer, KeyAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
 } from './run-store.ts'
 
@@ -203,7 +203,8 @@ export class MemoryRunStore implements RunStore {
     wake(run)
   }
 
-  async finish (taken: TakenRun, outcome: RunOutcome): Promise<RunView> {
+  async finish (taken: TakenRun, outcome: RunOutcome, keep?: KeyAnswer): Promise<RunView> {
+    if (keep !== undefined) await this.keepAnswer(taken.scope, keep.slot, taken.runId, keep.answer)
     const key = keyOf(taken)
     const run = this.#live.get(key) ?? this.#finished.get(key)
     if (run === undefined) throw new RunNotFoundError()

@@ -6,10 +6,10 @@ import {
   RunNotFoundError, RunStoreUnavailableError
 } from '../errors.ts'
 import { RedisFollow } from './redis-follow.ts'
-import { APPEND_EVENT, CLAIM_KEY, DELIVERY_DONE, DROP_KEY, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING, WEBHOOK_STATE } from './redis-scripts.ts'
+import { APPEND_EVENT, CLAIM_KEY, DELIVERY_DONE, DROP_KEY, FINISH_RECORDED, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING, WEBHOOK_STATE } from './redis-scripts.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, recordedRun, REPLICA_LOST, startedRecord } from './run-record.ts'
 import type {
-  HeldDelivery, KeptAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
+  HeldDelivery, KeptAnswer, KeyAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
 } from './run-store.ts'
 
@@ -222,16 +222,27 @@ export class RedisRunStore implements RunStore {
       .catch(() => {}) // Redis down: the event is missing from the store; the result still has it
   }
 
-  async finish (run: TakenRun, outcome: RunOutcome): Promise<RunView> {
+  async finish (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer): Promise<RunView> {
     const keys = new ScopeKeys(run.scope)
     if (run.running !== undefined) {
-      // a recorded sync call: its record is as written with its key unless something changed it
-      // (nothing can: it cannot be canceled), so no read first
+      // a recorded sync call: its record is as written with its key's claim unless something
+      // changed it (nothing can: it cannot be canceled), so no read first; its answer goes with it
       const finished = finishedRecord(run.running, outcome)
-      if (await this.#transition(keys, run.runId, JSON.stringify(run.running), finished, { result: outcome.resultJson, done: true })) {
-        return { record: finished, resultJson: outcome.resultJson, async: false }
+      const done: RunView = { record: finished, resultJson: outcome.resultJson, async: false }
+      const old = JSON.stringify(run.running)
+      if (keep === undefined) {
+        if (await this.#transition(keys, run.runId, old, finished, { result: outcome.resultJson, done: true })) return done
+      } else {
+        const slot = keys.slot(keep.slot)
+        this.#claims.delete(slot)
+        const { answer } = keep
+        if (await guard(FINISH_RECORDED.run(this.#redis, [keys.run(run.runId), keys.events(run.runId), slot], [
+          old, JSON.stringify(finished), outcome.resultJson, this.#settings.retentionSeconds, keys.live(run.runId), run.runId,
+          answer.status, answer.contentType ?? '', answer.body, this.#settings.retentionSeconds * 1000
+        ])) === 1) return done
       }
     }
+    if (keep !== undefined) await this.keepAnswer(run.scope, keep.slot, run.runId, keep.answer)
     for (;;) {
       const [view, raw] = await this.#read(keys, run.runId)
       if (view.record.status !== 'running') {

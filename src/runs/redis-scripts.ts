@@ -78,6 +78,26 @@ return 1
 `)
 
 /**
+ * A recorded sync call ends: its record moves from the one written with its key's claim (compare
+ * and set: 0 when something changed it) to its end, and its answer is kept in its key's slot
+ * (when the slot is still its run's), in one step.
+ * KEYS: run, events, slot. ARGV: old record, new record, result, ttl seconds, live channel, run id,
+ * status, content type, body, answer ttl ms.
+ */
+export const FINISH_RECORDED = new LuaScript(`
+if redis.call('HGET', KEYS[1], 'record') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'record', ARGV[2], 'result', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('PUBLISH', ARGV[5], 'done')
+if redis.call('HGET', KEYS[3], 'run') == ARGV[6] then
+  redis.call('HSET', KEYS[3], 'status', ARGV[7], 'type', ARGV[8], 'body', ARGV[9])
+  redis.call('PEXPIRE', KEYS[3], ARGV[10])
+end
+return 1
+`)
+
+/**
  * Appends event n to a run's events (at most RUN_MAX_EVENTS kept) and tells its followers; an event
  * appended after the run ended (a cancel) expires with it.
  * KEYS: run, events. ARGV: entry id `0-<n+1>`, data, max events, live channel, message.

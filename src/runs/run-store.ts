@@ -111,6 +111,12 @@ export interface KeptAnswer {
   readonly body: Buffer
 }
 
+/** An answer to keep in a key's slot. */
+export interface KeyAnswer {
+  readonly slot: string
+  readonly answer: KeptAnswer
+}
+
 /** What a key's slot holds: the first request's claim, and its answer once it has one. */
 export interface KeyEntry extends KeyClaim {
   /** Undefined while the first request runs. */
@@ -190,8 +196,11 @@ export interface RunStore {
   release: (run: TakenRun) => Promise<void>
   /** Appends event `n` (0, 1, 2, … in order) of a running run; never waits, never throws. */
   appendEvent: (run: TakenRun, n: number, data: string) => void
-  /** running → its final status; resolves with the final record (a cancel that came first wins). */
-  finish: (run: TakenRun, outcome: RunOutcome) => Promise<RunView>
+  /**
+   * running → its final status; resolves with the final record (a cancel that came first wins).
+   * `keep`: a recorded sync call's answer, kept for its key's repeats in the same step (as keepAnswer).
+   */
+  finish: (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer) => Promise<RunView>
   /** The webhook's delivery ended (or is pending, attempts 0): recorded; the secret is dropped when it ended. */
   webhookDone: (scope: RunScope, runId: string, status: WebhookStatus, attempts: number) => Promise<void>
 

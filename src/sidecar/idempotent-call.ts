@@ -68,7 +68,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, rout
         }
     const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async }, run)
     if (held === undefined) {
-      const recorded = run === undefined ? undefined : { store: deps.store, run: recordedRun(run), logger: deps.logger }
+      const recorded = run === undefined ? undefined : { store: deps.store, run: recordedRun(run), logger: deps.logger, slot }
       return { scope, slot, runId: call.runId, body, claimedAt, recorded }
     }
     if (held.digest !== digest) throw new IdempotencyKeyReusedError()
@@ -126,11 +126,14 @@ export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: Held
       ? { status: 409, contentType: 'application/json; charset=utf-8', body: Buffer.from(TOO_LARGE) }
       : { status: this.statusCode, contentType: contentType ?? headerText(this.getHeader('content-type')), body: Buffer.concat(chunks) }
     // The answer is kept before the caller has its end: a retry sent once the answer is complete is
-    // always a replay. Sent a microtask later, after what the relay does as the answer ends (its
-    // webhook written down, when durable): the store runs commands in order, so once the caller
-    // holds the answer, its webhook is written down too.
+    // always a replay. It is kept with the run's end (handed to its record, whose end the relay
+    // writes as the answer ends, after its webhook): the store runs commands in order, so once the
+    // caller holds the answer, its webhook is written down too.
+    const recorded = key.recorded
+    if (recorded !== undefined) recorded.answer = answer
     queueMicrotask(() => {
-      deps.store.keepAnswer(key.scope, key.slot, key.runId, answer)
+      const keeping = recorded?.kept ?? deps.store.keepAnswer(key.scope, key.slot, key.runId, answer)
+      keeping
         .catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key answer not kept') })
         .finally(finish)
     })

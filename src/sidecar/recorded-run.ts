@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
-import type { RunStore, TakenRun } from '../runs/run-store.ts'
+import type { KeptAnswer, RunStore, TakenRun } from '../runs/run-store.ts'
 import type { AnswerTee, ResponseCapture } from '../shared/response-sink.ts'
 import { WebhookCapture } from '../webhook/webhook-capture.ts'
 import type { WebhookTee } from '../webhook/webhook-tee.ts'
@@ -10,6 +10,12 @@ export interface RecordedCall {
   readonly store: RunStore
   readonly run: TakenRun
   readonly logger: Logger
+  /** Its Idempotency-Key's slot: the answer is kept in it with the run's end, in one step. */
+  readonly slot: string
+  /** The answer the caller got, handed over as it ends (keepSyncAnswer), before the run's end is written. */
+  answer?: KeptAnswer
+  /** The run's end, written with the answer: settles once both are kept. */
+  kept?: Promise<void>
 }
 
 /**
@@ -57,17 +63,19 @@ export class RecordedRunTee implements AnswerTee {
     this.#webhook?.forwarded()
   }
 
+  // the webhook first: a durable one is written down before the run's end and its answer, so a
+  // caller holding the answer knows its webhook is written down too (the store runs commands in order)
   finish (): void {
     const status = this.#result.status
     const failed = status < 200 || status >= 300
-    this.#end(status, this.#result.resultJson(), failed ? `app answered ${status}` : undefined)
     this.#webhook?.finish()
+    this.#end(status, this.#result.resultJson(), failed ? `app answered ${status}` : undefined)
   }
 
   finishWith (status: number, body: string): void {
     this.#result.replace(status, body)
-    this.#end(status, this.#result.resultJson(), messageOf(body))
     this.#webhook?.finishWith(status, body)
+    this.#end(status, this.#result.resultJson(), messageOf(body))
   }
 
   cancel (): void {
@@ -78,10 +86,13 @@ export class RecordedRunTee implements AnswerTee {
   #end (statusCode: number, resultJson: string, error: string | undefined): void {
     if (this.#done) return
     this.#done = true
-    const { store, run, logger } = this.#recorded
+    const recorded = this.#recorded
+    const { store, run, logger } = recorded
     const runTimeMs = performance.now() - this.#forwardedAt
-    store.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt })
-      .catch((failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
+    const keep = recorded.answer === undefined ? undefined : { slot: recorded.slot, answer: recorded.answer }
+    const finishing = store.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
+      .then(() => {}, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
+    if (keep !== undefined) recorded.kept = finishing
   }
 }
 

@@ -260,7 +260,9 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.equal((await takeOne(store)).runId, queued.runId, 'a take gets the queued run, never the recorded one')
     store.appendEvent(handle, 0, 'first')
     store.appendEvent(handle, 1, 'second')
-    const finished = await store.finish(handle, { ...OUTCOME, completedAt: Date.parse('2026-01-02T03:04:06.000Z'), startedAt: Date.parse('2026-01-02T03:04:05.250Z') })
+    const answer = { status: 200, contentType: 'application/json', body: Buffer.from([0x7b, 0xff, 0x7d]) }
+    const finished = await store.finish(handle, { ...OUTCOME, completedAt: Date.parse('2026-01-02T03:04:06.000Z'), startedAt: Date.parse('2026-01-02T03:04:05.250Z') }, { slot: 'recorded-slot', answer })
+    t.same((await store.claimKey(SCOPE, 'recorded-slot', { runId: 'repeat', digest: 'd', async: false }))?.answer, answer, 'the answer was kept with the end, byte for byte')
     t.equal(finished.record.status, 'succeeded')
     t.equal(finished.async, false)
     t.equal(finished.record.started_at, '2026-01-02T03:04:05.250Z', 'started when its request went to the app')
