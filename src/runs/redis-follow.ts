@@ -144,12 +144,14 @@ export class RedisFollow {
             continue
           }
           listening.stale = false
+          // `done` heard before this read was sent: the read sees the end (it left after it)
+          const doneBefore = listening.done
           const view = await finished()
           if (view !== undefined) {
             yield { type: 'done', view }
             return
           }
-          if (listening.done) return // the run is gone (expired) after it ended
+          if (doneBefore) return // the run is gone (expired) after it ended
           continue // messages may have come during the reads
         }
         await listening.change()

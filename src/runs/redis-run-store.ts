@@ -53,6 +53,9 @@ const DELIVERY_TTL_SECONDS = 86_400
 /** The consumer group of a stream this store holds entries of: an app's queue (runs) or its deliveries. */
 const groupOf = (stream: string): string => stream.endsWith(':deliveries') ? SENDERS : GROUP
 
+/** The commands this store sends with `redis.call` (kept out of the auto-pipeline, see the constructor). */
+const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'CLIENT']
+
 /** How long a recorded sync run's record outlives RUN_RETENTION_SECONDS while it runs (a day). */
 const RECORDED_RUN_GRACE_SECONDS = 86_400
 
@@ -102,7 +105,13 @@ export class RedisRunStore implements RunStore {
     this.#heartbeatMs = options.heartbeatMs ?? 10_000
     this.#lostAfterMs = options.lostAfterMs ?? 30_000
     const common: RedisOptions = { retryStrategy: times => Math.min(100 * times, 1000), connectionName: `app-sidecar ${this.#consumer}` }
-    this.#redis = new Redis(url, { ...common, enableOfflineQueue: false, maxRetriesPerRequest: 1 })
+    // auto-pipelining: the commands of every call in one turn of the event loop go out in one
+    // write (and Redis answers them in one): far fewer syscalls on both sides under load. A
+    // command sent with `call` loses its name in an auto-pipeline (redis/ioredis#1923): the ones
+    // this store sends that way are sent alone
+    this.#redis = new Redis(url, {
+      ...common, enableOfflineQueue: false, maxRetriesPerRequest: 1, enableAutoPipelining: true, autoPipeliningIgnoredCommands: SENT_WITH_CALL
+    })
     this.#blocking = new Redis(url, { ...common, maxRetriesPerRequest: null })
     const subscriber = new Redis(url, { ...common, maxRetriesPerRequest: null })
     this.#follow = new RedisFollow(this.#redis, subscriber, guard)

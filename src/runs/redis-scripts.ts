@@ -1,6 +1,12 @@
 import { createHash } from 'node:crypto'
 import type { Redis } from 'ioredis'
 
+/** ioredis's Buffer-reply variants of EVALSHA and EVAL (there at run time, missing from its types). */
+interface BufferScripts {
+  evalshaBuffer: (...args: Array<string | Buffer | number>) => Promise<unknown>
+  evalBuffer: (...args: Array<string | Buffer | number>) => Promise<unknown>
+}
+
 /** A Lua script run with EVALSHA, loaded with EVAL the first time a server does not know it. */
 export class LuaScript {
   readonly #source: string
@@ -23,10 +29,10 @@ export class LuaScript {
   /** As `run`, with bulk replies as Buffers (binary values). */
   async runBuffer (redis: Redis, keys: readonly string[], args: ReadonlyArray<string | Buffer | number>): Promise<unknown> {
     try {
-      return await redis.callBuffer('EVALSHA', this.#sha, keys.length, ...keys, ...args)
+      return await (redis as unknown as BufferScripts).evalshaBuffer(this.#sha, keys.length, ...keys, ...args)
     } catch (error) {
       if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return await redis.callBuffer('EVAL', this.#source, keys.length, ...keys, ...args)
+      return await (redis as unknown as BufferScripts).evalBuffer(this.#source, keys.length, ...keys, ...args)
     }
   }
 }
