@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 import { MalformedRequestError } from '../errors.ts'
 import type { RunScope } from './run-store.ts'
 
@@ -21,7 +21,7 @@ export function idempotencyKey (header: string | string[] | undefined): string |
 
 /** What a repeat's body is compared by: SHA-256 of its bytes (base64url). The body itself is never kept. */
 export function bodyDigest (body: Buffer | null): string {
-  return createHash('sha256').update(body ?? EMPTY).digest('base64url')
+  return hash('sha256', body ?? EMPTY, 'base64url')
 }
 
 /**
@@ -29,7 +29,7 @@ export function bodyDigest (body: Buffer | null): string {
  * (SHA-256 of path and key, base64url), so a key of any length or content makes a safe store key.
  */
 export function idempotencySlot (scope: RunScope, path: string, key: string): string {
-  return createHash('sha256').update(`${scope.projectId}\n${scope.appName}\n${path}\n${key}`).digest('base64url')
+  return hash('sha256', `${scope.projectId}\n${scope.appName}\n${path}\n${key}`, 'base64url')
 }
 
 const EMPTY = Buffer.alloc(0)

@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache'
 import { AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError } from '../errors.ts'
-import { canceledRecord, finishedRecord, isFinished, queuedRecord, recordedRun, startedRecord } from './run-record.ts'
+import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord, withWebhook } from './run-record.ts'
 import type {
   HeldDelivery, KeptAnswer, KeyAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
@@ -76,7 +76,7 @@ export class MemoryRunStore implements RunStore {
     })
   }
 
-  async claimKey (scope: RunScope, slot: string, claim: KeyClaim, run?: NewRun): Promise<KeyEntry | undefined> {
+  async claimKey (scope: RunScope, slot: string, claim: KeyClaim, run?: TakenRun): Promise<KeyEntry | undefined> {
     const key = `${scopeKeyOf(scope)}/${slot}`
     const running = this.#claims.get(key)
     if (running !== undefined) return running
@@ -104,12 +104,12 @@ export class MemoryRunStore implements RunStore {
   }
 
   /** A sync call with an Idempotency-Key, recorded running as its key is claimed. */
-  #record (run: NewRun): void {
+  #record (run: TakenRun): void {
     const scopeKey = scopeKeyOf(run.scope)
     const key = `${scopeKey}/${run.runId}`
     if (this.#live.has(key) || this.#finished.has(key)) throw new RunIdTakenError()
     this.#live.set(key, {
-      key, scopeKey, submitted: run, seq: this.#seq++, record: recordedRun(run).running as RunRecord, resultJson: undefined,
+      key, scopeKey, submitted: run, seq: this.#seq++, record: run.running as RunRecord, resultJson: undefined,
       webhook: run.webhook, taken: true, async: false, events: [], dropped: 0, waiters: new Set()
     })
   }
@@ -218,7 +218,7 @@ export class MemoryRunStore implements RunStore {
 
   async webhookDone (scope: RunScope, runId: string, status: WebhookStatus, attempts: number): Promise<void> {
     const run = this.#find(scope, runId)
-    run.record = { ...run.record, webhook: { status, attempts } }
+    run.record = withWebhook(run.record, { status, attempts })
     if (status !== 'pending') run.webhook = undefined
   }
 

@@ -7,7 +7,7 @@ import {
 } from '../errors.ts'
 import { RedisFollow } from './redis-follow.ts'
 import { APPEND_EVENT, CLAIM_KEY, DELIVERY_DONE, DROP_KEY, FINISH_RECORDED, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING, WEBHOOK_STATE } from './redis-scripts.ts'
-import { canceledRecord, finishedRecord, isFinished, queuedRecord, recordedRun, REPLICA_LOST, startedRecord } from './run-record.ts'
+import { canceledRecord, finishedRecord, isFinished, queuedRecord, REPLICA_LOST, startedRecord } from './run-record.ts'
 import type {
   HeldDelivery, KeptAnswer, KeyAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
@@ -238,7 +238,7 @@ export class RedisRunStore implements RunStore {
       // changed it (nothing can: it cannot be canceled), so no read first; its answer goes with it
       const finished = finishedRecord(run.running, outcome)
       const done: RunView = { record: finished, resultJson: outcome.resultJson, async: false }
-      const old = JSON.stringify(run.running)
+      const old = run.runningJson ?? JSON.stringify(run.running)
       if (keep === undefined) {
         if (await this.#transition(keys, run.runId, old, finished, { result: outcome.resultJson, done: true })) return done
       } else {
@@ -281,7 +281,7 @@ export class RedisRunStore implements RunStore {
     return this.#follow.events(listening, keys.events(runId), after + 1, async () => await this.#finishedView(keys, runId))
   }
 
-  async claimKey (scope: RunScope, slot: string, claim: KeyClaim, run?: NewRun): Promise<KeyEntry | undefined> {
+  async claimKey (scope: RunScope, slot: string, claim: KeyClaim, run?: TakenRun): Promise<KeyEntry | undefined> {
     const keys = new ScopeKeys(scope)
     const key = keys.slot(slot)
     // a claim whose first request still runs holds a lease its sidecar renews: should the sidecar
@@ -290,7 +290,7 @@ export class RedisRunStore implements RunStore {
     // should it, the record shows "running" until its TTL (its caller saw the connection drop)
     const held = await guard(CLAIM_KEY.runBuffer(this.#redis, [key, keys.run(run?.runId ?? claim.runId)], [
       claim.runId, claim.digest, claim.async ? '1' : '0', this.#claimLeaseMs,
-      run === undefined ? '' : JSON.stringify(recordedRun(run).running), this.#consumer,
+      run?.runningJson ?? '', this.#consumer,
       run?.webhook === undefined ? '' : JSON.stringify(run.webhook), this.#settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS
     ])) as Array<Buffer | null> | null | number
     if (held === -1) throw new RunIdTakenError()

@@ -1,7 +1,32 @@
 import type { NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './run-store.ts'
 
-const iso = (epochMs: number): string => new Date(epochMs).toISOString()
+/** The last time formatted (toISOString is dear, and calls come in bursts within one millisecond). */
+let lastMs = Number.NaN
+let lastIso = ''
+function iso (epochMs: number): string {
+  if (epochMs !== lastMs) {
+    lastIso = new Date(epochMs).toISOString()
+    lastMs = epochMs
+  }
+  return lastIso
+}
 const ms = (value: number): number => Math.round(value * 1000) / 1000
+
+/**
+ * A copy of the record, its fields in the SPEC's order and only the ones that apply: records built
+ * alike share their hidden classes (faster than a spread of whatever order a record came in).
+ */
+function recordOf (r: RunRecord): RunRecord {
+  const copy: RunRecord = { run_id: r.run_id, status: r.status, created_at: r.created_at }
+  if (r.started_at !== undefined) copy.started_at = r.started_at
+  if (r.completed_at !== undefined) copy.completed_at = r.completed_at
+  if (r.queue_time_ms !== undefined) copy.queue_time_ms = r.queue_time_ms
+  if (r.run_time_ms !== undefined) copy.run_time_ms = r.run_time_ms
+  if (r.status_code !== undefined) copy.status_code = r.status_code
+  if (r.error !== undefined) copy.error = r.error
+  if (r.webhook !== undefined) copy.webhook = r.webhook
+  return copy
+}
 
 /** The record of a run just submitted: queued. */
 export function queuedRecord (run: NewRun): RunRecord {
@@ -12,21 +37,29 @@ export function queuedRecord (run: NewRun): RunRecord {
 
 /** The record of a queued run as it starts. */
 export function startedRecord (record: RunRecord, createdAt: number, startedAt: number): RunRecord {
-  return { ...record, status: 'running', started_at: iso(startedAt), queue_time_ms: ms(startedAt - createdAt) }
+  const started = recordOf(record)
+  started.status = 'running'
+  started.started_at = iso(startedAt)
+  started.queue_time_ms = ms(startedAt - createdAt)
+  return started
 }
 
 /** The record of a running run as it ends with `outcome`. */
 export function finishedRecord (record: RunRecord, outcome: RunOutcome): RunRecord {
-  const started = outcome.startedAt === undefined ? record : startedRecord(record, Date.parse(record.created_at), outcome.startedAt)
-  const done: RunRecord = {
-    ...started,
-    status: outcome.status,
-    completed_at: iso(outcome.completedAt),
-    run_time_ms: ms(outcome.runTimeMs),
-    status_code: outcome.statusCode
-  }
+  const done = outcome.startedAt === undefined ? recordOf(record) : startedRecord(record, Date.parse(record.created_at), outcome.startedAt)
+  done.status = outcome.status
+  done.completed_at = iso(outcome.completedAt)
+  done.run_time_ms = ms(outcome.runTimeMs)
+  done.status_code = outcome.statusCode
   if (outcome.error !== undefined) done.error = { message: outcome.error }
   return done
+}
+
+/** The record with its webhook's delivery state. */
+export function withWebhook (record: RunRecord, webhook: NonNullable<RunRecord['webhook']>): RunRecord {
+  const changed = recordOf(record)
+  changed.webhook = webhook
+  return changed
 }
 
 /** The message of a canceled run (its error, and its webhook's result). */
@@ -41,7 +74,10 @@ export const CANCELED_RESULT = JSON.stringify({ message: CANCELED_MESSAGE })
  * Returns the record and its result JSON.
  */
 export function canceledRecord (record: RunRecord, now: number): { record: RunRecord, resultJson: string | undefined } {
-  const canceled: RunRecord = { ...record, status: 'canceled', completed_at: iso(now), error: { message: CANCELED_MESSAGE } }
+  const canceled = recordOf(record)
+  canceled.status = 'canceled'
+  canceled.completed_at = iso(now)
+  canceled.error = { message: CANCELED_MESSAGE }
   if (record.status !== 'running' || record.started_at === undefined) return { record: canceled, resultJson: undefined }
   canceled.run_time_ms = ms(now - Date.parse(record.started_at))
   canceled.status_code = CANCELED_STATUS
@@ -53,7 +89,9 @@ export function canceledRecord (record: RunRecord, now: number): { record: RunRe
  * (its finish sets `started_at` to when the app request went out). The handle its events and end go through.
  */
 export function recordedRun (run: NewRun): TakenRun {
-  return { ...run, entry: '', running: startedRecord(queuedRecord(run), run.createdAt, run.createdAt) }
+  const { scope, runId, request, webhook, createdAt } = run
+  const running = startedRecord(queuedRecord(run), createdAt, createdAt)
+  return { scope, runId, request, webhook, createdAt, entry: '', running, runningJson: JSON.stringify(running) }
 }
 
 /** Whether a run has ended. */

@@ -68,6 +68,8 @@ export interface TakenRun extends NewRun {
   readonly entry: string
   /** A sync call recorded with its key (claimKey): the record as written then, which finish expects to find. */
   readonly running?: RunRecord
+  /** `running` as JSON (written with the claim, compared at the end). */
+  readonly runningJson?: string
 }
 
 /** How a started run ended, as its owner saw it. */
@@ -216,12 +218,12 @@ export interface RunStore {
    * sidecar sharing the store: undefined when this request now holds it (it runs), else what holds
    * it. A claim is held until its answer is kept (then for RUN_RETENTION_SECONDS) or it is dropped;
    * in Redis, also until its sidecar is lost (the claim is a lease renewed by the heartbeat).
-   * With `run` (a sync call), the same step records it as a run already running (never queued;
+   * With `run` (a sync call's recordedRun), the same step records it as a run already running (never queued;
    * not async, so it cannot be canceled; its events and end are recorded as an async run's, through
-   * the handle `recordedRun` gives): one round trip for both. Rejects with RunIdTakenError (the key
+   * that handle): one round trip for both. Rejects with RunIdTakenError (the key
    * is not claimed then).
    */
-  claimKey: (scope: RunScope, slot: string, claim: KeyClaim, run?: NewRun) => Promise<KeyEntry | undefined>
+  claimKey: (scope: RunScope, slot: string, claim: KeyClaim, run?: TakenRun) => Promise<KeyEntry | undefined>
   /** Keeps the answer of the claim of `runId` for its repeats (RUN_RETENTION_SECONDS from now); nothing when the slot is not its. */
   keepAnswer: (scope: RunScope, slot: string, runId: string, answer: KeptAnswer) => Promise<void>
   /**

@@ -58,17 +58,17 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, rout
     // on any replica); an async one is recorded as it is submitted
     const run = async
       ? undefined
-      : {
-          scope,
-          runId: call.runId,
-          // a sync run is never run again: its request is not kept
-          request: { method: call.req.method as string, path: route.appPath, headers: [], body: null },
-          webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: undefined },
-          createdAt: claimedAt
-        }
+      : recordedRun({
+        scope,
+        runId: call.runId,
+        // a sync run is never run again: its request is not kept
+        request: { method: call.req.method as string, path: route.appPath, headers: [], body: null },
+        webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: undefined },
+        createdAt: claimedAt
+      })
     const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async }, run)
     if (held === undefined) {
-      const recorded = run === undefined ? undefined : { store: deps.store, run: recordedRun(run), logger: deps.logger, slot }
+      const recorded = run === undefined ? undefined : { store: deps.store, run, logger: deps.logger, slot }
       return { scope, slot, runId: call.runId, body, claimedAt, recorded }
     }
     if (held.digest !== digest) throw new IdempotencyKeyReusedError()
@@ -95,7 +95,10 @@ export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: Held
   let tooLarge = false
   const keep = (chunk: unknown, encoding: unknown): void => {
     if (tooLarge || chunk === undefined || chunk === null || typeof chunk === 'function') return
-    const bytes = typeof chunk === 'string' ? Buffer.from(chunk, typeof encoding === 'string' ? encoding as BufferEncoding : 'utf8') : Buffer.from(chunk as Uint8Array)
+    // a Buffer is kept as it is, not copied: what the sinks write is never written to again
+    const bytes = typeof chunk === 'string'
+      ? Buffer.from(chunk, typeof encoding === 'string' ? encoding as BufferEncoding : 'utf8')
+      : Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array)
     size += bytes.length
     if (size > deps.maxAnswerBytes) {
       tooLarge = true

@@ -23,8 +23,9 @@ export interface RecordedCall {
  * (readers of `…/events` see it live), the end finishes the record with the status and result the
  * caller got, and the call's webhook (when it asked for one) reports its delivery on the record.
  */
-export class RecordedRunTee implements AnswerTee {
-  readonly capture: ResponseCapture
+export class RecordedRunTee implements AnswerTee, ResponseCapture {
+  /** The tee is its own capture: the sinks feed it, it feeds the result (shared with the webhook's) and the run's events. */
+  readonly capture: ResponseCapture = this
   readonly #recorded: RecordedCall
   readonly #webhook: WebhookTee | undefined
   readonly #result: WebhookCapture
@@ -36,25 +37,25 @@ export class RecordedRunTee implements AnswerTee {
   constructor (recorded: RecordedCall, webhook: WebhookTee | undefined, maxResultBytes: number) {
     this.#recorded = recorded
     this.#webhook = webhook
-    const result = webhook?.capture ?? new WebhookCapture(maxResultBytes)
-    this.#result = result
-    const { store, run } = recorded
-    this.capture = {
-      get status () { return result.status },
-      set status (status: number) { result.status = status },
-      body: chunk => { result.body(chunk) },
-      event: data => {
-        result.event(data)
-        store.appendEvent(run, this.#events++, data)
-      }
-    }
+    this.#result = webhook?.capture ?? new WebhookCapture(maxResultBytes)
     if (webhook !== undefined) {
+      const { store, run } = recorded
       webhook.onEnd = (delivery, attempts) => {
         store.webhookDone(run.scope, run.runId, delivery === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
           recorded.logger.warn({ err: error, runId: run.runId }, 'webhook result not recorded')
         })
       }
     }
+  }
+
+  get status (): number { return this.#result.status }
+  set status (status: number) { this.#result.status = status }
+
+  body (chunk: Buffer): void { this.#result.body(chunk) }
+
+  event (data: string): void {
+    this.#result.event(data)
+    this.#recorded.store.appendEvent(this.#recorded.run, this.#events++, data)
   }
 
   forwarded (): void {
