@@ -108,23 +108,34 @@ export class WebhookDelivery {
     const attempts = Math.max(1, this.#settings.attempts - before)
     let made = before
     let last: AttemptOutcome | undefined
+    const attemptOnce = async (): Promise<void> => {
+      made++
+      await ledger?.attempt()
+      const outcome = await this.#attempt(job, signal)
+      metrics.webhookAttempts.labels(outcome.outcome).inc()
+      if (outcome.outcome === '2xx') return
+      last = outcome
+      throw outcome.retry ? outcome : new AbortError(outcome)
+    }
     try {
-      await pRetry(async () => {
-        made++
-        await ledger?.attempt()
-        const outcome = await this.#attempt(job, signal)
-        metrics.webhookAttempts.labels(outcome.outcome).inc()
-        if (outcome.outcome === '2xx') return
-        last = outcome
-        throw outcome.retry ? outcome : new AbortError(outcome)
-      }, {
-        retries: attempts - 1,
-        factor: 2,
-        minTimeout: Math.min(250, maxDelayMs),
-        maxTimeout: maxDelayMs,
-        randomize: maxDelayMs > 0,
-        signal
-      })
+      // The first attempt goes out directly: most deliveries need no other, and p-retry's setup
+      // per call costs about as much CPU as the attempt's own code. One that failed goes on with
+      // p-retry, whose first "attempt" is that failure: delays, limits and abort as they would be.
+      signal.throwIfAborted()
+      const first = await attemptOnce().then(() => undefined, (error: unknown) => ({ error }))
+      if (first !== undefined) {
+        await pRetry(async attemptNumber => {
+          if (attemptNumber === 1) throw first.error
+          await attemptOnce()
+        }, {
+          retries: attempts - 1,
+          factor: 2,
+          minTimeout: Math.min(250, maxDelayMs),
+          maxTimeout: maxDelayMs,
+          randomize: maxDelayMs > 0,
+          signal
+        })
+      }
       metrics.webhookDeliveries.labels('delivered').inc()
       await ledger?.done()
       job.onEnd?.('delivered', made)
