@@ -7,6 +7,10 @@ import t from 'tap'
 import { type Child, runBin } from '../helpers/child-process.ts'
 import { send } from '../helpers/http-client.ts'
 
+// the file starts the embedded store (PGlite, 3–4 s on a quick machine) several times: on a slow
+// shared 2-core one each start takes 10–15 s, past the default 60 s for the whole file
+t.setTimeout(180_000)
+
 const ADMIN_TOKEN = 'bin-admin-token-0123456789'
 
 async function closedPort (): Promise<number> {
