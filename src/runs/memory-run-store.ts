@@ -10,7 +10,8 @@ import type {
 interface MemoryRun {
   readonly key: string
   readonly scopeKey: string
-  readonly submitted: NewRun
+  /** What was submitted (its request is handed to the taker); dropped when the run ends, its body with it. */
+  submitted: NewRun | undefined
   /** Order of submission across scopes (oldest first). */
   readonly seq: number
   record: RunRecord
@@ -291,6 +292,7 @@ export class MemoryRunStore implements RunStore {
   /** A finished run leaves the live map for the retention cache; its followers hear of the end. */
   #retire (run: MemoryRun): void {
     this.#live.delete(run.key)
+    run.submitted = undefined // nothing reads a finished run's request: its body would be kept for RUN_RETENTION_SECONDS, uncounted by the byte budget
     const first = this.#firstKept(run)
     run.events = run.events.slice(first - run.dropped)
     run.dropped = first
@@ -321,7 +323,7 @@ export class MemoryRunStore implements RunStore {
   #give (run: MemoryRun): TakenRun {
     run.taken = true
     this.#waiting.set(run.scopeKey, (this.#waiting.get(run.scopeKey) ?? 1) - 1)
-    return { ...run.submitted, webhook: run.webhook, entry: '' }
+    return { ...run.submitted as NewRun, webhook: run.webhook, entry: '' }
   }
 
   /** Hands queued runs to waiting takers, oldest first. */
