@@ -1,6 +1,7 @@
 import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions, type LookupOneOptions } from 'node:dns'
 import { isIP } from 'node:net'
 import ipaddr from 'ipaddr.js'
+import { LRUCache } from 'lru-cache'
 import type { Cidr } from '../config/env-parsers.ts'
 
 type Address = ipaddr.IPv4 | ipaddr.IPv6
@@ -20,6 +21,8 @@ export class AddressRefusedError extends Error {
  */
 export class AddressGuard {
   readonly #allowed: Array<[Address, number]>
+  /** Verdicts on literal hosts already judged: a webhook's host is checked at each attempt, and parsing it costs more than the lookup. */
+  readonly #literals = new LRUCache<string, boolean>({ max: 1024 })
 
   constructor (allowedCidrs: readonly Cidr[]) {
     this.#allowed = allowedCidrs.map(cidr => [ipaddr.parse(cidr.address), cidr.prefix])
@@ -42,7 +45,12 @@ export class AddressGuard {
   /** Throws AddressRefusedError for a literal IP host that is not allowed; hostnames pass (checked at connect). */
   checkLiteralHost (hostname: string): void {
     const bare = hostname.startsWith('[') ? hostname.slice(1, -1) : hostname
-    if (isIP(bare) !== 0 && !this.allows(bare)) throw new AddressRefusedError(bare)
+    let allowed = this.#literals.get(bare)
+    if (allowed === undefined) {
+      allowed = isIP(bare) === 0 || this.allows(bare)
+      this.#literals.set(bare, allowed)
+    }
+    if (!allowed) throw new AddressRefusedError(bare)
   }
 
   /**

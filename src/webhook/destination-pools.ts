@@ -1,5 +1,6 @@
 import type { Socket } from 'node:net'
 import { Pool, type buildConnector } from 'undici'
+import type { Cuttable } from './webhook-attempt.ts'
 
 /**
  * Most connections (and attempts in flight) to one destination origin. Without a bound, a flood of
@@ -23,7 +24,7 @@ export interface DestinationSlot {
   readonly release: () => void
 }
 
-/** At most `limit` turns taken at once; the rest wait first come, first served, or give up when their signal aborts. */
+/** At most `limit` turns taken at once; the rest wait first come, first served, or give up when they are cut. */
 class Turns {
   readonly #limit: number
   readonly #queue: Array<{ grant: () => void, settled: boolean }> = []
@@ -35,21 +36,27 @@ class Turns {
   /** Turns taken or waited for. */
   get busy (): boolean { return this.#taken > 0 || this.#waiting > 0 }
 
-  async take (signal: AbortSignal): Promise<void> {
-    if (signal.aborted) throw signal.reason
-    if (this.#waiting === 0 && this.#taken < this.#limit) { this.#taken++; return }
+  /** A turn at once, when one is free and nobody waits. */
+  tryTake (): boolean {
+    if (this.#waiting > 0 || this.#taken >= this.#limit) return false
+    this.#taken++
+    return true
+  }
+
+  /** Waits for a turn; rejects with the cut's reason when `waiter` is cut first. */
+  async wait (waiter: Cuttable): Promise<void> {
+    if (waiter.isCut) throw waiter.reason
     await new Promise<void>((resolve, reject) => {
-      const waiter = { grant: resolve, settled: false }
-      // called at most once, and never after the grant (which removes it)
-      const giveUp = (): void => {
-        waiter.settled = true
+      const queued = { grant: resolve, settled: false }
+      // called at most once, and never after the grant (which unregisters it)
+      waiter.whenCut(() => {
+        queued.settled = true
         this.#waiting--
-        reject(signal.reason)
-      }
-      waiter.grant = () => { signal.removeEventListener('abort', giveUp); resolve() }
-      this.#queue.push(waiter)
+        reject(waiter.reason)
+      })
+      queued.grant = () => { waiter.whenCut(undefined); resolve() }
+      this.#queue.push(queued)
       this.#waiting++
-      signal.addEventListener('abort', giveUp, { once: true })
     })
   }
 
@@ -72,6 +79,8 @@ interface Destination {
   readonly turns: Turns
   /** Its open connections. */
   readonly sockets: Set<Socket>
+  /** What a turn hands out (the same for every turn: its release gives back one turn). */
+  readonly slot: DestinationSlot
 }
 
 /**
@@ -94,22 +103,14 @@ export class DestinationPools {
     this.#options = options
   }
 
-  /** Waits for a turn to send one request to `origin`; rejects with the signal's reason when it aborts first. */
-  async acquire (origin: string, signal: AbortSignal): Promise<DestinationSlot> {
+  /** A turn to send one request to `origin`: at once when one is free, else a wait that rejects with the cut's reason when `attempt` is cut first. */
+  acquire (origin: string, attempt: Cuttable): DestinationSlot | Promise<DestinationSlot> {
     const destination = this.#destinations.get(origin) ?? this.#open(origin)
-    try {
-      await destination.turns.take(signal)
-    } catch (error) {
+    if (destination.turns.tryTake()) return destination.slot
+    return destination.turns.wait(attempt).then(() => destination.slot, (error: unknown) => {
       this.#settle(destination)
       throw error
-    }
-    return {
-      pool: destination.pool,
-      release: () => {
-        destination.turns.give()
-        this.#settle(destination)
-      }
-    }
+    })
   }
 
   /** Destroys every pool and its connections. */
@@ -120,16 +121,17 @@ export class DestinationPools {
   }
 
   #open (origin: string): Destination {
-    const destination: Destination = {
-      origin,
-      turns: new Turns(CONNECTIONS_PER_DESTINATION),
-      sockets: new Set(),
-      pool: new Pool(origin, {
-        ...this.#options,
-        connections: CONNECTIONS_PER_DESTINATION,
-        connect: (options, callback) => { this.#connectFor(destination, options, callback) }
-      })
+    const turns = new Turns(CONNECTIONS_PER_DESTINATION)
+    const pool = new Pool(origin, {
+      ...this.#options,
+      connections: CONNECTIONS_PER_DESTINATION,
+      connect: (options, callback) => { this.#connectFor(destination, options, callback) }
+    })
+    const release = (): void => {
+      turns.give()
+      this.#settle(destination)
     }
+    const destination: Destination = { origin, pool, turns, sockets: new Set(), slot: { pool, release } }
     this.#destinations.set(origin, destination)
     return destination
   }

@@ -5,6 +5,7 @@ import type { WebhookAttemptOutcome, WebhookMetrics } from '../shared/metric-con
 import { describeNetworkError, isNetworkTimeout } from '../shared/network-errors.ts'
 import { AddressGuard, AddressRefusedError } from './address-guard.ts'
 import { DestinationPools } from './destination-pools.ts'
+import { WebhookAttempt } from './webhook-attempt.ts'
 import { signatureHeaderNames, signStandardWebhook, signWebhook } from './webhook-signature.ts'
 
 /** One webhook to deliver. */
@@ -88,7 +89,7 @@ export class WebhookDelivery {
   readonly #pools: DestinationPools
   readonly #names: { timestamp: string, signature: string }
   /** The attempts under way, per shutdown signal: one listener on it aborts them all. */
-  readonly #underWay = new WeakMap<AbortSignal, Set<AbortController>>()
+  readonly #underWay = new WeakMap<AbortSignal, Set<WebhookAttempt>>()
 
   constructor (settings: DeliverySettings) {
     this.#settings = settings
@@ -110,10 +111,10 @@ export class WebhookDelivery {
     let last: AttemptOutcome | undefined
     const attemptOnce = async (): Promise<void> => {
       made++
-      await ledger?.attempt()
+      if (ledger !== undefined) await ledger.attempt()
       const outcome = await this.#attempt(job, signal)
       metrics.webhookAttempts.labels(outcome.outcome).inc()
-      if (outcome.outcome === '2xx') return
+      if (outcome === DELIVERED) return
       last = outcome
       throw outcome.retry ? outcome : new AbortError(outcome)
     }
@@ -122,10 +123,11 @@ export class WebhookDelivery {
       // per call costs about as much CPU as the attempt's own code. One that failed goes on with
       // p-retry, whose first "attempt" is that failure: delays, limits and abort as they would be.
       signal.throwIfAborted()
-      const first = await attemptOnce().then(() => undefined, (error: unknown) => ({ error }))
-      if (first !== undefined) {
+      try {
+        await attemptOnce()
+      } catch (first) {
         await pRetry(async attemptNumber => {
-          if (attemptNumber === 1) throw first.error
+          if (attemptNumber === 1) throw first
           await attemptOnce()
         }, {
           retries: attempts - 1,
@@ -137,7 +139,7 @@ export class WebhookDelivery {
         })
       }
       metrics.webhookDeliveries.labels('delivered').inc()
-      await ledger?.done()
+      if (ledger !== undefined) await ledger.done()
       job.onEnd?.('delivered', made)
       return 'delivered'
     } catch {
@@ -156,7 +158,7 @@ export class WebhookDelivery {
         outcome: shutdown ? 'shutdown' : (last?.message ?? 'unknown')
       }, 'webhook failed')
       const result = shutdown ? 'shutdown' : 'failed'
-      await ledger?.done()
+      if (ledger !== undefined) await ledger.done()
       job.onEnd?.(result, made)
       return result
     }
@@ -174,48 +176,34 @@ export class WebhookDelivery {
         headers['webhook-signature'] = signStandardWebhook(job.secret, job.runId, timestamp, job.body)
       }
     }
-    // One controller per attempt, aborted by the attempt's time limit or by the sender's shutdown
-    // signal. The shutdown signal gets one listener for all attempts, not one each: an
-    // EventTarget looks through its listeners on every add (O(n) per attempt with n under way), and
-    // AbortSignal.any([signal, …]) leaves an entry on it for good on Node 20 (nodejs/node#55351).
-    const attempt = new AbortController()
-    let timedOut = false
-    const timer = setTimeout(() => { timedOut = true; attempt.abort(new Error('webhook attempt timed out')) }, this.#settings.timeoutMs)
+    // Cut by its time limit or by the sender's shutdown signal. The shutdown signal gets one
+    // listener for all attempts, not one each: an EventTarget looks through its listeners on every
+    // add (O(n) per attempt with n under way), and AbortSignal.any([signal, …]) leaves an entry on
+    // it for good on Node 20 (nodejs/node#55351).
+    const attempt = new WebhookAttempt(this.#settings.timeoutMs)
     const underWay = this.#attemptsUnder(signal)
     underWay.add(attempt)
-    if (signal.aborted) attempt.abort(signal.reason)
+    if (signal.aborted) attempt.cut(signal.reason)
     try {
       this.#settings.guard.checkLiteralHost(job.url.hostname)
-      const { pool, release } = await this.#pools.acquire(job.url.origin, attempt.signal)
-      if (attempt.signal.aborted) { release(); throw attempt.signal.reason }
-      // undici destroys the socket of an aborted request; the turn is held as long as the
-      // connection is, until the response is read or the request has failed
-      const exchange = pool.request({
-        path: job.url.pathname + job.url.search,
-        method: 'POST',
-        headers,
-        body: job.body,
-        signal: attempt.signal
-      }).then(async response => {
-        await response.body.dump()
-        return response.statusCode
-      })
-      void exchange.then(release, release)
-      return outcomeOfStatus(await untilAborted(exchange, attempt.signal))
+      const turn = this.#pools.acquire(job.url.origin, attempt)
+      const { pool, release } = turn instanceof Promise ? await turn : turn
+      if (attempt.isCut) { release(); throw attempt.reason }
+      return outcomeOfStatus(await attempt.send(pool, release, { path: job.url.pathname + job.url.search, headers, body: job.body }))
     } catch (error) {
-      return classify(error, timedOut)
+      return classify(error, attempt.timedOut)
     } finally {
-      clearTimeout(timer)
+      attempt.end()
       underWay.delete(attempt)
     }
   }
 
   /** The attempts under way that `signal` cuts when it aborts. */
-  #attemptsUnder (signal: AbortSignal): Set<AbortController> {
+  #attemptsUnder (signal: AbortSignal): Set<WebhookAttempt> {
     let underWay = this.#underWay.get(signal)
     if (underWay === undefined) {
-      const attempts = new Set<AbortController>()
-      signal.addEventListener('abort', () => { for (const attempt of attempts) attempt.abort(signal.reason) }, { once: true })
+      const attempts = new Set<WebhookAttempt>()
+      signal.addEventListener('abort', () => { for (const attempt of attempts) attempt.cut(signal.reason) }, { once: true })
       this.#underWay.set(signal, attempts)
       underWay = attempts
     }
@@ -225,18 +213,6 @@ export class WebhookDelivery {
   async close (): Promise<void> {
     await this.#pools.close()
   }
-}
-
-/**
- * `exchange`, or a rejection with the signal's reason as soon as it aborts: undici settles an
- * aborted request only once it reaches a connection (a connect may take the whole connect timeout).
- */
-async function untilAborted<T> (exchange: Promise<T>, signal: AbortSignal): Promise<T> {
-  return await new Promise((resolve, reject) => {
-    const abandon = (): void => { reject(signal.reason) }
-    signal.addEventListener('abort', abandon, { once: true })
-    void exchange.then(resolve, reject).finally(() => { signal.removeEventListener('abort', abandon) })
-  })
 }
 
 /** A failed connection or exchange: refused addresses stop at once, everything else retries. */
