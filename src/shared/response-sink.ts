@@ -43,6 +43,8 @@ export interface SinkContext {
   readonly runId: string
   /** When the request was forwarded (performance.now()). */
   readonly forwardedAt: number
+  /** How long the call waited for its slot, in ms (Server-Timing's `queue`). */
+  readonly queueMs: number
   /** Set when the call asked for a webhook. */
   readonly capture: ResponseCapture | undefined
   /** Answers with the sidecar's own JSON error (the response has not begun). */

@@ -22,6 +22,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   readonly capture: ResponseCapture | undefined
   /** When the request was forwarded (run_time_ms counts from here). */
   readonly forwardedAt = performance.now()
+  readonly queueMs: number
   readonly #call: HttpCall
   readonly #tee: AnswerTee | undefined
   #controller: Dispatcher.DispatchController | undefined
@@ -37,6 +38,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     this.#call = call
     this.res = call.res
     this.runId = call.runId
+    this.queueMs = call.queueMs
     this.#tee = tee
     this.capture = tee?.capture
     this.#choose = choose

@@ -49,6 +49,8 @@ export abstract class RecordedCall {
   readonly runId: string
   /** The app has the request: its relay answers from now on. */
   forwarded = false
+  /** How long it waited for its slot, in ms (Server-Timing's `queue`): 0 when one was free. */
+  queueMs = 0
   /** The sidecar's own answer, when it gave one: its code and reason go in the log line. */
   protected refusal: SidecarError | undefined
   #controller: AbortController | undefined
@@ -57,9 +59,11 @@ export abstract class RecordedCall {
   /** One cleanup, or several (most calls have one: the slot). */
   #onClose: (() => void) | Array<() => void> | undefined
   #closed = false
+  readonly #metrics: SidecarMetrics
 
   constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, closes: Duplex | ServerResponse) {
     this.req = req
+    this.#metrics = recorder.metrics
     this.runId = runIdFor(req.headers['x-request-id'])
     const startedAt = performance.now()
     const url = req.url as string // before a forward step rewrites it
@@ -120,6 +124,12 @@ export abstract class RecordedCall {
   onAbort (taker: AbortTaker): void {
     this.#onAbort = taker
     if (this.#reason !== undefined) taker.abortFor(this.#reason)
+  }
+
+  /** It got its slot after waiting `ms` (0: at once). */
+  waited (ms: number): void {
+    this.queueMs = ms
+    this.#metrics.queueDuration.observe(ms / 1000)
   }
 
   /** Runs `free` when the call closes (finished or cut), or at once when it already has. */

@@ -66,10 +66,11 @@ export function headerListToObject (list: string[]): IncomingHttpHeaders {
 const BODY_DESCRIBING = new Set(['content-type', 'content-length', 'content-encoding', 'etag', 'content-md5', 'digest'])
 
 /**
- * The app's response headers minus hop-by-hop ones, with the run id set; `forEnvelope` also drops
- * the ones that describe the app's body (the caller gets the envelope instead).
+ * The app's response headers minus hop-by-hop ones, with the run id set and the sidecar's
+ * `timing` after the app's own Server-Timing entries; `forEnvelope` also drops the ones that
+ * describe the app's body (the caller gets the envelope instead).
  */
-export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: string, forEnvelope = false): OutgoingHttpHeaders {
+export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: string, timing: string, forEnvelope = false): OutgoingHttpHeaders {
   const named = connectionTokens(appHeaders.connection)
   const out: OutgoingHttpHeaders = {}
   for (const name in appHeaders) {
@@ -78,6 +79,8 @@ export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: s
     out[name] = appHeaders[name]
   }
   out['x-request-id'] = runId
+  const theirs = out['server-timing']
+  out['server-timing'] = theirs === undefined ? timing : `${Array.isArray(theirs) ? theirs.join(', ') : String(theirs)}, ${timing}`
   return out
 }
 

@@ -22,6 +22,13 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     registers: [this.registry]
   })
 
+  readonly queueDuration = new Histogram({
+    name: 'sidecar_queue_duration_seconds',
+    help: 'Wait for a concurrency slot (and for the app\'s first readiness) of the calls that got one',
+    buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [this.registry]
+  })
+
   readonly inflight = new Gauge({
     name: 'sidecar_inflight_requests',
     help: 'Requests in flight to the app (streams and WebSockets until they end)',

@@ -4,6 +4,7 @@ import { AppUnreachableError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import { callerResponseHeaders } from './forward-headers.ts'
 import { roundedMs } from '../shared/run-result.ts'
+import { serverTiming } from '../shared/server-timing.ts'
 import { envelopeParts } from './response-envelope.ts'
 import { JsonSyntax } from '../shared/json-syntax.ts'
 import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
@@ -11,7 +12,7 @@ import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
 /** Status, headers and body as the app sent them (hop-by-hop headers aside). */
 export function passthroughSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): ResponseSink {
   const { res, capture } = ctx
-  res.writeHead(status, callerResponseHeaders(headers, ctx.runId))
+  res.writeHead(status, callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs)))
   if (capture !== undefined) capture.status = status
   return {
     write: chunk => {
@@ -60,7 +61,7 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
       const parts = envelopeParts(ctx.runId, chunks, syntax.end(), runTimeMs, new Date().toISOString())
       let length = 0
       for (const part of parts) length += part.length
-      const out = callerResponseHeaders(headers, ctx.runId, true)
+      const out = callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs, runTimeMs), true)
       out['content-type'] = 'application/json; charset=utf-8'
       out['content-length'] = length
       ctx.res.writeHead(status, out)

@@ -1,4 +1,4 @@
-import type { ServerResponse } from 'node:http'
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { StreamMetrics } from '../shared/metric-contracts.ts'
 import { frameSseError, frameSseEvent, SSE_HEARTBEAT } from './sse-frame.ts'
 
@@ -21,15 +21,18 @@ export class SseWriter {
   #lastByte = NL
   #closed = false
 
-  constructor (res: ServerResponse, runId: string, heartbeatMs: number, metrics: StreamMetrics) {
+  /** `timing`: the Server-Timing of a stream the app gives (a run's events have none). */
+  constructor (res: ServerResponse, runId: string, heartbeatMs: number, metrics: StreamMetrics, timing?: string) {
     this.#res = res
     this.#metrics = metrics
-    res.writeHead(200, {
+    const headers: OutgoingHttpHeaders = {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache',
       'x-accel-buffering': 'no',
       'x-request-id': runId
-    })
+    }
+    if (timing !== undefined) headers['server-timing'] = timing
+    res.writeHead(200, headers)
     res.flushHeaders()
     metrics.sseStreams.inc()
     if (heartbeatMs > 0) {

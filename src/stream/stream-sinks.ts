@@ -3,6 +3,7 @@ import { SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import type { StreamMetrics } from '../shared/metric-contracts.ts'
 import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
+import { serverTiming } from '../shared/server-timing.ts'
 import { createSseDataParser } from './event-splitter.ts'
 import { NdjsonSplitter } from './ndjson-splitter.ts'
 import { SseWriter } from './sse-writer.ts'
@@ -29,7 +30,7 @@ const failure = (error: Error): string =>
 export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
   const open = (ctx: SinkContext): SseWriter => {
     if (ctx.capture !== undefined) ctx.capture.status = 200
-    return new SseWriter(ctx.res, ctx.runId, deps.heartbeatMs, deps.metrics)
+    return new SseWriter(ctx.res, ctx.runId, deps.heartbeatMs, deps.metrics, serverTiming(ctx.queueMs))
   }
 
   return {
