@@ -7,6 +7,10 @@ import {
 
 export type Runtime = 'cortex' | 'custom'
 
+/** OTEL_TRACES_SAMPLER's values (the OpenTelemetry SDK environment specification's built-in samplers). */
+export const TRACE_SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const
+export type TraceSampler = typeof TRACE_SAMPLERS[number]
+
 /** The sidecar's whole configuration, validated. */
 export interface SidecarConfig {
   port: number
@@ -42,6 +46,14 @@ export interface SidecarConfig {
   runMaxEvents: number
   asyncQueueDepth: number
   logLevel: LogLevel
+  otelSdkDisabled: boolean
+  otelEndpoint: URL | undefined
+  /** Where spans go (OTLP/HTTP); undefined: tracing off, no SDK loaded. */
+  otelTracesEndpoint: URL | undefined
+  otelServiceName: string
+  otelTracesSampler: TraceSampler
+  otelTracesSamplerArg: number
+  otelScheduleDelayMs: number
   buildId: string | undefined
   appId: string | undefined
   storeToken: string | undefined
@@ -90,12 +102,25 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'RUN_MAX_EVENTS', key: 'runMaxEvents', defaultText: '10000', meaning: 'most events kept per streamed run; the oldest go first', parse: integerIn(1, 10_000_000), fallback: fixed(10_000) }),
   variable({ name: 'ASYNC_QUEUE_DEPTH', key: 'asyncQueueDepth', defaultText: '10000', meaning: 'most async runs waiting per app; beyond it 503', parse: integerIn(0, 10_000_000), fallback: fixed(10_000) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),
+  variable({ name: 'OTEL_SDK_DISABLED', key: 'otelSdkDisabled', defaultText: 'false', meaning: 'true: no tracing even with an endpoint set', parse: parseBoolean, fallback: fixed(false) }),
+  variable({ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', key: 'otelEndpoint', defaultText: undefined, meaning: 'OTLP/HTTP collector base URL; spans go to $it/v1/traces; unset = no tracing', parse: parseHttpUrl, fallback: fixed(undefined) }),
+  variable({ name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', key: 'otelTracesEndpoint', defaultText: '$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces', meaning: 'the full URL spans are POSTed to', parse: parseHttpUrl, fallback: p => p.otelEndpoint === undefined ? undefined : underUrl(p.otelEndpoint, 'v1/traces') }),
+  variable({ name: 'OTEL_SERVICE_NAME', key: 'otelServiceName', defaultText: 'app-sidecar', meaning: "the spans' service.name", parse: parseServiceName, fallback: fixed('app-sidecar') }),
+  variable({ name: 'OTEL_TRACES_SAMPLER', key: 'otelTracesSampler', defaultText: 'parentbased_always_on', meaning: TRACE_SAMPLERS.join(' | '), parse: oneOf(TRACE_SAMPLERS), fallback: fixed<TraceSampler>('parentbased_always_on') }),
+  variable({ name: 'OTEL_TRACES_SAMPLER_ARG', key: 'otelTracesSamplerArg', defaultText: '1', meaning: 'the ratio of the traceidratio samplers, 0 to 1', parse: numberUpTo(1), fallback: fixed(1) }),
+  variable({ name: 'OTEL_BSP_SCHEDULE_DELAY', key: 'otelScheduleDelayMs', defaultText: '5000', meaning: 'ms between span exports', parse: integerIn(0, 3_600_000), fallback: fixed(5000) }),
   variable({ name: 'BUILD_ID', key: 'buildId', defaultText: undefined, meaning: 'with PROJECT_ID and APP_ID: read app settings from this build at start', parse: optionalString(parseId), fallback: fixed(undefined) }),
   variable({ name: 'APP_ID', key: 'appId', defaultText: undefined, meaning: 'the app whose build BUILD_ID names', parse: optionalString(parseId), fallback: fixed(undefined) }),
   variable({ name: 'STORE_TOKEN', key: 'storeToken', defaultText: undefined, meaning: 'bearer token for reading the build (a service-account token of the project)', parse: optionalString(parseBearerToken), fallback: fixed(undefined) })
 ] as const
 
 const DEFAULT_STORE_URL = new URL('http://127.0.0.1:7070')
+
+function parseServiceName (name: string, raw: string): string {
+  const value = raw.trim()
+  if (value === '' || value.length > 255) throw new ConfigError(name, 'must be 1 to 255 characters')
+  return value
+}
 
 /**
  * Reads every sidecar variable from `env`. An empty value counts as unset.
@@ -114,13 +139,13 @@ export function loadSidecarConfig (env: NodeJS.ProcessEnv = process.env): Sideca
 
 /** The `--help` text: every variable with its default and meaning. */
 export function sidecarHelp (): string {
-  const rows = envHelpRows(SIDECAR_VARIABLES as ReadonlyArray<EnvVariable<SidecarConfig>>, 32, 34)
+  const rows = envHelpRows(SIDECAR_VARIABLES as ReadonlyArray<EnvVariable<SidecarConfig>>, 36, 40)
   return [
     'app-sidecar: reverse-proxy sidecar beside one app replica.',
     '',
     'Usage: app-sidecar [--help]        (configured by environment variables)',
     '',
-    `  ${'VARIABLE'.padEnd(32)}${'DEFAULT'.padEnd(34)}MEANING`,
+    `  ${'VARIABLE'.padEnd(36)}${'DEFAULT'.padEnd(40)}MEANING`,
     ...rows,
     '',
     'Public routes: /v4/{project_id}/{app_name}/{path...} (HTTP and WebSocket), GET|HEAD /v2/...',

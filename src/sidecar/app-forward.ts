@@ -1,5 +1,6 @@
 import type { Pool } from 'undici'
 import { AppUnreachableError } from '../errors.ts'
+import { traceContextOf } from '../shared/trace-contracts.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { WebhookTee } from '../webhook/webhook-tee.ts'
 import { AppResponseRelay } from './app-response-relay.ts'
@@ -35,18 +36,22 @@ export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route:
   const unreachable = (detail: string): AppUnreachableError => new AppUnreachableError(detail, deps.appUrl)
   return function forwardToApp (call, route, body, webhook, recorded) {
     if (call.settled) return // the caller left, or the deadline answered, while the call waited (a recorded run is forgotten with its key)
+    const method = call.req.method as string
+    // the webhook continues the call's trace: its server span's, or (tracing off) the caller's context as sent
     const webhookTee = webhook === undefined
       ? undefined
-      : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks, { projectId: route.projectId, appName: route.appName })
+      : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks,
+        { projectId: route.projectId, appName: route.appName }, call.trace?.context ?? traceContextOf(call.req.headers))
     const tee = recorded === undefined ? webhookTee : new RecordedRunTee(recorded, webhookTee, deps.maxResultBytes)
-    const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee)
+    const span = call.trace?.appRequest(method)
+    const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee, span)
     call.forwarded = true
     call.onAbort(relay)
     const query = route.forwardedQuery
     deps.app.dispatch({
-      method: call.req.method as string,
+      method,
       path: deps.basePath + route.appPath + (query === '' ? '' : '?' + query),
-      headers: appRequestHeaders(call.req, call.runId, headerRules),
+      headers: appRequestHeaders(call.req, call.runId, headerRules, span?.context),
       body
     }, relay)
   }

@@ -4,6 +4,7 @@ import type { Dispatcher } from 'undici'
 import { DeadlineExceededError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import type { AnswerTee, ResponseCapture, ResponseSink, SinkContext } from '../shared/response-sink.ts'
+import type { TraceSpan } from '../shared/trace-contracts.ts'
 import { type AbortTaker, CallerGoneError } from './call-record.ts'
 import type { HttpCall } from './http-call.ts'
 import type { SinkChooser } from './response-table.ts'
@@ -25,6 +26,9 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   readonly queueMs: number
   readonly #call: HttpCall
   readonly #tee: AnswerTee | undefined
+  /** The app request's client span (tracing on). */
+  readonly #span: TraceSpan | undefined
+  #status = 0
   #controller: Dispatcher.DispatchController | undefined
   #sink: ResponseSink | undefined
   #callerGone = false
@@ -34,12 +38,13 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   readonly #resume = (): void => { this.#controller?.resume() }
 
   constructor (call: HttpCall, choose: SinkChooser,
-    unreachable: (detail: string) => SidecarError, tee?: AnswerTee) {
+    unreachable: (detail: string) => SidecarError, tee?: AnswerTee, span?: TraceSpan) {
     this.#call = call
     this.res = call.res
     this.runId = call.runId
     this.queueMs = call.queueMs
     this.#tee = tee
+    this.#span = span
     this.capture = tee?.capture
     this.#choose = choose
     this.#unreachable = unreachable
@@ -78,6 +83,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   }
 
   onResponseStart (_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    this.#status = status
     this.#sink = this.#choose(this, status, headers)
   }
 
@@ -90,6 +96,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
 
   onResponseEnd (): void {
     (this.#sink as ResponseSink).end()
+    this.#span?.end(this.#status)
     this.#tee?.finish()
   }
 
@@ -104,6 +111,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
    * A stream's webhook reports the events sent instead, with status 200.
    */
   onResponseError (_controller: Dispatcher.DispatchController, cause: Error): void {
+    this.#span?.end(this.#status, describeNetworkError(cause))
     const sink = this.#sink
     let reported: SidecarError
     if (this.#expired !== undefined && !this.#callerGone) {

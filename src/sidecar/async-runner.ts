@@ -6,6 +6,7 @@ import type { ConcurrencyGate, Release } from '../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import type { RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../runs/run-store.ts'
 import type { LabelledCounter } from '../shared/metric-contracts.ts'
+import type { TraceContext, Tracer } from '../shared/trace-contracts.ts'
 import { runWebhookBody } from '../webhook/webhook-capture.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { ReplicaStoppedError, RunCanceledError, RunRelay } from './run-relay.ts'
@@ -26,6 +27,8 @@ export interface AsyncRunnerDeps {
   readonly runsTotal: LabelledCounter<RunStatus>
   readonly logger: Logger
   readonly inflight: InflightTracker
+  /** Makes the app request's client span, under the submitter's trace (tracing on). */
+  readonly tracer?: Tracer | undefined
 }
 
 /** Most async runs one sidecar runs at once when REPLICA_CONCURRENCY sets no limit: the rest stay queued for other replicas. */
@@ -193,9 +196,14 @@ export class AsyncRunner implements RunStoreListener {
     const deadline = deadlineSeconds > 0
       ? setTimeout(() => { relay.abort(new DeadlineExceededError(deadlineSeconds)) }, deadlineSeconds * 1000)
       : undefined
-    app.dispatch({ method: request.method, path: request.path, headers: [...request.headers], body: request.body }, relay)
+    const span = this.#deps.tracer?.startClient(request.method, storedTrace(request.headers), {
+      'http.request.method': request.method, run_id: run.runId
+    })
+    app.dispatch({ method: request.method, path: request.path, headers: withTrace(request.headers, span?.context), body: request.body }, relay)
     try {
-      return await relay.outcome
+      const outcome = await relay.outcome
+      span?.end(outcome.statusCode, outcome.status === 'succeeded' ? undefined : outcome.error)
+      return outcome
     } finally {
       clearTimeout(deadline)
       this.#running.delete(key)
@@ -214,6 +222,7 @@ export class AsyncRunner implements RunStoreListener {
       body,
       secret: run.webhook.secret,
       scope: run.scope,
+      trace: storedTrace(run.request.headers),
       onEnd: (result, attempts) => {
         store.webhookDone(run.scope, run.runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
           logger.warn({ err: error, runId: run.runId }, 'webhook result not recorded')
@@ -252,6 +261,25 @@ export class AsyncRunner implements RunStoreListener {
 type RunPayload = Awaited<RunRelay['outcome']>
 
 const runKey = (scope: RunScope, runId: string): string => `${scope.projectId}/${scope.appName}/${runId}`
+
+/** The trace context a stored request carries (its submitter's). */
+function storedTrace (headers: readonly string[]): TraceContext | undefined {
+  const traceparent = headerValue(headers, 'traceparent')
+  return traceparent === undefined ? undefined : { traceparent, tracestate: headerValue(headers, 'tracestate') }
+}
+
+/** A copy of the stored headers, carrying `trace` (the run's client span) instead of the stored context when given. */
+function withTrace (headers: readonly string[], trace: TraceContext | undefined): string[] {
+  if (trace === undefined) return [...headers]
+  const out: string[] = []
+  for (let i = 0; i < headers.length; i += 2) {
+    const lower = (headers[i] as string).toLowerCase()
+    if (lower !== 'traceparent' && lower !== 'tracestate') out.push(headers[i] as string, headers[i + 1] as string)
+  }
+  out.push('traceparent', trace.traceparent)
+  if (trace.tracestate !== undefined && trace.tracestate !== '') out.push('tracestate', trace.tracestate)
+  return out
+}
 
 function headerValue (headers: readonly string[], name: string): string | undefined {
   for (let i = 0; i < headers.length; i += 2) {

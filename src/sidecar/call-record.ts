@@ -3,6 +3,7 @@ import { performance } from 'node:perf_hooks'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
 import { SidecarError } from '../errors.ts'
+import type { CallTrace } from '../shared/trace-contracts.ts'
 import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import type { RouteLabel, SidecarMetrics } from './metrics.ts'
 import { runIdFor } from './run-id.ts'
@@ -51,6 +52,8 @@ export abstract class RecordedCall {
   forwarded = false
   /** How long it waited for its slot, in ms (Server-Timing's `queue`): 0 when one was free. */
   queueMs = 0
+  /** Its spans (tracing on): ended as it closes. */
+  trace: CallTrace | undefined
   /** The sidecar's own answer, when it gave one: its code and reason go in the log line. */
   protected refusal: SidecarError | undefined
   #controller: AbortController | undefined
@@ -77,6 +80,7 @@ export abstract class RecordedCall {
       recorder.inflight.end()
       const seconds = (performance.now() - startedAt) / 1000
       const status = this.status
+      this.trace?.end(status, this.runId)
       recorder.metrics.recordRequest(route, status, seconds)
       if (!recorder.logger.isLevelEnabled('info')) return
       const queryAt = url.indexOf('?')
@@ -130,6 +134,10 @@ export abstract class RecordedCall {
   waited (ms: number): void {
     this.queueMs = ms
     this.#metrics.queueDuration.observe(ms / 1000)
+    if (this.trace !== undefined) {
+      const now = performance.timeOrigin + performance.now()
+      this.trace.queued(now - ms, now)
+    }
   }
 
   /** Runs `free` when the call closes (finished or cut), or at once when it already has. */

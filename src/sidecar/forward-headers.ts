@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http'
 import type { TLSSocket } from 'node:tls'
+import type { TraceContext } from '../shared/trace-contracts.ts'
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1) and the ones the sidecar sets or consumes itself. */
 const ALWAYS_DROPPED = new Set([
@@ -24,9 +25,10 @@ export interface RequestHeaderRules {
 
 /**
  * The headers sent to the app, as a flat [name, value, …] list: the caller's end-to-end headers
- * in their order, then `X-Forwarded-For/-Proto/-Host` and `X-Request-Id`.
+ * in their order, then `X-Forwarded-For/-Proto/-Host` and `X-Request-Id`; with `trace` (tracing
+ * on), the caller's `traceparent`/`tracestate` give way to the sidecar span's.
  */
-export function appRequestHeaders (req: IncomingMessage, runId: string, rules: RequestHeaderRules): string[] {
+export function appRequestHeaders (req: IncomingMessage, runId: string, rules: RequestHeaderRules, trace?: TraceContext): string[] {
   const raw = req.rawHeaders
   const named = connectionTokens(req.headers.connection)
   const out: string[] = []
@@ -36,7 +38,12 @@ export function appRequestHeaders (req: IncomingMessage, runId: string, rules: R
     if (ALWAYS_DROPPED.has(lower) || (named !== undefined && named.has(lower))) continue
     if (rules.dropAuthorization && lower === 'authorization') continue
     if (rules.dropAcceptEncoding && lower === 'accept-encoding') continue
+    if (trace !== undefined && (lower === 'traceparent' || lower === 'tracestate')) continue
     out.push(name, raw[i + 1] as string)
+  }
+  if (trace !== undefined) {
+    out.push('traceparent', trace.traceparent)
+    if (trace.tracestate !== undefined && trace.tracestate !== '') out.push('tracestate', trace.tracestate)
   }
   if (rules.upgrade) out.push('connection', 'Upgrade', 'upgrade', String(req.headers.upgrade))
   const callerAddress = req.socket.remoteAddress ?? ''

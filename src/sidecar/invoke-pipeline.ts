@@ -6,6 +6,7 @@ import type { SidecarConfig } from '../config/sidecar-config.ts'
 import { pathPrefix } from '../config/env-table.ts'
 import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import type { RunStore } from '../runs/run-store.ts'
+import type { Tracer } from '../shared/trace-contracts.ts'
 import { createStreamSinks } from '../stream/stream-sinks.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { createAppForward } from './app-forward.ts'
@@ -34,6 +35,8 @@ export interface InvokeDeps extends CallRecorder {
   readonly gate: ConcurrencyGate
   /** Where async runs are recorded and queued. */
   readonly runs: RunStore
+  /** Makes each call's spans (tracing on). */
+  readonly tracer?: Tracer | undefined
 }
 
 /**
@@ -80,6 +83,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
 
   return function handleInvoke (req, res) {
     const call = new HttpCall(deps, 'invoke', req, res)                    // run id; log line, metrics, drain on close
+    call.trace = deps.tracer?.startCall(req.method as string, req.headers) // its server span (tracing on), ended on close
     startDeadline(call, config.deadlineSeconds)                            // 504 past DEADLINE_SECONDS
     invoke(call).catch(error => { call.answer(error) })
   }

@@ -24,6 +24,7 @@ import { runIdFor } from './run-id.ts'
 import { openRunStore } from '../runs/open-run-store.ts'
 import type { RunStore } from '../runs/run-store.ts'
 import { answerClientError, sendError, writeRawError } from '../shared/http-answers.ts'
+import { openTracer, traceSettingsOf } from '../tracing/trace-settings.ts'
 import { AddressGuard } from '../webhook/address-guard.ts'
 import { WebhookDelivery } from '../webhook/webhook-delivery.ts'
 import { senderLimits, WebhookSender, type WebhookSenderLimits } from '../webhook/webhook-sender.ts'
@@ -86,6 +87,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     : new AppProbe({ appUrl: config.appUrl, path: config.healthcheckPath, ...intervals })
   let draining = false
 
+  const tracer = await openTracer(traceSettingsOf(config))
   const delivery = new WebhookDelivery({
     attempts: config.webhookAttempts,
     maxDelayMs: config.webhookMaxDelayMs,
@@ -94,7 +96,8 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     standardHeaders: config.webhookStandardHeaders,
     guard: new AddressGuard(config.webhookAllowedCidrs),
     metrics,
-    logger
+    logger,
+    tracer
   })
   const webhooks = new WebhookSender(delivery, metrics, logger, options.webhookLimits ?? senderLimits(config.webhookMaxPending))
 
@@ -132,7 +135,8 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     replicaConcurrency: config.replicaConcurrency,
     runsTotal: metrics.runsTotal,
     logger,
-    inflight
+    inflight,
+    tracer
   })
   runs.listen({
     canceled: (scope, runId) => { runner.canceled(scope, runId) },
@@ -146,7 +150,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   })
 
   const recorder = { logger, metrics, inflight }
-  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks: deliveries, gate, runs })
+  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks: deliveries, gate, runs, tracer })
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl), storeUrl: config.storeUrl.href })
   const websockets = createUpgradeHandler({ ...recorder, config, verifier, gate })
 
@@ -198,6 +202,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     admin.closeAllConnections()
     await Promise.all([closeServer(server), closeServer(admin)])
     await Promise.all([app.destroy(), store.destroy()])
+    await tracer?.close()
   }
 
   async function drain (graceSeconds: number): Promise<boolean> {

@@ -36,7 +36,8 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, route: C
     const request: StoredRequest = {
       method: call.req.method as string,
       path: deps.basePath + route.appPath + (query === '' ? '' : '?' + query),
-      headers: withoutRespondAsync(appRequestHeaders(call.req, call.runId, deps.headerRules)),
+      // the run keeps its submitter's trace: the call's server span (tracing on), else the caller's context as sent
+      headers: withoutRespondAsync(appRequestHeaders(call.req, call.runId, deps.headerRules, call.trace?.context)),
       body: await wholeRequestBody(body)
     }
     const scope = { projectId: route.projectId, appName: route.appName }

@@ -3,6 +3,7 @@ import type { Logger } from 'pino'
 import { buildConnector } from 'undici'
 import type { WebhookAttemptOutcome, WebhookMetrics } from '../shared/metric-contracts.ts'
 import { describeNetworkError, isNetworkTimeout } from '../shared/network-errors.ts'
+import type { TraceContext, Tracer, TraceSpan } from '../shared/trace-contracts.ts'
 import { AddressGuard, AddressRefusedError } from './address-guard.ts'
 import { DestinationPools } from './destination-pools.ts'
 import { WebhookAttempt } from './webhook-attempt.ts'
@@ -21,6 +22,8 @@ export interface WebhookJob {
   readonly scope?: { readonly projectId: string, readonly appName: string }
   /** Where the delivery is written down (durable delivery): told of each attempt and of its end. */
   readonly ledger?: DeliveryLedger
+  /** The trace the delivery continues (the call's or the run's): each attempt carries it, as its own client span's with tracing on. */
+  readonly trace?: TraceContext | undefined
 }
 
 /** A delivery written down in a shared store, so that another sidecar can finish it. Never rejects. */
@@ -51,6 +54,8 @@ export interface DeliverySettings {
   readonly guard: AddressGuard
   readonly metrics: WebhookMetrics
   readonly logger: Logger
+  /** Makes a client span per attempt (tracing on). */
+  readonly tracer?: Tracer | undefined
 }
 
 /** How one attempt ended: its metrics label, the words for the log, and whether to try again. */
@@ -112,7 +117,7 @@ export class WebhookDelivery {
     const attemptOnce = async (): Promise<void> => {
       made++
       if (ledger !== undefined) await ledger.attempt()
-      const outcome = await this.#attempt(job, signal)
+      const outcome = await this.#attempt(job, signal, made)
       metrics.webhookAttempts.labels(outcome.outcome).inc()
       if (outcome === DELIVERED) return
       last = outcome
@@ -164,8 +169,18 @@ export class WebhookDelivery {
     }
   }
 
-  async #attempt (job: WebhookJob, signal: AbortSignal): Promise<AttemptOutcome> {
+  /** Attempt number `n` of `job`'s delivery. */
+  async #attempt (job: WebhookJob, signal: AbortSignal, n: number): Promise<AttemptOutcome> {
     const headers: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': job.runId, 'user-agent': 'app-sidecar-webhook' }
+    const span = this.#settings.tracer?.startClient('POST', job.trace, {
+      'http.request.method': 'POST', 'server.address': job.url.hostname, 'server.port': portOf(job.url), 'url.full': job.url.origin + job.url.pathname,
+      'http.request.resend_count': n - 1, run_id: job.runId
+    })
+    const trace = span?.context ?? job.trace
+    if (trace !== undefined) {
+      headers.traceparent = trace.traceparent
+      if (trace.tracestate !== undefined && trace.tracestate !== '') headers.tracestate = trace.tracestate
+    }
     if (job.secret !== undefined) {
       const timestamp = Math.floor(Date.now() / 1000)
       headers[this.#names.timestamp] = String(timestamp)
@@ -189,9 +204,13 @@ export class WebhookDelivery {
       const turn = this.#pools.acquire(job.url.origin, attempt)
       const { pool, release } = turn instanceof Promise ? await turn : turn
       if (attempt.isCut) { release(); throw attempt.reason }
-      return outcomeOfStatus(await attempt.send(pool, release, { path: job.url.pathname + job.url.search, headers, body: job.body }))
+      const status = await attempt.send(pool, release, { path: job.url.pathname + job.url.search, headers, body: job.body })
+      span?.end(status)
+      return outcomeOfStatus(status)
     } catch (error) {
-      return classify(error, attempt.timedOut)
+      const outcome = classify(error, attempt.timedOut)
+      span?.end(0, outcome.message)
+      return outcome
     } finally {
       attempt.end()
       underWay.delete(attempt)
@@ -214,6 +233,8 @@ export class WebhookDelivery {
     await this.#pools.close()
   }
 }
+
+const portOf = (url: URL): number => url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port)
 
 /** A failed connection or exchange: refused addresses stop at once, everything else retries. */
 function classify (error: unknown, timedOut: boolean): AttemptOutcome {

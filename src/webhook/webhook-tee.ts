@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import type { AnswerTee } from '../shared/response-sink.ts'
 import { roundedMs } from '../shared/run-result.ts'
+import type { TraceContext } from '../shared/trace-contracts.ts'
 import type { DeliveryResult, WebhookJob, WebhookSubmitter } from './webhook-delivery.ts'
 import { WebhookCapture, webhookBody } from './webhook-capture.ts'
 
@@ -17,16 +18,18 @@ export class WebhookTee implements AnswerTee {
   readonly #secret: string | undefined
   readonly #sender: WebhookSubmitter
   readonly #scope: WebhookJob['scope']
+  readonly #trace: TraceContext | undefined
   #forwardedAt = 0
   #done = false
 
-  constructor (url: URL, runId: string, secret: string | undefined, maxBytes: number, sender: WebhookSubmitter, scope?: WebhookJob['scope']) {
+  constructor (url: URL, runId: string, secret: string | undefined, maxBytes: number, sender: WebhookSubmitter, scope?: WebhookJob['scope'], trace?: TraceContext) {
     this.capture = new WebhookCapture(maxBytes)
     this.#url = url
     this.#runId = runId
     this.#secret = secret
     this.#sender = sender
     this.#scope = scope
+    this.#trace = trace
   }
 
   /** The request went to the app now (run_time_ms counts from here). */
@@ -38,7 +41,7 @@ export class WebhookTee implements AnswerTee {
     this.#done = true
     const runTimeMs = roundedMs(performance.now() - this.#forwardedAt)
     const body = webhookBody(this.#runId, this.capture, runTimeMs, new Date().toISOString())
-    this.#sender.submit({ url: this.#url, runId: this.#runId, body, secret: this.#secret, onEnd: this.onEnd, scope: this.#scope })
+    this.#sender.submit({ url: this.#url, runId: this.#runId, body, secret: this.#secret, onEnd: this.onEnd, scope: this.#scope, trace: this.#trace })
   }
 
   /** The caller got the sidecar's own answer instead (a 502, a 504): deliver that. */

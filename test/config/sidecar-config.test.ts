@@ -49,6 +49,22 @@ t.test('RUN_STORE_URL takes redis:// and rediss:// URLs; the password never show
   }
 })
 
+t.test('the OTEL_* variables: tracing is off unless an endpoint is set; the traces URL is the endpoint\'s /v1/traces', async t => {
+  const off = loadSidecarConfig({})
+  t.equal(off.otelTracesEndpoint, undefined)
+  t.equal(off.otelServiceName, 'app-sidecar')
+  t.equal(off.otelTracesSampler, 'parentbased_always_on')
+  t.equal(off.otelTracesSamplerArg, 1)
+  t.equal(off.otelScheduleDelayMs, 5000)
+  t.equal(off.otelSdkDisabled, false)
+  t.equal(loadSidecarConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).otelTracesEndpoint?.href, 'http://collector:4318/v1/traces')
+  t.equal(loadSidecarConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'https://otlp.example/base/' }).otelTracesEndpoint?.href, 'https://otlp.example/base/v1/traces')
+  t.equal(loadSidecarConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://a:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://b:9999/traces' }).otelTracesEndpoint?.href,
+    'http://b:9999/traces', 'the traces endpoint is used as given')
+  const on = loadSidecarConfig({ OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.25', OTEL_SERVICE_NAME: ' gpu ', OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_SDK_DISABLED: 'true' })
+  t.same([on.otelTracesSampler, on.otelTracesSamplerArg, on.otelServiceName, on.otelScheduleDelayMs, on.otelSdkDisabled], ['parentbased_traceidratio', 0.25, 'gpu', 100, true])
+})
+
 t.test('derived defaults follow the values they depend on', async t => {
   t.equal(loadSidecarConfig({ REPLICA_CONCURRENCY: '4' }).queueDepth, 40)
   t.equal(loadSidecarConfig({ REPLICA_CONCURRENCY: '4', QUEUE_DEPTH: '7' }).queueDepth, 7)
@@ -98,7 +114,11 @@ const invalid: Array<[string, string]> = [
   ['WEBHOOK_MAX_PENDING', '0'], ['WEBHOOK_MAX_PENDING', '-1'], ['WEBHOOK_MAX_PENDING', '1.5'], ['WEBHOOK_MAX_PENDING', '100001'],
   ['WEBHOOK_MAX_PENDING', 'many'], ['LOG_LEVEL', 'verbose'],
   ['RUN_STORE_URL', 'postgres://db'], ['RUN_RETENTION_SECONDS', '0'], ['RUN_RETENTION_SECONDS', '1.5'],
-  ['RUN_MAX_EVENTS', '0'], ['RUN_MAX_EVENTS', 'lots'], ['ASYNC_QUEUE_DEPTH', '-1'], ['ASYNC_QUEUE_DEPTH', '10000001']
+  ['RUN_MAX_EVENTS', '0'], ['RUN_MAX_EVENTS', 'lots'], ['ASYNC_QUEUE_DEPTH', '-1'], ['ASYNC_QUEUE_DEPTH', '10000001'],
+  ['OTEL_SDK_DISABLED', 'sure'], ['OTEL_EXPORTER_OTLP_ENDPOINT', 'collector:4318'], ['OTEL_EXPORTER_OTLP_ENDPOINT', 'grpc://collector:4317'],
+  ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'http://user:token@collector/v1/traces'], ['OTEL_SERVICE_NAME', ' '],
+  ['OTEL_SERVICE_NAME', 'x'.repeat(256)], ['OTEL_TRACES_SAMPLER', 'jaeger_remote'], ['OTEL_TRACES_SAMPLER_ARG', '1.5'],
+  ['OTEL_TRACES_SAMPLER_ARG', '-0.1'], ['OTEL_BSP_SCHEDULE_DELAY', 'soon']
 ]
 for (const [name, value] of invalid) {
   t.test(`${name}=${JSON.stringify(value)} is refused with an error naming it`, async t => {

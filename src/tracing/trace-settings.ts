@@ -1,0 +1,37 @@
+import type { SidecarConfig, TraceSampler } from '../config/sidecar-config.ts'
+import type { Tracer } from '../shared/trace-contracts.ts'
+
+/** What the tracer needs (SPEC: Tracing; the standard OTEL_* variables). */
+export interface TraceSettings {
+  /** Where spans are POSTed (OTLP/HTTP). */
+  readonly endpoint: URL
+  readonly serviceName: string
+  readonly sampler: TraceSampler
+  readonly samplerArg: number
+  readonly scheduleDelayMs: number
+  /** The app, for its client spans' server.address and server.port. */
+  readonly appUrl: URL
+}
+
+/** The tracer's settings, or undefined when tracing is off (no endpoint, or OTEL_SDK_DISABLED). */
+export function traceSettingsOf (config: SidecarConfig): TraceSettings | undefined {
+  if (config.otelTracesEndpoint === undefined || config.otelSdkDisabled) return undefined
+  return {
+    endpoint: config.otelTracesEndpoint,
+    serviceName: config.otelServiceName,
+    sampler: config.otelTracesSampler,
+    samplerArg: config.otelTracesSamplerArg,
+    scheduleDelayMs: config.otelScheduleDelayMs,
+    appUrl: config.appUrl
+  }
+}
+
+/**
+ * The tracer, or undefined when tracing is off. The OpenTelemetry SDK and exporter are loaded
+ * only here, only when configured: without an endpoint they cost no memory and no CPU.
+ */
+export async function openTracer (settings: TraceSettings | undefined): Promise<Tracer | undefined> {
+  if (settings === undefined) return undefined
+  const { OtelTracer } = await import('./otel-tracer.ts')
+  return new OtelTracer(settings)
+}

@@ -1,0 +1,26 @@
+import { createRequire } from 'node:module'
+import t from 'tap'
+import { send } from '../helpers/http-client.ts'
+import { startOtlpReceiver } from '../helpers/otlp-receiver.ts'
+import { eventually, sidecarFor, startTestServer } from '../helpers/sidecar-harness.ts'
+
+// Without OTEL_EXPORTER_OTLP_ENDPOINT the OpenTelemetry SDK is never loaded (SPEC: Tracing; it
+// must cost no memory): these packages are CommonJS, so whatever loaded them is in require.cache.
+// Its own file: the process must not have loaded them for another test first.
+
+const SDK = ['@opentelemetry/sdk-trace/', '@opentelemetry/exporter-trace-otlp-http/', '@opentelemetry/core/', '@opentelemetry/resources/']
+const loaded = (): string[] => SDK.filter(name => Object.keys(createRequire(import.meta.url).cache).some(path => path.includes(`/node_modules/${name}`)))
+
+t.test('no endpoint, no SDK; with one, the SDK is loaded as the sidecar starts', async t => {
+  const app = await startTestServer((_req, res) => { res.end('ok') })
+  t.teardown(() => app.close())
+  const off = await sidecarFor(t, app.url, { DISABLE_AUTH: 'true', RUNTIME: 'custom' })
+  await eventually(async () => (await send(`${off.admin}/readyz`)).status === 200)
+  t.equal((await send(`${off.base}/v4/proj/app/x`, { headers: { traceparent: `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01` } })).status, 200)
+  t.same(loaded(), [], 'a traced call went through, and no SDK module was loaded')
+
+  const otlp = await startOtlpReceiver()
+  t.teardown(() => otlp.close())
+  await sidecarFor(t, app.url, { DISABLE_AUTH: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url })
+  t.same(loaded(), SDK, 'with an endpoint, all of them (the check can see them)')
+})
