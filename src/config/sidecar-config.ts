@@ -10,6 +10,9 @@ export type Runtime = 'cortex' | 'custom'
 /** OTEL_TRACES_SAMPLER's values (the OpenTelemetry SDK environment specification's built-in samplers). */
 export const TRACE_SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const
 export type TraceSampler = typeof TRACE_SAMPLERS[number]
+/** OTLP's protocols over HTTP (gRPC is not offered). */
+export const OTLP_PROTOCOLS = ['http/protobuf', 'http/json'] as const
+export type OtlpProtocol = typeof OTLP_PROTOCOLS[number]
 
 /** The sidecar's whole configuration, validated. */
 export interface SidecarConfig {
@@ -50,6 +53,8 @@ export interface SidecarConfig {
   otelEndpoint: URL | undefined
   /** Where spans go (OTLP/HTTP); undefined: tracing off, no SDK loaded. */
   otelTracesEndpoint: URL | undefined
+  otelProtocol: OtlpProtocol
+  otelTracesProtocol: OtlpProtocol
   otelServiceName: string
   otelTracesSampler: TraceSampler
   otelTracesSamplerArg: number
@@ -105,6 +110,8 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'OTEL_SDK_DISABLED', key: 'otelSdkDisabled', defaultText: 'false', meaning: 'true: no tracing even with an endpoint set', parse: parseBoolean, fallback: fixed(false) }),
   variable({ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', key: 'otelEndpoint', defaultText: undefined, meaning: 'OTLP/HTTP collector base URL; spans go to $it/v1/traces; unset = no tracing', parse: parseHttpUrl, fallback: fixed(undefined) }),
   variable({ name: 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', key: 'otelTracesEndpoint', defaultText: '$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces', meaning: 'the full URL spans are POSTed to', parse: parseHttpUrl, fallback: p => p.otelEndpoint === undefined ? undefined : underUrl(p.otelEndpoint, 'v1/traces') }),
+  variable({ name: 'OTEL_EXPORTER_OTLP_PROTOCOL', key: 'otelProtocol', defaultText: 'http/protobuf', meaning: OTLP_PROTOCOLS.join(' | ') + ' (grpc is not offered)', parse: oneOf(OTLP_PROTOCOLS), fallback: fixed<OtlpProtocol>('http/protobuf') }),
+  variable({ name: 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', key: 'otelTracesProtocol', defaultText: '$OTEL_EXPORTER_OTLP_PROTOCOL', meaning: 'the same, for traces alone', parse: oneOf(OTLP_PROTOCOLS), fallback: p => p.otelProtocol ?? 'http/protobuf' }),
   variable({ name: 'OTEL_SERVICE_NAME', key: 'otelServiceName', defaultText: 'app-sidecar', meaning: "the spans' service.name", parse: parseServiceName, fallback: fixed('app-sidecar') }),
   variable({ name: 'OTEL_TRACES_SAMPLER', key: 'otelTracesSampler', defaultText: 'parentbased_always_on', meaning: TRACE_SAMPLERS.join(' | '), parse: oneOf(TRACE_SAMPLERS), fallback: fixed<TraceSampler>('parentbased_always_on') }),
   variable({ name: 'OTEL_TRACES_SAMPLER_ARG', key: 'otelTracesSamplerArg', defaultText: '1', meaning: 'the ratio of the traceidratio samplers, 0 to 1', parse: numberUpTo(1), fallback: fixed(1) }),

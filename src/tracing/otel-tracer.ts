@@ -5,10 +5,9 @@ import {
   type Tracer as ApiTracer
 } from '@opentelemetry/api'
 import { W3CTraceContextPropagator } from '@opentelemetry/core'
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http'
 import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
-  AlwaysOffSampler, AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, type Sampler, TraceIdRatioBasedSampler, TracerProvider
+  AlwaysOffSampler, AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, type Sampler, type SpanExporter, TraceIdRatioBasedSampler, TracerProvider
 } from '@opentelemetry/sdk-trace'
 import type { CallTrace, TraceAttributes, TraceContext, Tracer, TraceSpan } from '../shared/trace-contracts.ts'
 import type { TraceSettings } from './trace-settings.ts'
@@ -112,17 +111,16 @@ class OtelCallTrace implements CallTrace {
 }
 
 /**
- * The OpenTelemetry tracer: spans batched and exported over OTLP/HTTP (JSON) to the configured
- * endpoint, W3C trace context read from callers and written to the app and webhooks. An export
- * that fails is dropped by the batch processor: calls never wait for the collector.
+ * The OpenTelemetry tracer: spans batched and handed to `exporter` (OTLP/HTTP), W3C trace context
+ * read from callers and written to the app and webhooks. An export that fails is dropped by the
+ * batch processor: calls never wait for the collector.
  */
 export class OtelTracer implements Tracer {
   readonly #provider: TracerProvider
   readonly #tracer: ApiTracer
   readonly #app: TraceAttributes
 
-  constructor (settings: TraceSettings) {
-    const exporter = new OTLPTraceExporter({ url: settings.endpoint.href })
+  constructor (settings: TraceSettings, exporter: SpanExporter) {
     this.#provider = new TracerProvider({
       resource: resourceFromAttributes({ 'service.name': settings.serviceName }),
       sampler: samplerOf(settings),

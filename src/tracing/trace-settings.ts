@@ -1,10 +1,12 @@
-import type { SidecarConfig, TraceSampler } from '../config/sidecar-config.ts'
+import type { OtlpProtocol, SidecarConfig, TraceSampler } from '../config/sidecar-config.ts'
 import type { Tracer } from '../shared/trace-contracts.ts'
 
 /** What the tracer needs (SPEC: Tracing; the standard OTEL_* variables). */
 export interface TraceSettings {
   /** Where spans are POSTed (OTLP/HTTP). */
   readonly endpoint: URL
+  /** `http/protobuf` (the OTLP default) or `http/json`. */
+  readonly protocol: OtlpProtocol
   readonly serviceName: string
   readonly sampler: TraceSampler
   readonly samplerArg: number
@@ -18,6 +20,7 @@ export function traceSettingsOf (config: SidecarConfig): TraceSettings | undefin
   if (config.otelTracesEndpoint === undefined || config.otelSdkDisabled) return undefined
   return {
     endpoint: config.otelTracesEndpoint,
+    protocol: config.otelTracesProtocol,
     serviceName: config.otelServiceName,
     sampler: config.otelTracesSampler,
     samplerArg: config.otelTracesSamplerArg,
@@ -33,5 +36,9 @@ export function traceSettingsOf (config: SidecarConfig): TraceSettings | undefin
 export async function openTracer (settings: TraceSettings | undefined): Promise<Tracer | undefined> {
   if (settings === undefined) return undefined
   const { OtelTracer } = await import('./otel-tracer.ts')
-  return new OtelTracer(settings)
+  // only the exporter of the protocol in use is loaded
+  const { OTLPTraceExporter } = settings.protocol === 'http/json'
+    ? await import('@opentelemetry/exporter-trace-otlp-http')
+    : await import('@opentelemetry/exporter-trace-otlp-proto')
+  return new OtelTracer(settings, new OTLPTraceExporter({ url: settings.endpoint.href }))
 }

@@ -118,7 +118,8 @@ const invalid: Array<[string, string]> = [
   ['OTEL_SDK_DISABLED', 'sure'], ['OTEL_EXPORTER_OTLP_ENDPOINT', 'collector:4318'], ['OTEL_EXPORTER_OTLP_ENDPOINT', 'grpc://collector:4317'],
   ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'http://user:token@collector/v1/traces'], ['OTEL_SERVICE_NAME', ' '],
   ['OTEL_SERVICE_NAME', 'x'.repeat(256)], ['OTEL_TRACES_SAMPLER', 'jaeger_remote'], ['OTEL_TRACES_SAMPLER_ARG', '1.5'],
-  ['OTEL_TRACES_SAMPLER_ARG', '-0.1'], ['OTEL_BSP_SCHEDULE_DELAY', 'soon']
+  ['OTEL_TRACES_SAMPLER_ARG', '-0.1'], ['OTEL_BSP_SCHEDULE_DELAY', 'soon'], ['OTEL_EXPORTER_OTLP_PROTOCOL', 'grpc'],
+  ['OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', 'http/thrift']
 ]
 for (const [name, value] of invalid) {
   t.test(`${name}=${JSON.stringify(value)} is refused with an error naming it`, async t => {

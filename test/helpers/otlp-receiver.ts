@@ -1,5 +1,6 @@
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { decodeTraceExport } from './otlp-protobuf.ts'
 
 /** One span as an OTLP/HTTP JSON export carried it, flattened. */
 export interface ReceivedSpan {
@@ -44,7 +45,7 @@ const valueOf = (value: AnyValue): string | number | boolean =>
 const attributesOf = (list: KeyValue[] | undefined): Record<string, string | number | boolean> =>
   Object.fromEntries((list ?? []).map(({ key, value }) => [key, valueOf(value)]))
 
-/** A real OTLP/HTTP (JSON) trace receiver on loopback: it decodes what the exporter sends, as a collector would. */
+/** A real OTLP/HTTP trace receiver on loopback (protobuf and JSON): it decodes what the exporter sends, as a collector would. */
 export async function startOtlpReceiver (): Promise<OtlpReceiver> {
   const spans: ReceivedSpan[] = []
   const exports: string[] = []
@@ -55,7 +56,8 @@ export async function startOtlpReceiver (): Promise<OtlpReceiver> {
     req.on('end', () => {
       if (req.method !== 'POST' || req.url !== '/v1/traces') { res.writeHead(404).end(); return }
       exports.push(String(req.headers['content-type']))
-      const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as OtlpExport
+      const raw = Buffer.concat(chunks)
+      const body = (req.headers['content-type'] === 'application/x-protobuf' ? decodeTraceExport(raw) : JSON.parse(raw.toString('utf8'))) as OtlpExport
       for (const resource of body.resourceSpans) {
         const service = String(attributesOf(resource.resource?.attributes)['service.name'] ?? '')
         for (const scope of resource.scopeSpans) {

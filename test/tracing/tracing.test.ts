@@ -75,7 +75,21 @@ t.test('a call with the caller\'s traceparent: server, queue and app client span
     'http.request.resend_count': 0, run_id: 'traced-1', 'http.response.status_code': 200
   })
   t.same(parseTraceparent(delivery?.headers.traceparent), { traceId, parentId: attempt.spanId, flags: '01' }, 'the webhook carries its attempt span')
-  t.ok(otlp.exports.every(type => type === 'application/json'), 'OTLP/HTTP with JSON')
+  t.ok(otlp.exports.length > 0 && otlp.exports.every(type => type === 'application/x-protobuf'), 'OTLP/HTTP with protobuf, the OTLP default')
+})
+
+t.test('OTEL_EXPORTER_OTLP_PROTOCOL=http/json: the same spans, as JSON', async t => {
+  const otlp = await startOtlpReceiver()
+  t.teardown(() => otlp.close())
+  const app = await startTestServer(json({ ok: true }))
+  t.teardown(() => app.close())
+  const h = await tracedSidecar(t, app, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' })
+  const traceId = hex(16)
+  t.equal((await send(`${h.base}/v4/proj/app/x`, { headers: { 'x-request-id': 'json-1', traceparent: `00-${traceId}-${hex(8)}-01` } })).status, 200)
+  const spans = await otlp.waitFor(span => span.traceId === traceId, 3)
+  t.same(spans.map(span => span.name).sort(), ['GET', `GET ${ROUTE}`, 'queue'])
+  t.equal(spans.find(span => span.kind === SERVER)?.attributes.run_id, 'json-1')
+  t.ok(otlp.exports.length > 0 && otlp.exports.every(type => type === 'application/json'), 'OTLP/HTTP with JSON')
 })
 
 t.test('a call without trace context starts a trace; a 502 and failed webhook attempts are errors', async t => {
