@@ -3,7 +3,8 @@ import type { Logger } from 'pino'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../errors.ts'
 import { bodyDigest, idempotencyKey, idempotencySlot } from '../runs/idempotency-key.ts'
 import { recordedRun } from '../runs/run-record.ts'
-import type { KeptAnswer, KeyEntry, RunScope, RunStore } from '../runs/run-store.ts'
+import type { KeptAnswer, KeyEntry, RunScope, RunStatus, RunStore } from '../runs/run-store.ts'
+import type { LabelledCounter } from '../shared/metric-contracts.ts'
 import { sendJson } from '../shared/http-answers.ts'
 import type { HttpCall } from './http-call.ts'
 import type { CallRoute } from './match-route.ts'
@@ -37,6 +38,8 @@ export interface IdempotencyDeps {
   /** The largest answer kept for repeats (ENVELOPE_MAX_BODY_BYTES). */
   readonly maxAnswerBytes: number
   readonly logger: Logger
+  /** sidecar_runs_total: a recorded sync call counts as its run ends. */
+  readonly runsTotal: LabelledCounter<RunStatus>
 }
 
 const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large to keep"}'
@@ -68,7 +71,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, rout
       })
     const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async }, run)
     if (held === undefined) {
-      const recorded = run === undefined ? undefined : { store: deps.store, run, logger: deps.logger, slot }
+      const recorded = run === undefined ? undefined : { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, slot }
       return { scope, slot, runId: call.runId, body, claimedAt, recorded }
     }
     if (held.digest !== digest) throw new IdempotencyKeyReusedError()

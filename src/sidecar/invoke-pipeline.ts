@@ -61,7 +61,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   })
   const serveRunRoute = createRunRoutes({ store: deps.runs, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
   const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
-  const idempotency = { store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger }
+  const idempotency = { store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal }
   const claimKey = createIdempotency(idempotency)
 
   async function invoke (call: HttpCall): Promise<void> {

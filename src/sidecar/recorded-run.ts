@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
-import type { KeptAnswer, RunStore, TakenRun } from '../runs/run-store.ts'
+import type { KeptAnswer, RunStatus, RunStore, TakenRun } from '../runs/run-store.ts'
+import type { LabelledCounter } from '../shared/metric-contracts.ts'
 import type { AnswerTee, ResponseCapture } from '../shared/response-sink.ts'
 import { WebhookCapture } from '../webhook/webhook-capture.ts'
 import type { WebhookTee } from '../webhook/webhook-tee.ts'
@@ -10,6 +11,8 @@ export interface RecordedCall {
   readonly store: RunStore
   readonly run: TakenRun
   readonly logger: Logger
+  /** sidecar_runs_total: the run's final status, counted once it is written. */
+  readonly runsTotal: LabelledCounter<RunStatus>
   /** Its Idempotency-Key's slot: the answer is kept in it with the run's end, in one step. */
   readonly slot: string
   /** The answer the caller got, handed over as it ends (keepSyncAnswer), before the run's end is written. */
@@ -88,11 +91,11 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     if (this.#done) return
     this.#done = true
     const recorded = this.#recorded
-    const { store, run, logger } = recorded
+    const { store, run, logger, runsTotal } = recorded
     const runTimeMs = performance.now() - this.#forwardedAt
     const keep = recorded.answer === undefined ? undefined : { slot: recorded.slot, answer: recorded.answer }
     const finishing = store.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
-      .then(() => {}, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
+      .then(view => { runsTotal.labels(view.record.status).inc() }, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
     if (keep !== undefined) recorded.kept = finishing
   }
 }

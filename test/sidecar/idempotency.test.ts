@@ -2,6 +2,7 @@ import type { OutgoingHttpHeaders } from 'node:http'
 import t from 'tap'
 import { send, type SentResponse } from '../helpers/http-client.ts'
 import { receiverFor, runsAppFor, runsSidecarFor } from '../helpers/runs-client.ts'
+import { metric } from '../helpers/admin-metrics.ts'
 import { eventually, type Harness } from '../helpers/sidecar-harness.ts'
 
 const IN_PROGRESS = '{"message":"a request with this Idempotency-Key is in progress"}'
@@ -222,4 +223,18 @@ t.test('an answer over ENVELOPE_MAX_BODY_BYTES is not kept: its repeats get 409 
   t.equal(repeat.text, '{"message":"the answer to this Idempotency-Key was too large to keep"}')
   t.equal(repeat.headers['idempotent-replayed'], 'true')
   t.equal(app.requestsTo('/json/large').length, 1)
+})
+
+t.test('sidecar_runs_total counts a recorded sync call once, as its run ends (a replay is no new run)', async t => {
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { DISABLE_AUTH: 'true', RUNTIME: 'custom' })
+  const call = caller(h)
+  t.equal((await call('/json/counted', 'counted-ok')).status, 200)
+  t.equal((await call('/status/500', 'counted-failed')).status, 500)
+  t.equal((await call('/json/counted', 'counted-ok')).headers['idempotent-replayed'], 'true')
+  await eventually(async () => await metric(h, 'sidecar_runs_total', { status: 'failed' }) === 1)
+  t.equal(await metric(h, 'sidecar_runs_total', { status: 'succeeded' }), 1, 'the first ran; its repeat was answered from the store')
+  t.equal(await metric(h, 'sidecar_runs_total', { status: 'failed' }), 1, 'the app\'s 500 ended its run failed')
+  t.equal((await call('/json/plain', undefined)).status, 200)
+  t.equal(await metric(h, 'sidecar_runs_total', { status: 'succeeded' }), 1, 'a call without a key is no recorded run')
 })
