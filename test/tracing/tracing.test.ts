@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto'
 import t from 'tap'
 import { send } from '../helpers/http-client.ts'
-import { parseTraceparent, type ReceivedSpan, startOtlpReceiver } from '../helpers/otlp-receiver.ts'
+import { type OtlpReceiver, parseTraceparent, type ReceivedSpan, startOtlpReceiver } from '../helpers/otlp-receiver.ts'
 import { eventually, type Harness, sidecarFor, startTestServer, type TestHandler, type TestServer } from '../helpers/sidecar-harness.ts'
-import { closedPort, startWebhookReceiver } from '../helpers/webhook-receiver.ts'
+import { closedPort, type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 
 // SPEC, Tracing: the caller's trace context continued, one server span per /v4 call with a
 // `queue` child and a client span for the app request, one client span per webhook attempt,
@@ -15,24 +15,36 @@ const CLIENT = 3
 const INTERNAL = 1
 const hex = (bytes: number): string => randomBytes(bytes).toString('hex')
 
-async function tracedSidecar (t: { teardown: (fn: () => unknown) => void }, app: TestServer, env: Record<string, string>): Promise<Harness> {
-  const h = await sidecarFor(t, app.url, { DISABLE_AUTH: 'true', OTEL_BSP_SCHEDULE_DELAY: '20', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', ...env })
-  await eventually(async () => (await send(`${h.admin}/readyz`)).status === 200)
-  return h
-}
-
 const json = (body: unknown): TestHandler => (_req, res) => {
   res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body))
 }
 
-t.test('a call with the caller\'s traceparent: server, queue and app client spans, the app and the webhook under them', async t => {
+interface Setup { readonly otlp: OtlpReceiver, readonly app: TestServer, readonly receiver: WebhookReceiver, readonly h: Harness }
+
+/**
+ * An OTLP receiver, an app (`app`, else `{"ok":true}`), a webhook receiver answering `webhook`,
+ * and a ready sidecar in front of the app exporting to the receiver (unless `traced` is false);
+ * everything closed when `t` ends.
+ */
+async function setUp (t: { teardown: (fn: () => unknown) => void }, env: Record<string, string> = {},
+  options: { traced?: boolean, app?: TestHandler, webhook?: ReceiverAction } = {}): Promise<Setup> {
   const otlp = await startOtlpReceiver()
   t.teardown(() => otlp.close())
-  const app = await startTestServer(json({ ok: true }))
+  const app = await startTestServer(options.app ?? json({ ok: true }))
   t.teardown(() => app.close())
-  const receiver = await startWebhookReceiver()
+  const receiver = await startWebhookReceiver([], options.webhook ?? 200)
   t.teardown(() => receiver.close())
-  const h = await tracedSidecar(t, app, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url })
+  const h = await sidecarFor(t, app.url, {
+    DISABLE_AUTH: 'true', OTEL_BSP_SCHEDULE_DELAY: '20', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8',
+    ...(options.traced === false ? {} : { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url }),
+    ...env
+  })
+  await eventually(async () => (await send(`${h.admin}/readyz`)).status === 200)
+  return { otlp, app, receiver, h }
+}
+
+t.test('a call with the caller\'s traceparent: server, queue and app client spans, the app and the webhook under them', async t => {
+  const { otlp, app, receiver, h } = await setUp(t)
 
   const traceId = hex(16)
   const callerSpan = hex(8)
@@ -79,11 +91,7 @@ t.test('a call with the caller\'s traceparent: server, queue and app client span
 })
 
 t.test('OTEL_EXPORTER_OTLP_PROTOCOL=http/json: the same spans, as JSON', async t => {
-  const otlp = await startOtlpReceiver()
-  t.teardown(() => otlp.close())
-  const app = await startTestServer(json({ ok: true }))
-  t.teardown(() => app.close())
-  const h = await tracedSidecar(t, app, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' })
+  const { otlp, h } = await setUp(t, { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' })
   const traceId = hex(16)
   t.equal((await send(`${h.base}/v4/proj/app/x`, { headers: { 'x-request-id': 'json-1', traceparent: `00-${traceId}-${hex(8)}-01` } })).status, 200)
   const spans = await otlp.waitFor(span => span.traceId === traceId, 3)
@@ -93,17 +101,14 @@ t.test('OTEL_EXPORTER_OTLP_PROTOCOL=http/json: the same spans, as JSON', async t
 })
 
 t.test('a call without trace context starts a trace; a 502 and failed webhook attempts are errors', async t => {
-  const otlp = await startOtlpReceiver()
-  t.teardown(() => otlp.close())
   const fine = json({ ok: true })
-  const app = await startTestServer((req, res, body) => {
-    if (req.url === '/broken') { req.socket.destroy(); return }
-    void fine(req, res, body)
+  const { otlp, app, receiver, h } = await setUp(t, { OTEL_SERVICE_NAME: 'gpu-sidecar', RUNTIME: 'custom' }, {
+    webhook: 500,
+    app: (req, res, body) => {
+      if (req.url === '/broken') { req.socket.destroy(); return }
+      void fine(req, res, body)
+    }
   })
-  t.teardown(() => app.close())
-  const receiver = await startWebhookReceiver([], 500)
-  t.teardown(() => receiver.close())
-  const h = await tracedSidecar(t, app, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_SERVICE_NAME: 'gpu-sidecar', RUNTIME: 'custom' })
 
   const ok = await send(`${h.base}/v4/proj/app/fine`, { headers: { 'x-request-id': 'fresh-1' } })
   t.equal(ok.status, 200)
@@ -128,11 +133,7 @@ t.test('a call without trace context starts a trace; a 502 and failed webhook at
 })
 
 t.test('an async run keeps its submitter\'s trace', async t => {
-  const otlp = await startOtlpReceiver()
-  t.teardown(() => otlp.close())
-  const app = await startTestServer(json({ ran: true }))
-  t.teardown(() => app.close())
-  const h = await tracedSidecar(t, app, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url })
+  const { otlp, app, h } = await setUp(t, {}, { app: json({ ran: true }) })
   const traceId = hex(16)
   const submitted = await send(`${h.base}/v4/proj/app/later?async=true`, {
     method: 'POST', headers: { 'x-request-id': 'async-1', traceparent: `00-${traceId}-${hex(8)}-01`, 'content-type': 'application/json' }, body: '{}'
@@ -149,11 +150,7 @@ t.test('an async run keeps its submitter\'s trace', async t => {
 })
 
 t.test('OTEL_TRACES_SAMPLER=always_off: nothing exported, the app still gets a (not sampled) traceparent of the same trace', async t => {
-  const otlp = await startOtlpReceiver()
-  t.teardown(() => otlp.close())
-  const app = await startTestServer(json({ ok: true }))
-  t.teardown(() => app.close())
-  const h = await tracedSidecar(t, app, { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_TRACES_SAMPLER: 'always_off' })
+  const { otlp, app, h } = await setUp(t, { OTEL_TRACES_SAMPLER: 'always_off' })
   const traceId = hex(16)
   const caller = hex(8)
   t.equal((await send(`${h.base}/v4/proj/app/x`, { headers: { traceparent: `00-${traceId}-${caller}-01` } })).status, 200)
@@ -166,9 +163,7 @@ t.test('OTEL_TRACES_SAMPLER=always_off: nothing exported, the app still gets a (
 })
 
 t.test('a collector that is down fails no call and holds none up', async t => {
-  const app = await startTestServer(json({ ok: true }))
-  t.teardown(() => app.close())
-  const h = await tracedSidecar(t, app, { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${await closedPort()}` })
+  const { h } = await setUp(t, { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${await closedPort()}` })
   const started = performance.now()
   const answers = await Promise.all(Array.from({ length: 50 }, async (_, n) => await send(`${h.base}/v4/proj/app/x`, { headers: { 'x-request-id': `down-${n}` } })))
   t.same(answers.map(answer => answer.status), Array.from({ length: 50 }, () => 200))
@@ -180,13 +175,7 @@ t.test('a collector that is down fails no call and holds none up', async t => {
 })
 
 t.test('without OTEL_EXPORTER_OTLP_ENDPOINT: traceparent and tracestate pass through unchanged, to the app and the webhook', async t => {
-  const otlp = await startOtlpReceiver()
-  t.teardown(() => otlp.close())
-  const app = await startTestServer(json({ ok: true }))
-  t.teardown(() => app.close())
-  const receiver = await startWebhookReceiver()
-  t.teardown(() => receiver.close())
-  const h = await tracedSidecar(t, app, {})
+  const { otlp, app, receiver, h } = await setUp(t, {}, { traced: false })
   const traceparent = `00-${hex(16)}-${hex(8)}-01`
   const response = await send(`${h.base}/v4/proj/app/x?webhookEndpoint=${encodeURIComponent(receiver.url)}`, { headers: { traceparent, tracestate: 'a=1' } })
   t.equal(response.status, 200)
