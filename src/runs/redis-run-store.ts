@@ -327,7 +327,8 @@ export class RedisRunStore implements RunStore {
     const keys = new ScopeKeys(delivery.scope)
     const id = randomUUID()
     const entry = String(await guard(HOLD_DELIVERY.run(this.#redis, [keys.deliveries, keys.delivery(id), SCOPES_KEY], [
-      delivery.runId, delivery.url, delivery.body, delivery.secret ?? '', this.#consumer, keys.name, DELIVERY_TTL_SECONDS, id
+      delivery.runId, delivery.url, delivery.body, delivery.secret ?? '', this.#consumer, keys.name, DELIVERY_TTL_SECONDS, id,
+      delivery.trace?.traceparent ?? '', delivery.trace?.tracestate ?? ''
     ])))
     this.#held.set(entry, keys.deliveries)
     return { ...delivery, attempts: 0, entry: `${entry} ${id}` }
@@ -544,7 +545,14 @@ export class RedisRunStore implements RunStore {
       }
       this.#held.set(entry, keys.deliveries)
       this.#listener?.deliveryLost?.({
-        scope, runId: stored.run, url: stored.url, body: stored.body, secret: stored.secret, attempts: Number(stored.attempts ?? 0), entry: `${entry} ${id}`
+        scope,
+        runId: stored.run,
+        url: stored.url,
+        body: stored.body,
+        secret: stored.secret,
+        trace: stored.traceparent === undefined ? undefined : { traceparent: stored.traceparent, tracestate: stored.tracestate === '' ? undefined : stored.tracestate },
+        attempts: Number(stored.attempts ?? 0),
+        entry: `${entry} ${id}`
       })
     }
   }

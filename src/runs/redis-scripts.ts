@@ -206,7 +206,7 @@ export const SENDERS = 'senders'
  * FORCE: nobody reads the stream, sidecars only take over idle entries), its first attempt
  * counted (it begins at once). Returns the entry id.
  * KEYS: deliveries stream, delivery hash, scopes. ARGV: run id, url, body, secret ('' none),
- * consumer, scope, ttl seconds, delivery id.
+ * consumer, scope, ttl seconds, delivery id, traceparent ('' none), tracestate.
  */
 export const HOLD_DELIVERY = new LuaScript(`
 pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], '${SENDERS}', '0', 'MKSTREAM')
@@ -214,6 +214,7 @@ local id = redis.call('XADD', KEYS[1], '*', 'delivery', ARGV[8])
 redis.call('XCLAIM', KEYS[1], '${SENDERS}', ARGV[5], 0, id, 'FORCE', 'JUSTID')
 redis.call('HSET', KEYS[2], 'run', ARGV[1], 'url', ARGV[2], 'body', ARGV[3], 'attempts', 1)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], 'secret', ARGV[4]) end
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'traceparent', ARGV[9], 'tracestate', ARGV[10]) end
 redis.call('EXPIRE', KEYS[2], ARGV[7])
 redis.call('SADD', KEYS[3], ARGV[6])
 return id

@@ -1,6 +1,8 @@
 // The run store's contract: what the sidecar asks of it, whichever backend holds the runs
 // (memory: this sidecar only; Redis: every sidecar given the same RUN_STORE_URL).
 
+import type { TraceContext } from '../shared/trace-contracts.ts'
+
 /** Which app a run belongs to: every key is namespaced by it, and a run is only found in its own scope. */
 export interface RunScope {
   readonly projectId: string
@@ -134,6 +136,8 @@ export interface NewDelivery {
   readonly body: string
   /** Kept only until the delivery ends. */
   readonly secret: string | undefined
+  /** The trace its attempts continue (the call's or the run's), so a sidecar that takes it over continues it too. */
+  readonly trace?: TraceContext | undefined
 }
 
 /** A delivery held by this sidecar in a shared store: if it dies, another makes the remaining attempts. */

@@ -22,7 +22,7 @@ export class DurableWebhooks implements WebhookSubmitter {
   submit (job: WebhookJob): boolean {
     const scope = job.scope
     if (!this.#store.shared || scope === undefined) return this.#sender.submit(job)
-    this.#store.holdDelivery({ scope, runId: job.runId, url: job.url.href, body: job.body, secret: job.secret }).then(
+    this.#store.holdDelivery({ scope, runId: job.runId, url: job.url.href, body: job.body, secret: job.secret, trace: job.trace }).then(
       held => { this.#sender.submit(held === undefined ? job : { ...job, ledger: this.#ledger(held) }) },
       (error: unknown) => {
         // the store is unreachable: delivered all the same, from this sidecar's memory only
@@ -42,6 +42,7 @@ export class DurableWebhooks implements WebhookSubmitter {
       body: held.body,
       secret: held.secret,
       scope,
+      trace: held.trace,
       ledger: this.#ledger(held),
       onEnd: (result, attempts) => {
         // a plain call's delivery has no record: nothing to update

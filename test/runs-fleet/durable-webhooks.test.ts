@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
 import t, { type Test } from 'tap'
 import { verifyWebhook } from '../../src/webhook/webhook-signature.ts'
@@ -28,10 +29,15 @@ async function fleet (t: Test, env: Record<string, string> = {}): Promise<{ side
   return { sidecars: [await startSidecarProcess(t, common), await startSidecarProcess(t, common)], redis }
 }
 
+/** The W3C trace context each call of `runId` carries: its webhook's every attempt, taken over or not, carries it too. */
+const traceOf = (runId: string): string => `00-${createHash('md5').update(runId).digest('hex')}-00f067aa0ba902b7-01`
+
 /** A plain call with a signed webhook to `receiver`, sent to `sidecar`. */
 async function hooked (sidecar: SidecarProcess, receiver: WebhookReceiver, runId: string): Promise<void> {
   const hook = encodeURIComponent(`${receiver.url}/hook`)
-  const r = await send(`${sidecar.base}/v4/p/a/work?webhookEndpoint=${hook}`, { method: 'POST', headers: { 'x-request-id': runId, 'x-webhook-secret': SECRET }, body: '{}' })
+  const r = await send(`${sidecar.base}/v4/p/a/work?webhookEndpoint=${hook}`, {
+    method: 'POST', headers: { 'x-request-id': runId, 'x-webhook-secret': SECRET, traceparent: traceOf(runId) }, body: '{}'
+  })
   if (r.status !== 200) throw new Error(`call ${runId}: ${r.status} ${r.text}`)
 }
 
@@ -39,6 +45,7 @@ function checkArrived (t: Test, receiver: WebhookReceiver, runId: string, attemp
   t.equal(receiver.attempts.length, attempts, `${runId}: ${attempts} attempts in all (WEBHOOK_ATTEMPTS 3, + 1 allowed when a sidecar died mid-attempt)`)
   for (const attempt of receiver.attempts) {
     t.equal(attempt.headers['x-request-id'], runId)
+    t.equal(attempt.headers.traceparent, traceOf(runId), `${runId}: the caller's trace, also after a takeover`)
     t.ok(verifyWebhook(SECRET, attempt.headers, attempt.body), `${runId}: every attempt signed`)
     t.match(JSON.parse(attempt.body.toString()), { run_id: runId, status_code: 200, result: { ok: true } })
   }

@@ -115,7 +115,8 @@ t.test('redis run store', async t => {
     await a.deliveryAttempt(kept)
     const done = await a.holdDelivery({ ...delivery, runId: 'done' }) as HeldDelivery
     await a.deliveryDone(done)
-    await a.holdDelivery({ ...delivery, runId: 'kept-alive', secret: undefined })
+    const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', tracestate: 'vendor=abc' }
+    await a.holdDelivery({ ...delivery, runId: 'kept-alive', secret: undefined, trace })
     // a keeps its deliveries alive past lostAfterMs: b takes none of them
     await new Promise(resolve => setTimeout(resolve, 2000))
     t.same(lost, [], 'a live sidecar keeps its deliveries')
@@ -128,6 +129,8 @@ t.test('redis run store', async t => {
     t.equal(lost.length, 2, 'each taken over once')
     t.match(lost.find(d => d.runId === 'kept-alive'), { runId: 'kept-alive', attempts: 1 })
     t.equal(lost.find(d => d.runId === 'kept-alive')?.secret, undefined)
+    t.same(lost.find(d => d.runId === 'kept-alive')?.trace, trace, 'the trace it continues goes with it')
+    t.equal(lost.find(d => d.runId === 'hooked')?.trace, undefined, 'one without trace context has none')
     t.equal(lost.filter(d => d.runId === 'done').length, 0, 'a finished delivery is never taken over')
     for (const taken of lost) await b.deliveryDone(taken)
     const probe = new Redis(TEST_REDIS_URL)
