@@ -18,9 +18,11 @@ t.test('no endpoint, no SDK; with one, the SDK is loaded as the sidecar starts',
   await eventually(async () => (await send(`${off.admin}/readyz`)).status === 200)
   t.equal((await send(`${off.base}/v4/proj/app/x`, { headers: { traceparent: `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01` } })).status, 200)
   t.same(loaded(), [], 'a traced call went through, and no SDK module was loaded')
+  t.equal(off.logs.find(line => line.msg === 'sidecar listening')?.tracing, 'off', 'the start-up line says tracing is off')
 
   const otlp = await startOtlpReceiver()
   t.teardown(() => otlp.close())
-  await sidecarFor(t, app.url, { DISABLE_AUTH: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url })
+  const on = await sidecarFor(t, app.url, { DISABLE_AUTH: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url })
+  t.equal(on.logs.find(line => line.msg === 'sidecar listening')?.tracing, `${otlp.url}/v1/traces`, 'and where spans go when it is on')
   t.same(loaded(), SDK.slice(0, 4), 'with an endpoint, the SDK and the protobuf exporter (the check can see them), not the JSON one')
 })
