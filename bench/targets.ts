@@ -99,11 +99,21 @@ export async function startBuildStoreProcess (ctx: BenchContext, options: { name
 
 /** bench/bare-http-proxy.ts: http-proxy with a keep-alive agent, nothing else. */
 export async function startBareProxy (ctx: BenchContext, appOrigin: string): Promise<StartedServer> {
+  return await startProxyScript(ctx, 'bare-http-proxy', appOrigin)
+}
+
+/** bench/floor-proxy.ts: the Node floor, undici's Pool.dispatch and nothing else (issue 17). */
+export async function startFloorProxy (ctx: BenchContext, appOrigin: string): Promise<StartedServer> {
+  return await startProxyScript(ctx, 'floor-proxy', appOrigin)
+}
+
+/** A bench proxy script (`bench/<name>.ts`, its own process) in front of `appOrigin`, ready when its port accepts. */
+async function startProxyScript (ctx: BenchContext, name: 'bare-http-proxy' | 'floor-proxy', appOrigin: string): Promise<StartedServer> {
   const port = await freePort()
   const child = spawnChild({
-    name: 'bare-http-proxy',
+    name,
     command: process.execPath,
-    args: [...cpuProfArgs(ctx, 'bare-http-proxy'), '--import', 'tsx', join(ctx.root, 'bench/bare-http-proxy.ts')],
+    args: [...cpuProfArgs(ctx, name), '--import', 'tsx', join(ctx.root, `bench/${name}.ts`)],
     env: { PORT: String(port), HOST: '127.0.0.1', TARGET_URL: appOrigin },
     cwd: ctx.root,
     logDir: ctx.tmpDir

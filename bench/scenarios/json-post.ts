@@ -6,7 +6,7 @@ import { ownFigure, thresholdCheck } from '../checks.ts'
 import { formatOf, perRoundText } from '../report.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startNginx, startSidecarProcess } from '../targets.ts'
+import { nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startFloorProxy, startNginx, startSidecarProcess } from '../targets.ts'
 
 /**
  * The sidecar's bread and butter: a small JSON POST answered at once by the example app,
@@ -88,6 +88,11 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       start: async () => ({ request: appRequest(app.origin), checkResponse: rawApp, children: [], stop: async () => {} })
     },
     {
+      id: 'floor',
+      label: 'the Node floor (undici Pool.dispatch, no features)',
+      start: serverTarget(async () => await startFloorProxy(ctx, app.origin), appRequest, rawApp)
+    },
+    {
       id: 'http-proxy',
       label: 'bare http-proxy (keep-alive agent)',
       start: serverTarget(async () => await startBareProxy(ctx, app.origin), appRequest, rawApp)
@@ -136,6 +141,15 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
   })
   if (results.some(r => r.id === 'sidecar-info')) {
     ratios.push(rpsRatio('sidecar-info/sidecar', 'sidecar LOG_LEVEL=info / LOG_LEVEL=warn, requests/s', rounds('sidecar-info', 'throughput'), sidecarRps))
+  }
+  // issue 17: every sidecar figure against the Node floor, the headline at LOG_LEVEL=info (the SPEC's line per request)
+  const floorRps = rounds('floor', 'throughput')
+  const cpuRatio = (id: string, label: string, a: PhaseRounds, b: PhaseRounds): Ratio =>
+    ({ id, label, unit: '×', ...pairedByRound(a, b, (x, y) => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN)) })
+  for (const [id, name] of [['sidecar-info', 'sidecar (cortex, auth, LOG_LEVEL=info)'], ['sidecar', 'sidecar (cortex, auth, LOG_LEVEL=warn)']] as const) {
+    if (!results.some(r => r.id === id && r.skipped === undefined)) continue
+    ratios.push(rpsRatio(`${id}/floor`, `${name} / the Node floor, requests/s`, rounds(id, 'throughput'), floorRps))
+    ratios.push(cpuRatio(`cpu/${id}/floor`, `${name} / the Node floor, CPU per request`, rounds(id, 'throughput'), floorRps))
   }
   if (results.some(r => r.id === 'sidecar-lean' && r.skipped === undefined)) {
     ratios.push(rpsRatio('sidecar-lean/sidecar', `sidecar ${LEAN_NODE_FLAG} / default, requests/s`, rounds('sidecar-lean', 'throughput'), sidecarRps))
