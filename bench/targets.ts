@@ -97,23 +97,23 @@ export async function startBuildStoreProcess (ctx: BenchContext, options: { name
   return { child, port, origin: `http://127.0.0.1:${port}` }
 }
 
-/** bench/bare-http-proxy.ts: http-proxy with a keep-alive agent, nothing else. */
+/** bench/bare-http-proxy.mjs: http-proxy with a keep-alive agent, nothing else. */
 export async function startBareProxy (ctx: BenchContext, appOrigin: string): Promise<StartedServer> {
   return await startProxyScript(ctx, 'bare-http-proxy', appOrigin)
 }
 
-/** bench/floor-proxy.ts: the Node floor, undici's Pool.dispatch and nothing else (issue 17). */
+/** bench/floor-proxy.mjs: the Node floor, undici's Pool.dispatch and nothing else (issue 17). */
 export async function startFloorProxy (ctx: BenchContext, appOrigin: string): Promise<StartedServer> {
   return await startProxyScript(ctx, 'floor-proxy', appOrigin)
 }
 
-/** A bench proxy script (`bench/<name>.ts`, its own process) in front of `appOrigin`, ready when its port accepts. */
+/** A bench proxy (`bench/<name>.mjs`, plain JavaScript on bare Node, its own process) in front of `appOrigin`, ready when its port accepts. */
 async function startProxyScript (ctx: BenchContext, name: 'bare-http-proxy' | 'floor-proxy', appOrigin: string): Promise<StartedServer> {
   const port = await freePort()
   const child = spawnChild({
     name,
     command: process.execPath,
-    args: [...cpuProfArgs(ctx, name), '--import', 'tsx', join(ctx.root, `bench/${name}.ts`)],
+    args: [...cpuProfArgs(ctx, name), join(ctx.root, `bench/${name}.mjs`)],
     env: { PORT: String(port), HOST: '127.0.0.1', TARGET_URL: appOrigin },
     cwd: ctx.root,
     logDir: ctx.tmpDir

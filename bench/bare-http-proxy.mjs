@@ -1,5 +1,4 @@
 import http from 'node:http'
-import type { Duplex } from 'node:stream'
 import httpProxy from 'http-proxy'
 
 /**
@@ -7,7 +6,8 @@ import httpProxy from 'http-proxy'
  * to the app and nothing else (no auth, no run ids, no envelope, no logs, no metrics). WebSocket
  * upgrades pass through too (http-proxy's `ws` pass pipes the raw sockets, as the sidecar's does).
  * Its accept queue is 4096, like the sidecar's (Node's 511 overflows with 1,000 callers connecting at once).
- * Run as its own process: `PORT=… TARGET_URL=http://127.0.0.1:… node --import tsx bench/bare-http-proxy.ts`
+ * Plain JavaScript, run on bare Node like the compiled sidecar (no tsx loader in its memory or CPU):
+ * `PORT=… TARGET_URL=http://127.0.0.1:… node bench/bare-http-proxy.mjs`
  */
 const port = Number(process.env.PORT ?? 8080)
 const host = process.env.HOST ?? '127.0.0.1'
@@ -26,7 +26,8 @@ proxy.on('error', (_error, _req, res) => {
 
 const server = http.createServer((req, res) => { proxy.web(req, res) })
 // upgraded sockets leave the server's connection list: kept here so that SIGTERM can end them
-const upgraded = new Set<Duplex>()
+/** @type {Set<import('node:stream').Duplex>} */
+const upgraded = new Set()
 server.on('upgrade', (req, socket, head) => {
   upgraded.add(socket)
   socket.once('close', () => { upgraded.delete(socket) })

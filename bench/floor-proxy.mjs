@@ -1,5 +1,5 @@
-import http, { type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http'
-import { type Dispatcher, Pool } from 'undici'
+import http from 'node:http'
+import { Pool } from 'undici'
 
 /**
  * The Node floor (issue 17): the thinnest correct Node reverse proxy, what every sidecar figure is
@@ -7,7 +7,8 @@ import { type Dispatcher, Pool } from 'undici'
  * streamed, the response relayed with backpressure, hop-by-hop headers dropped, a 502 when the
  * app cannot be reached, the app request cut when the caller leaves; no auth, run ids, envelope,
  * logs or metrics. Accept queue 4096, like the sidecar's.
- * Run as its own process: `PORT=… TARGET_URL=http://127.0.0.1:… node --import tsx bench/floor-proxy.ts`
+ * Plain JavaScript, run on bare Node like the compiled sidecar (no tsx loader in its memory or CPU):
+ * `PORT=… TARGET_URL=http://127.0.0.1:… node bench/floor-proxy.mjs`
  */
 const port = Number(process.env.PORT ?? 8081)
 const host = process.env.HOST ?? '127.0.0.1'
@@ -15,37 +16,42 @@ const target = process.env.TARGET_URL ?? 'http://127.0.0.1:8192'
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host'])
 
-function endToEnd (headers: IncomingHttpHeaders): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {}
+/** @param {import('node:http').IncomingHttpHeaders} headers */
+function endToEnd (headers) {
+  /** @type {Record<string, string | string[] | undefined>} */
+  const out = {}
   for (const name in headers) if (!HOP_BY_HOP.has(name)) out[name] = headers[name]
   return out
 }
 
-class Relay implements Dispatcher.DispatchHandler {
-  readonly #res: http.ServerResponse
-  #controller: Dispatcher.DispatchController | undefined
+/** An undici dispatch handler relaying the app's response to `res`. */
+class Relay {
+  #res
+  /** @type {import('undici').Dispatcher.DispatchController | undefined} */
+  #controller
 
-  constructor (res: http.ServerResponse) {
+  /** @param {http.ServerResponse} res */
+  constructor (res) {
     this.#res = res
     res.once('close', () => { if (!res.writableFinished) this.#controller?.abort(new Error('caller gone')) })
   }
 
-  onRequestStart (controller: Dispatcher.DispatchController): void { this.#controller = controller }
+  onRequestStart (controller) { this.#controller = controller }
 
-  onResponseStart (_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+  onResponseStart (_controller, status, headers) {
     this.#res.writeHead(status, endToEnd(headers))
   }
 
-  onResponseData (controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  onResponseData (controller, chunk) {
     if (!this.#res.write(chunk)) {
       controller.pause()
       this.#res.once('drain', () => { controller.resume() })
     }
   }
 
-  onResponseEnd (): void { this.#res.end() }
+  onResponseEnd () { this.#res.end() }
 
-  onResponseError (_controller: Dispatcher.DispatchController, _error: Error): void {
+  onResponseError () {
     if (this.#res.headersSent) this.#res.destroy()
     else this.#res.writeHead(502, { 'content-type': 'application/json' }).end('{"message":"app unreachable"}')
   }
@@ -54,7 +60,7 @@ class Relay implements Dispatcher.DispatchHandler {
 const pool = new Pool(target, { keepAliveTimeout: 30_000 })
 const server = http.createServer((req, res) => {
   const bodyless = req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined
-  pool.dispatch({ method: req.method as Dispatcher.HttpMethod, path: req.url as string, headers: endToEnd(req.headers) as Record<string, string>, body: bodyless ? null : req }, new Relay(res))
+  pool.dispatch({ method: req.method, path: req.url, headers: endToEnd(req.headers), body: bodyless ? null : req }, new Relay(res))
 })
 server.listen({ port, host, backlog: 4096 }, () => { process.stdout.write(`floor proxy on ${host}:${port} → ${target}\n`) })
 process.once('SIGTERM', () => {
