@@ -45,3 +45,6 @@ export function traceContextOf (headers: IncomingHttpHeaders): TraceContext | un
   const tracestate = headers.tracestate
   return { traceparent, tracestate: typeof tracestate === 'string' ? tracestate : undefined }
 }
+
+/** The port an http(s) URL reaches (its default when it names none): spans' `server.port`. */
+export const portOf = (url: URL): number => url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port)

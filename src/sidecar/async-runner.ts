@@ -9,6 +9,7 @@ import type { LabelledCounter } from '../shared/metric-contracts.ts'
 import type { TraceContext, Tracer } from '../shared/trace-contracts.ts'
 import { runWebhookBody } from '../webhook/webhook-capture.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
+import { withTraceContext } from './forward-headers.ts'
 import { ReplicaStoppedError, RunCanceledError, RunRelay } from './run-relay.ts'
 
 export interface AsyncRunnerDeps {
@@ -199,7 +200,7 @@ export class AsyncRunner implements RunStoreListener {
     const span = this.#deps.tracer?.startClient(request.method, storedTrace(request.headers), {
       'http.request.method': request.method, run_id: run.runId
     })
-    app.dispatch({ method: request.method, path: request.path, headers: withTrace(request.headers, span?.context), body: request.body }, relay)
+    app.dispatch({ method: request.method, path: request.path, headers: withTraceContext(request.headers, span?.context), body: request.body }, relay)
     try {
       const outcome = await relay.outcome
       span?.end(outcome.statusCode, outcome.status === 'succeeded' ? undefined : outcome.error)
@@ -266,19 +267,6 @@ const runKey = (scope: RunScope, runId: string): string => `${scope.projectId}/$
 function storedTrace (headers: readonly string[]): TraceContext | undefined {
   const traceparent = headerValue(headers, 'traceparent')
   return traceparent === undefined ? undefined : { traceparent, tracestate: headerValue(headers, 'tracestate') }
-}
-
-/** A copy of the stored headers, carrying `trace` (the run's client span) instead of the stored context when given. */
-function withTrace (headers: readonly string[], trace: TraceContext | undefined): string[] {
-  if (trace === undefined) return [...headers]
-  const out: string[] = []
-  for (let i = 0; i < headers.length; i += 2) {
-    const lower = (headers[i] as string).toLowerCase()
-    if (lower !== 'traceparent' && lower !== 'tracestate') out.push(headers[i] as string, headers[i + 1] as string)
-  }
-  out.push('traceparent', trace.traceparent)
-  if (trace.tracestate !== undefined && trace.tracestate !== '') out.push('tracestate', trace.tracestate)
-  return out
 }
 
 function headerValue (headers: readonly string[], name: string): string | undefined {

@@ -38,13 +38,10 @@ export function appRequestHeaders (req: IncomingMessage, runId: string, rules: R
     if (ALWAYS_DROPPED.has(lower) || (named !== undefined && named.has(lower))) continue
     if (rules.dropAuthorization && lower === 'authorization') continue
     if (rules.dropAcceptEncoding && lower === 'accept-encoding') continue
-    if (trace !== undefined && (lower === 'traceparent' || lower === 'tracestate')) continue
+    if (trace !== undefined && TRACE_CONTEXT.has(lower)) continue
     out.push(name, raw[i + 1] as string)
   }
-  if (trace !== undefined) {
-    out.push('traceparent', trace.traceparent)
-    if (trace.tracestate !== undefined && trace.tracestate !== '') out.push('tracestate', trace.tracestate)
-  }
+  if (trace !== undefined) pushTraceContext(out, trace)
   if (rules.upgrade) out.push('connection', 'Upgrade', 'upgrade', String(req.headers.upgrade))
   const callerAddress = req.socket.remoteAddress ?? ''
   const priorFor = req.headers['x-forwarded-for']
@@ -54,6 +51,26 @@ export function appRequestHeaders (req: IncomingMessage, runId: string, rules: R
     'x-request-id', runId
   )
   if (req.headers.host !== undefined) out.push('x-forwarded-host', req.headers.host)
+  return out
+}
+
+/** The W3C trace context headers. */
+const TRACE_CONTEXT = new Set(['traceparent', 'tracestate'])
+
+/** Appends `trace` to a flat header list: its `traceparent`, and its `tracestate` when it has one. */
+function pushTraceContext (out: string[], trace: TraceContext): void {
+  out.push('traceparent', trace.traceparent)
+  if (trace.tracestate !== undefined && trace.tracestate !== '') out.push('tracestate', trace.tracestate)
+}
+
+/** A copy of a flat header list (a stored request's), carrying `trace` instead of the context it had, when given. */
+export function withTraceContext (headers: readonly string[], trace: TraceContext | undefined): string[] {
+  if (trace === undefined) return [...headers]
+  const out: string[] = []
+  for (let i = 0; i < headers.length; i += 2) {
+    if (!TRACE_CONTEXT.has((headers[i] as string).toLowerCase())) out.push(headers[i] as string, headers[i + 1] as string)
+  }
+  pushTraceContext(out, trace)
   return out
 }
 

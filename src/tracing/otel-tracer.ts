@@ -9,7 +9,7 @@ import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
   AlwaysOffSampler, AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, type Sampler, type SpanExporter, TraceIdRatioBasedSampler, TracerProvider
 } from '@opentelemetry/sdk-trace'
-import type { CallTrace, TraceAttributes, TraceContext, Tracer, TraceSpan } from '../shared/trace-contracts.ts'
+import { type CallTrace, portOf, type TraceAttributes, type TraceContext, type Tracer, type TraceSpan } from '../shared/trace-contracts.ts'
 import type { TraceSettings } from './trace-settings.ts'
 
 /** The server span's `http.route`: the SPEC's route template. */
@@ -41,7 +41,23 @@ function headersOf (context: Context): TraceContext {
 /** Epoch ms, fractional: span times from performance.now() readings. */
 const epochMs = (): number => performance.timeOrigin + performance.now()
 
-/** A client span: its status and error as the semantic conventions have them (4xx and 5xx are errors). */
+/**
+ * Ends `span` with the HTTP status it got (0: none), as the semantic conventions have it: an error
+ * from `errorFrom` up (client spans 400, server spans 500), or when `error` says why it failed.
+ */
+function endHttpSpan (span: Span, status: number, errorFrom: number, error?: string): void {
+  if (status > 0) span.setAttribute('http.response.status_code', status)
+  if (error !== undefined) {
+    span.setAttribute('error.type', status > 0 ? String(status) : 'network')
+    span.setStatus({ code: SpanStatusCode.ERROR, message: error })
+  } else if (status >= errorFrom) {
+    span.setAttribute('error.type', String(status))
+    span.setStatus({ code: SpanStatusCode.ERROR })
+  }
+  span.end()
+}
+
+/** A client span: 4xx and 5xx are errors. */
 class ClientSpan implements TraceSpan {
   readonly context: TraceContext
   readonly #span: Span
@@ -51,18 +67,7 @@ class ClientSpan implements TraceSpan {
     this.context = headersOf(trace.setSpan(parent, span))
   }
 
-  end (status: number, error?: string): void {
-    const span = this.#span
-    if (status > 0) span.setAttribute('http.response.status_code', status)
-    if (error !== undefined) {
-      span.setAttribute('error.type', status > 0 ? String(status) : 'network')
-      span.setStatus({ code: SpanStatusCode.ERROR, message: error })
-    } else if (status >= 400) {
-      span.setAttribute('error.type', String(status))
-      span.setStatus({ code: SpanStatusCode.ERROR })
-    }
-    span.end()
-  }
+  end (status: number, error?: string): void { endHttpSpan(this.#span, status, 400, error) }
 }
 
 /** One /v4 call's server span and its children. */
@@ -99,14 +104,8 @@ class OtelCallTrace implements CallTrace {
   }
 
   end (status: number, runId: string): void {
-    const span = this.#span
-    span.setAttribute('http.response.status_code', status)
-    span.setAttribute('run_id', runId)
-    if (status >= 500) {
-      span.setAttribute('error.type', String(status))
-      span.setStatus({ code: SpanStatusCode.ERROR })
-    }
-    span.end()
+    this.#span.setAttribute('run_id', runId)
+    endHttpSpan(this.#span, status, 500)
   }
 }
 
@@ -129,7 +128,7 @@ export class OtelTracer implements Tracer {
     this.#tracer = this.#provider.getTracer('app-sidecar')
     this.#app = {
       'server.address': settings.appUrl.hostname,
-      'server.port': Number(settings.appUrl.port === '' ? (settings.appUrl.protocol === 'https:' ? 443 : 80) : settings.appUrl.port)
+      'server.port': portOf(settings.appUrl)
     }
   }
 

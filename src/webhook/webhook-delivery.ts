@@ -3,7 +3,7 @@ import type { Logger } from 'pino'
 import { buildConnector } from 'undici'
 import type { WebhookAttemptOutcome, WebhookMetrics } from '../shared/metric-contracts.ts'
 import { describeNetworkError, isNetworkTimeout } from '../shared/network-errors.ts'
-import type { TraceContext, Tracer, TraceSpan } from '../shared/trace-contracts.ts'
+import { portOf, type TraceContext, type Tracer } from '../shared/trace-contracts.ts'
 import { AddressGuard, AddressRefusedError } from './address-guard.ts'
 import { DestinationPools } from './destination-pools.ts'
 import { WebhookAttempt } from './webhook-attempt.ts'
@@ -233,8 +233,6 @@ export class WebhookDelivery {
     await this.#pools.close()
   }
 }
-
-const portOf = (url: URL): number => url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port)
 
 /** A failed connection or exchange: refused addresses stop at once, everything else retries. */
 function classify (error: unknown, timedOut: boolean): AttemptOutcome {
