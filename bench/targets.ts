@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { createTokenIssuer, type JwksServer, serveJwks } from '../src/demo/demo-token-issuer.ts'
 import {
   type BenchChild, freePort, spawnChild, waitForHttp200, waitForPort
 } from './child-processes.ts'
@@ -95,6 +96,16 @@ export async function startBuildStoreProcess (ctx: BenchContext, options: { name
   })
   await startedOrStopped(child, async () => { await waitForHttp200(child, `http://127.0.0.1:${port}/healthz`, 120_000) })
   return { child, port, origin: `http://127.0.0.1:${port}` }
+}
+
+/**
+ * The key set sidecars under test verify tokens against (`jwks.url`), and a bearer token for
+ * `projectId` signed with it, valid for a day (auth on, the token cached after the first call).
+ */
+export async function benchAuth (projectId: string): Promise<{ jwks: JwksServer, token: string }> {
+  const issuer = await createTokenIssuer()
+  const jwks = await serveJwks([issuer])
+  return { jwks, token: await issuer.sign(projectId, { ttlSeconds: 24 * 3600 }) }
 }
 
 /** bench/bare-http-proxy.mjs: http-proxy with a keep-alive agent, nothing else. */

@@ -1,14 +1,13 @@
 import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
-import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { scrapeMetrics, sumOf } from '../admin-metrics.ts'
 import type { BenchChild } from '../child-processes.ts'
 import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { Latencies, type LoadRequest, type Measurement, runLoad, summarize } from '../load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { expectGreeting, startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
+import { benchAuth, expectGreeting, startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
 import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
 
 /**
@@ -180,9 +179,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const app = await startExampleApp(ctx)
   const streamApp = await startBenchServer(ctx, 'stream-app', 'stream-app.ts')
   const slowApp = await startBenchServer(ctx, 'slow-app', 'slow-app.ts', { HOLD_MS: String(HOLD_MS) })
-  const issuer = await createTokenIssuer()
-  const jwks = await serveJwks([issuer])
-  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const { jwks, token } = await benchAuth(PROJECT_ID)
   const headers = { 'content-type': 'application/json', authorization: `Bearer ${token}` }
   const redis = await findRedis()
   const redisMissing = 'skip' in redis ? redis.skip : undefined

@@ -1,4 +1,3 @@
-import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { measureFixedRate, measureManyConnections, measureThroughput, type LoadRequest, type Measurement } from '../load.ts'
 import { measurePacedRate } from '../paced-load.ts'
 import { pairedByRound } from '../aggregate.ts'
@@ -6,7 +5,7 @@ import { ownFigure, thresholdCheck } from '../checks.ts'
 import { formatOf, perRoundText } from '../report.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startFloorProxy, startNginx, startSidecarProcess } from '../targets.ts'
+import { benchAuth, nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startFloorProxy, startNginx, startSidecarProcess } from '../targets.ts'
 
 /**
  * The sidecar's bread and butter: a small JSON POST answered at once by the example app,
@@ -43,9 +42,7 @@ function appRequest (origin: string): LoadRequest {
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const app = await startExampleApp(ctx)
-  const issuer = await createTokenIssuer()
-  const jwks = await serveJwks([issuer])
-  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const { jwks, token } = await benchAuth(PROJECT_ID)
 
   /** The sidecar as deployed (warn), with its per-request log line (info), or with V8 tuned for memory (lean). */
   const sidecarTarget = (variant: 'warn' | 'info' | 'lean'): TargetDef => ({

@@ -1,11 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { roundsOf, type PhaseRounds, withRounds } from '../checks.ts'
 import { Latencies, type LoadRequest, type Measurement, summarize } from '../load.ts'
 import type { BenchContext, Check, Evaluation, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import { freePort } from '../child-processes.ts'
 import { LiveHeapProbe } from '../live-heap.ts'
-import { sidecarBin, startBenchServer, startSidecarProcess, type StartedServer } from '../targets.ts'
+import { benchAuth, sidecarBin, startBenchServer, type StartedServer, startSidecarProcess } from '../targets.ts'
 
 /**
  * Issue 13: memory bounded by design. The app (bench/large-body-app.ts) answers JSON bodies of
@@ -120,9 +119,7 @@ function bodyTarget (server: StartedServer, url: string, headers: Record<string,
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const app = await startBenchServer(ctx, 'large-body-app', 'large-body-app.ts')
-  const issuer = await createTokenIssuer()
-  const jwks = await serveJwks([issuer])
-  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const { jwks, token } = await benchAuth(PROJECT_ID)
   const bin = sidecarBin(ctx)
   const sidecarTarget = (runtime: 'cortex' | 'custom'): TargetDef => ({
     id: runtime === 'cortex' ? 'sidecar' : 'sidecar-custom',

@@ -1,9 +1,8 @@
-import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { expectGreeting, startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
+import { benchAuth, expectGreeting, startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
 import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
 import { prefix, webhookPhase } from './webhooks.ts'
 
@@ -22,9 +21,7 @@ const DELIVERY_CPU_TARGET = 1
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const app = await startExampleApp(ctx)
   const receiver = await startBenchServer(ctx, 'webhook-receiver', 'webhook-receiver.ts')
-  const issuer = await createTokenIssuer()
-  const jwks = await serveJwks([issuer])
-  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const { jwks, token } = await benchAuth(PROJECT_ID)
   const headers = { 'content-type': 'application/json', authorization: `Bearer ${token}` }
   const redis = await findRedis()
   const redisMissing = 'skip' in redis ? redis.skip : undefined

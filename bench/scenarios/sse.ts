@@ -1,10 +1,9 @@
-import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { type Check, type Evaluation, type PreparedScenario, type Ratio, type Scenario, type TargetResult } from '../scenario.ts'
 import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import type { LoadRequest } from '../load.ts'
 import type { BenchSettings } from '../settings.ts'
 import { runStreams } from '../stream-load.ts'
-import { nginxSkipReason, serverTarget, startBenchServer, startNginx, startSidecarProcess } from '../targets.ts'
+import { benchAuth, nginxSkipReason, serverTarget, startBenchServer, startNginx, startSidecarProcess } from '../targets.ts'
 
 /**
  * Issue 3: events per second and per-event latency through the sidecar vs the app reached
@@ -29,9 +28,7 @@ function expectEvents (sse: boolean) {
 
 async function prepare (ctx: Parameters<Scenario['prepare']>[0]): Promise<PreparedScenario> {
   const app = await startBenchServer(ctx, 'stream-app', 'stream-app.ts')
-  const issuer = await createTokenIssuer()
-  const jwks = await serveJwks([issuer])
-  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const { jwks, token } = await benchAuth(PROJECT_ID)
   const ndjson = (origin: string): LoadRequest => ({ url: `${origin}/stream`, method: 'GET', headers: {} })
   const nginxSkip = nginxSkipReason()
   return {

@@ -1,9 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { Latencies, type LoadRequest, type Measurement, measureThroughput, summarize } from '../load.ts'
 import type { BenchContext, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
-import { expectGreeting, startBenchServer, startExampleApp, startSidecarProcess, type StartedServer } from '../targets.ts'
+import { benchAuth, expectGreeting, startBenchServer, type StartedServer, startExampleApp, startSidecarProcess } from '../targets.ts'
 
 /**
  * Issue 16: what tracing costs. json-post's call through the sidecar (auth on, a cached token),
@@ -39,9 +38,7 @@ async function spansReceived (receiver: StartedServer): Promise<number> {
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const app = await startExampleApp(ctx)
   const receiver = await startBenchServer(ctx, 'otlp-receiver', 'otlp-receiver.ts')
-  const issuer = await createTokenIssuer()
-  const jwks = await serveJwks([issuer])
-  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const { jwks, token } = await benchAuth(PROJECT_ID)
 
   const target = (traced: boolean): TargetDef => ({
     id: traced ? 'sidecar-traced' : 'sidecar',

@@ -1,12 +1,11 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { scrapeMetrics, sumOf } from '../admin-metrics.ts'
 import { pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { expectGreeting, startBenchServer, startExampleApp, startSidecarProcess, type StartedServer } from '../targets.ts'
+import { benchAuth, expectGreeting, startBenchServer, type StartedServer, startExampleApp, startSidecarProcess } from '../targets.ts'
 
 /**
  * Issue 4: sidecar throughput with `webhookEndpoint` on every call vs without. Target: ≥ 0.85×
@@ -118,9 +117,7 @@ export async function webhookPhase (request: LoadRequest, settings: BenchSetting
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const app = await startExampleApp(ctx)
   const receiver = await startBenchServer(ctx, 'webhook-receiver', 'webhook-receiver.ts')
-  const issuer = await createTokenIssuer()
-  const jwks = await serveJwks([issuer])
-  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const { jwks, token } = await benchAuth(PROJECT_ID)
   const hook = encodeURIComponent(`${receiver.origin}/hook`)
 
   const sidecarTarget = (withWebhooks: boolean): TargetDef => ({

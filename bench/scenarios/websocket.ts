@@ -1,9 +1,8 @@
-import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { ownFigure, pairedRatio, type PhaseRounds, roundsOf, withRounds } from '../checks.ts'
 import type { LoadRequest, Measurement } from '../load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startNginx, startSidecarProcess } from '../targets.ts'
+import { benchAuth, nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startNginx, startSidecarProcess } from '../targets.ts'
 import { MESSAGE_BYTES, runWebSockets } from '../ws-load.ts'
 
 /**
@@ -35,9 +34,7 @@ const wsRequest = (origin: string, path = '/ws', headers: Record<string, string>
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const app = await startExampleApp(ctx)
-  const issuer = await createTokenIssuer()
-  const jwks = await serveJwks([issuer])
-  const token = await issuer.sign(PROJECT_ID, { ttlSeconds: 24 * 3600 })
+  const { jwks, token } = await benchAuth(PROJECT_ID)
   const nginxSkip = nginxSkipReason()
   const targets: TargetDef[] = [
     {
