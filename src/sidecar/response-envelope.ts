@@ -1,4 +1,5 @@
-import { isUtf8Chunks, jsonStringBytes, trimJsonSpace } from '../shared/body-bytes.ts'
+import { isUtf8 } from 'node:buffer'
+import { isJsonSpace, isUtf8Chunks, jsonStringBytes, trimJsonSpace } from '../shared/body-bytes.ts'
 import { resultJson } from '../shared/run-result.ts'
 
 /**
@@ -16,4 +17,23 @@ export function envelopeParts (runId: string, chunks: readonly Buffer[], isJson:
   }
   if (isJson) return [head, ...trimJsonSpace(chunks), tail]
   return [head, jsonStringBytes(chunks), tail]
+}
+
+/**
+ * A small envelope as one string (the body joined once): Node writes a string answer together
+ * with its head in one write, where buffers take a copy each and a gathered write. `runId` is
+ * plain ASCII (the run-id rule), so it needs no escaping.
+ */
+export function envelopeText (runId: string, body: Buffer, isJson: boolean, runTimeMs: number, timestamp: string): string {
+  let result: string
+  if (!isUtf8(body)) result = resultJson(body.toString('utf8'))
+  else if (!isJson) result = JSON.stringify(body.toString('utf8'))
+  else {
+    let start = 0
+    let end = body.length
+    while (start < end && isJsonSpace(body[start] as number)) start++
+    while (end > start && isJsonSpace(body[end - 1] as number)) end--
+    result = body.toString('utf8', start, end)
+  }
+  return `{"run_id":"${runId}","result":${result},"run_time_ms":${runTimeMs},"timestamp":"${timestamp}"}`
 }

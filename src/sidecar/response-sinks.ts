@@ -5,7 +5,7 @@ import { describeNetworkError } from '../shared/network-errors.ts'
 import { callerResponseHeaders } from './forward-headers.ts'
 import { roundedMs } from '../shared/run-result.ts'
 import { serverTiming } from '../shared/server-timing.ts'
-import { envelopeParts } from './response-envelope.ts'
+import { envelopeParts, envelopeText } from './response-envelope.ts'
 import { JsonSyntax } from '../shared/json-syntax.ts'
 import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
 
@@ -25,7 +25,7 @@ export function passthroughSink (ctx: SinkContext, status: number, headers: Inco
   }
 }
 
-/** Envelopes up to this size are joined and written at once. */
+/** Bodies up to this size are enveloped as one string and written at once. */
 const ONE_WRITE_BYTES = 64 * 1024
 
 /**
@@ -58,18 +58,22 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
     end: () => {
       if (refused) return
       const runTimeMs = roundedMs(performance.now() - ctx.forwardedAt)
-      const parts = envelopeParts(ctx.runId, chunks, syntax.end(), runTimeMs, new Date().toISOString())
-      let length = 0
-      for (const part of parts) length += part.length
+      const timestamp = new Date().toISOString()
       const out = callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs, runTimeMs), true)
       out['content-type'] = 'application/json; charset=utf-8'
-      out['content-length'] = length
-      ctx.res.writeHead(status, out)
-      // a small envelope goes out in one write (one syscall); a large one as its parts, no copy
-      if (length <= ONE_WRITE_BYTES) {
-        ctx.res.end(Buffer.concat(parts, length))
+      // a small envelope is one string, sent with the head in one write; a large one goes as its parts, no copy
+      if (size <= ONE_WRITE_BYTES) {
+        const text = envelopeText(ctx.runId, chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks, size), syntax.end(), runTimeMs, timestamp)
+        out['content-length'] = Buffer.byteLength(text)
+        ctx.res.writeHead(status, out)
+        ctx.res.end(text)
         return
       }
+      const parts = envelopeParts(ctx.runId, chunks, syntax.end(), runTimeMs, timestamp)
+      let length = 0
+      for (const part of parts) length += part.length
+      out['content-length'] = length
+      ctx.res.writeHead(status, out)
       ctx.res.cork()
       const last = parts.length - 1
       for (let i = 0; i < last; i++) ctx.res.write(parts[i])

@@ -2,10 +2,11 @@ import fc from 'fast-check'
 import t from 'tap'
 import { JsonSyntax } from '../../src/shared/json-syntax.ts'
 import { resultJson } from '../../src/shared/run-result.ts'
-import { envelopeParts } from '../../src/sidecar/response-envelope.ts'
+import { envelopeParts, envelopeText } from '../../src/sidecar/response-envelope.ts'
 
 // The envelope splices the app's bytes instead of parsing and re-serialising them: its result
-// must be exactly what parsing would have given, however the body was cut into chunks.
+// must be exactly what parsing would have given, however the body was cut into chunks, in both
+// forms: the buffers of a large body and the one string of a small one.
 
 function chunked (bytes: Buffer, cuts: number[]): Buffer[] {
   const chunks: Buffer[] = []
@@ -21,7 +22,11 @@ function envelope (body: Buffer, cuts: number[] = []): string {
   const chunks = chunked(body, cuts)
   const syntax = new JsonSyntax()
   for (const chunk of chunks) syntax.push(chunk)
-  return Buffer.concat(envelopeParts('run-1', chunks, syntax.end(), 12.5, '2026-11-23T00:00:00.000Z')).toString('utf8')
+  const isJson = syntax.end()
+  const parts = Buffer.concat(envelopeParts('run-1', chunks, isJson, 12.5, '2026-11-23T00:00:00.000Z')).toString('utf8')
+  // the small-body form (one string) must be the same text
+  const text = envelopeText('run-1', body, isJson, 12.5, '2026-11-23T00:00:00.000Z')
+  return text === parts ? parts : `parts ${parts} != text ${text}`
 }
 
 /** The envelope text as the parse-and-stringify way made it. */
