@@ -104,8 +104,8 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const stats = new ConcurrencyStats()
   metrics.watchConcurrency(stats, config.replicaConcurrency)
   const gate = new ConcurrencyGate(config.replicaConcurrency, config.queueDepth, {
-    inflight: delta => { metrics.inflight.inc(delta); stats.change(delta) },
-    queued: delta => { metrics.queued.inc(delta) }
+    inflight: delta => { metrics.changeInflight(delta); stats.change(delta) },
+    queued: delta => { metrics.changeQueued(delta) }
   })
   // passed() also resolves when the probe stops (shutdown): only a real pass opens the gate
   void readiness.passed().then(() => { if (readiness.passing) gate.open() })
