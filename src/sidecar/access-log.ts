@@ -7,8 +7,10 @@ const LOG_FLUSH_INTERVAL_MS = 250
 /**
  * The sidecar's pino logger. Request lines carry only method, path (no query), status, duration
  * and run id, so secrets cannot reach them; the redact list guards anything logged by mistake.
- * Lines are buffered (4 KiB, or 250 ms at most) so a busy sidecar makes one write per batch,
- * not one per request; the bins flush on exit.
+ * Lines are buffered (2 KiB, or 250 ms at most) so a busy sidecar makes one write per batch,
+ * not one per request; the bins flush on exit. Writes are at most 4 KiB: sonic-boom measures its
+ * whole pending buffer again on every line (0.8 µs per line at 4 KiB pending, 3 µs at 16 KiB),
+ * and a pipe write of up to 4 KiB (PIPE_BUF) is atomic.
  */
 export function createLogger (level: LogLevel, destination?: DestinationStream): Logger {
   const options = {
@@ -23,7 +25,7 @@ export function createLogger (level: LogLevel, destination?: DestinationStream):
     }
   }
   if (destination !== undefined) return pino(options, destination)
-  const stdout = pino.destination({ dest: 1, sync: false, minLength: 4096 })
+  const stdout = pino.destination({ dest: 1, sync: false, minLength: 2048, maxWrite: 4096 })
   setInterval(() => { stdout.flush() }, LOG_FLUSH_INTERVAL_MS).unref()
   return pino(options, stdout)
 }
