@@ -1,5 +1,4 @@
-import { request } from 'undici'
-import { limitedBody } from '../shared/body-limit.ts'
+import { boundedGet } from '../shared/bounded-get.ts'
 
 export interface BoundedJsonOptions {
   /** Largest body accepted; a larger one is refused without being buffered. */
@@ -15,26 +14,7 @@ export interface BoundedJsonOptions {
  * is not JSON.
  */
 export async function fetchBoundedJson (url: URL, options: BoundedJsonOptions): Promise<unknown> {
-  const response = await request(url, {
-    headers: { accept: 'application/json' },
-    signal: AbortSignal.timeout(options.timeoutMs)
-  })
-  const { body } = response
-  body.on('error', ignore) // the abort error of a body cut short below; reading reports real errors itself
-  try {
-    if (response.statusCode !== 200) throw new Error(`${url.href} answered ${response.statusCode}`)
-    const declared = response.headers['content-length']
-    if (typeof declared === 'string' && Number(declared) > options.maxBytes) {
-      throw new Error(`${url.href} declared ${declared} bytes, more than ${options.maxBytes}`)
-    }
-    const chunks: Buffer[] = []
-    const tooLarge = (): Error => new Error(`${url.href} sent more than ${options.maxBytes} bytes`)
-    for await (const chunk of limitedBody(body, options.maxBytes, tooLarge)) chunks.push(chunk)
-    return JSON.parse(Buffer.concat(chunks).toString('utf8'))
-  } finally {
-    // a body left unread would keep its connection (and the sender) busy: cut it instead
-    if (!body.readableEnded) body.destroy()
-  }
+  const response = await boundedGet(url, { ...options, headers: { accept: 'application/json' } })
+  if (response.status !== 200) throw new Error(`${url.href} answered ${response.status}`)
+  return JSON.parse(response.body.toString('utf8'))
 }
-
-function ignore (): void {}

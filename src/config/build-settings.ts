@@ -1,5 +1,5 @@
 import pRetry, { AbortError } from 'p-retry'
-import { request } from 'undici'
+import { boundedGet } from '../shared/bounded-get.ts'
 import { ConfigError } from '../errors.ts'
 import { underUrl } from './env-table.ts'
 import { loadSidecarConfig, type SidecarConfig } from './sidecar-config.ts'
@@ -57,6 +57,9 @@ export async function applyBuildSettings (config: SidecarConfig, env: NodeJS.Pro
   }
 }
 
+/** A build's JSON is a few KiB; a store answering more than this is not answering a build. */
+const BUILD_MAX_BYTES = 1024 * 1024
+
 async function fetchBuild (config: SidecarConfig, options: BuildFetchOptions): Promise<BuildSettings> {
   const path = `v2/projects/${config.projectId as string}/apps/${config.appId as string}/builds/${config.buildId as string}`
   const url = underUrl(config.storeUrl, path)
@@ -67,15 +70,15 @@ async function fetchBuild (config: SidecarConfig, options: BuildFetchOptions): P
     return await pRetry(async () => {
       let response
       try {
-        response = await request(url, { headers, headersTimeout: 5000, bodyTimeout: 5000 })
+        response = await boundedGet(url, { headers, timeoutMs: 5000, maxBytes: BUILD_MAX_BYTES })
       } catch (error) {
         throw new Error(`store unreachable (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`)
       }
-      const text = await response.body.text()
-      if (response.statusCode === 200) return JSON.parse(text) as BuildSettings
-      const failure = new Error(`store answered ${response.statusCode} ${text.slice(0, 200)}`)
+      const text = response.body.toString('utf8')
+      if (response.status === 200) return JSON.parse(text) as BuildSettings
+      const failure = new Error(`store answered ${response.status} ${text.slice(0, 200)}`)
       // 4xx will not change by asking again (bad token, no such build); 5xx might
-      throw response.statusCode < 500 ? new AbortError(failure) : failure
+      throw response.status < 500 ? new AbortError(failure) : failure
     }, { retries: attempts - 1, minTimeout: options.minDelayMs ?? 250, maxTimeout: 4000, factor: 2 })
   } catch (error) {
     throw new ConfigError('BUILD_ID', `cannot read build ${config.buildId as string} from ${url.origin}: ${(error as Error).message}`)

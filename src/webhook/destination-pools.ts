@@ -1,5 +1,6 @@
 import type { Socket } from 'node:net'
-import { Pool, type buildConnector } from 'undici'
+import type { Pool as UndiciPool, buildConnector } from 'undici'
+import { Pool } from '../shared/undici-core.ts'
 import type { Cuttable } from './webhook-attempt.ts'
 
 /**
@@ -16,11 +17,11 @@ class SpareConnectionError extends Error {
 }
 
 /** The pool options every destination gets (the connector and the bound are set here). */
-export type DestinationPoolOptions = Omit<Pool.Options, 'connect' | 'connections' | 'factory'>
+export type DestinationPoolOptions = Omit<UndiciPool.Options, 'connect' | 'connections' | 'factory'>
 
 /** One attempt's turn: the pool to send its one request with, and the release (call it once) when undici is done with it. */
 export interface DestinationSlot {
-  readonly pool: Pool
+  readonly pool: UndiciPool
   readonly release: () => void
 }
 
@@ -75,7 +76,7 @@ class Turns {
 
 interface Destination {
   readonly origin: string
-  readonly pool: Pool
+  readonly pool: UndiciPool
   readonly turns: Turns
   /** Its open connections. */
   readonly sockets: Set<Socket>

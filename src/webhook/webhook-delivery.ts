@@ -1,6 +1,6 @@
 import pRetry, { AbortError } from 'p-retry'
 import type { Logger } from 'pino'
-import { buildConnector } from 'undici'
+import { buildConnector } from '../shared/undici-core.ts'
 import type { WebhookAttemptOutcome, WebhookMetrics } from '../shared/metric-contracts.ts'
 import { describeNetworkError, isNetworkTimeout } from '../shared/network-errors.ts'
 import { portOf, type TraceContext, type Tracer } from '../shared/trace-contracts.ts'
