@@ -1,6 +1,9 @@
 import { isIP } from 'node:net'
-import ipaddr from 'ipaddr.js'
+import type ipaddr from 'ipaddr.js'
 import { ConfigError } from '../errors.ts'
+import { requireCjs } from '../shared/require-cjs.ts'
+
+const { parseCIDR } = requireCjs('ipaddr.js') as typeof ipaddr
 
 /** pino's levels, for LOG_LEVEL (both programs). */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
@@ -114,7 +117,7 @@ export const parseCidrList: EnvParser<Cidr[]> = (name, raw) => {
     try {
       // ipaddr.js also reads hex and octal IPv4 forms: isIP keeps to the standard ones
       if (isIP(part.slice(0, slash)) === 0) throw new Error('not a standard address')
-      range = ipaddr.parseCIDR(part)
+      range = parseCIDR(part)
     } catch {
       throw new ConfigError(name, `expected CIDR ranges like 127.0.0.0/8, got "${part}"`)
     }

@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto'
 import { hostname } from 'node:os'
-import { Redis, type RedisOptions } from 'ioredis'
+import type * as IoRedis from 'ioredis'
+import type { RedisOptions } from 'ioredis'
 import {
   AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError,
   RunNotFoundError, RunStoreUnavailableError
@@ -12,6 +13,10 @@ import type {
   HeldDelivery, KeptAnswer, KeyAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
   RunView, StoredWebhook, TakenRun, WebhookStatus
 } from './run-store.ts'
+import { requireCjs } from '../shared/require-cjs.ts'
+
+const { Redis } = requireCjs('ioredis') as typeof IoRedis
+type Redis = IoRedis.Redis
 
 export interface RedisRunStoreOptions {
   /** How often this store tells Redis it still holds its runs (default 10 s). */

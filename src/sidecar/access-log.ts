@@ -1,5 +1,9 @@
-import pino, { type DestinationStream, type Logger } from 'pino'
+import type Pino from 'pino'
+import type { DestinationStream, Logger } from 'pino'
 import type { LogLevel } from '../config/env-parsers.ts'
+import { requireCjs } from '../shared/require-cjs.ts'
+
+const pino = requireCjs('pino') as typeof Pino
 
 /** How long a buffered log line may wait before it is written. */
 const LOG_FLUSH_INTERVAL_MS = 250

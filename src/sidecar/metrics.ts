@@ -1,7 +1,10 @@
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import type * as PromClient from 'prom-client'
+import { requireCjs } from '../shared/require-cjs.ts'
 import { FastHistogram, type HistogramCell } from './fast-histogram.ts'
 
 import type { StreamMetrics, WebhookMetrics } from '../shared/metric-contracts.ts'
+
+const { Counter, Gauge, Registry, collectDefaultMetrics } = requireCjs('prom-client') as typeof PromClient
 
 export type RouteLabel = 'invoke' | 'websocket' | 'management'
 

@@ -1,12 +1,15 @@
 import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions, type LookupOneOptions } from 'node:dns'
 import { isIP } from 'node:net'
-import ipaddr from 'ipaddr.js'
+import type ipaddr from 'ipaddr.js'
 import { LRUCache } from 'lru-cache'
 import type { Cidr } from '../config/env-parsers.ts'
+import { requireCjs } from '../shared/require-cjs.ts'
+
+const { isValid, parse, parseCIDR } = requireCjs('ipaddr.js') as typeof ipaddr
 
 type Address = ipaddr.IPv4 | ipaddr.IPv6
 
-const GLOBAL_UNICAST_V6 = ipaddr.parseCIDR('2000::/3')
+const GLOBAL_UNICAST_V6 = parseCIDR('2000::/3')
 
 /** A webhook destination whose address is not public (and not explicitly allowed). */
 export class AddressRefusedError extends Error {
@@ -25,12 +28,12 @@ export class AddressGuard {
   readonly #literals = new LRUCache<string, boolean>({ max: 1024 })
 
   constructor (allowedCidrs: readonly Cidr[]) {
-    this.#allowed = allowedCidrs.map(cidr => [ipaddr.parse(cidr.address), cidr.prefix])
+    this.#allowed = allowedCidrs.map(cidr => [parse(cidr.address), cidr.prefix])
   }
 
   allows (address: string): boolean {
-    if (!ipaddr.isValid(address)) return false
-    let parsed: Address = ipaddr.parse(address)
+    if (!isValid(address)) return false
+    let parsed: Address = parse(address)
     if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
       parsed = (parsed as ipaddr.IPv6).toIPv4Address()
     }
