@@ -201,6 +201,23 @@ export async function measureFixedRate (request: LoadRequest, settings: BenchSet
 }
 
 /** Warm-up load (results discarded): token caches, keep-alive pools, JIT. */
+/**
+ * At rest for `seconds`, then one request: the phase's peak RSS is the target's idle figure
+ * (before the warm-up: as it started; after it: what the load left behind).
+ */
+export async function measureIdle (request: LoadRequest, seconds: number): Promise<Measurement> {
+  await new Promise(resolve => setTimeout(resolve, seconds * 1000))
+  const latencies = new Latencies()
+  const sentAt = performance.now()
+  const response = await fetch(request.url, { method: request.method, headers: request.headers, body: request.body })
+  await response.arrayBuffer()
+  latencies.push(performance.now() - sentAt)
+  const ok = response.status === 200 ? 1 : 0
+  return summarize(latencies.values.subarray(0, latencies.count), {
+    ok, errors: 0, timeouts: 0, non2xx: 1 - ok, statusCodes: { [response.status]: 1 }, durationSeconds: seconds, connections: 1
+  })
+}
+
 export async function warmUp (request: LoadRequest, settings: BenchSettings): Promise<Measurement> {
   return await runLoad(request, { connections: settings.connections, durationSeconds: settings.warmupSeconds })
 }

@@ -104,9 +104,14 @@ async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchConte
     const dead = (): string | undefined => [...shared, ...target.children].find(c => c.exited !== null)?.name
     const first = await sendOne(target.request)
     target.checkResponse(first.status, first.body)
-    log(`${tag}: warming up ${ctx.settings.warmupSeconds} s`)
-    await (scenario.warmUp === undefined ? warmUp(target.request, ctx.settings) : scenario.warmUp(target, ctx.settings))
-    for (const phase of phasesOf(scenario, def)) {
+    const all = phasesOf(scenario, def)
+    const ordered = [...all.filter(phase => phase.beforeWarmUp === true), undefined, ...all.filter(phase => phase.beforeWarmUp !== true)]
+    for (const phase of ordered) {
+      if (phase === undefined) {
+        log(`${tag}: warming up ${ctx.settings.warmupSeconds} s`)
+        await (scenario.warmUp === undefined ? warmUp(target.request, ctx.settings) : scenario.warmUp(target, ctx.settings))
+        continue
+      }
       await sleep(500)
       await ctx.quiet.wait([...shared, ...target.children].map(c => c.pid))
       phases[phase.id] = await runPhase(phase, target, prepared, ctx)

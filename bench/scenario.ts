@@ -94,6 +94,8 @@ export interface LoadPhase {
   readonly rateUnit?: string
   /** The phase's own figures (`Measurement.extra`), shown as extra table columns. */
   readonly columns?: ExtraColumn[]
+  /** Run before the warm-up (an idle phase: the target as it started, before any load). */
+  readonly beforeWarmUp?: boolean
 }
 
 export interface TargetResult {

@@ -144,6 +144,8 @@ export interface SidecarStartOptions {
   name?: string
   /** Flags for node itself, before the script (V8 flags that NODE_OPTIONS does not allow, e.g. --optimize-for-size). */
   nodeArgs?: string[]
+  /** Another build's bin (a before/after pair in one run); default: see sidecarBin. */
+  bin?: string
 }
 
 /**
@@ -162,7 +164,7 @@ export async function startSidecarProcess (ctx: BenchContext, options: SidecarSt
   const child = spawnChild({
     name,
     command: process.execPath,
-    args: [...cpuProfArgs(ctx, name), ...(options.nodeArgs ?? []), sidecarBin(ctx)],
+    args: [...cpuProfArgs(ctx, name), ...(options.nodeArgs ?? []), options.bin ?? sidecarBin(ctx)],
     env: {
       PORT: String(port),
       ADMIN_PORT: String(adminPort),

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
-import { Latencies, type LoadRequest, type Measurement, measureThroughput, summarize } from '../load.ts'
+import { type LoadRequest, measureIdle, measureThroughput } from '../load.ts'
 import type { BenchContext, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import { benchAuth, expectGreeting, startBenchServer, type StartedServer, startExampleApp, startSidecarProcess } from '../targets.ts'
 
@@ -16,20 +16,6 @@ const BODY = '{"name":"Ada"}'
 const THROUGHPUT_TARGET = 0.85
 const IDLE_RSS_TARGET_MB = 10
 const IDLE_SECONDS = 3
-
-/** At rest for IDLE_SECONDS after the warm-up, then one call: the phase's peak RSS is the idle figure. */
-async function idle (request: LoadRequest): Promise<Measurement> {
-  await sleep(IDLE_SECONDS * 1000)
-  const latencies = new Latencies()
-  const sentAt = performance.now()
-  const response = await fetch(request.url, { method: request.method, headers: request.headers, body: request.body })
-  await response.arrayBuffer()
-  latencies.push(performance.now() - sentAt)
-  const ok = response.status === 200 ? 1 : 0
-  return summarize(latencies.values.subarray(0, latencies.count), {
-    ok, errors: 0, timeouts: 0, non2xx: 1 - ok, statusCodes: { [response.status]: 1 }, durationSeconds: IDLE_SECONDS, connections: 1
-  })
-}
 
 async function spansReceived (receiver: StartedServer): Promise<number> {
   return ((await (await fetch(`${receiver.origin}/stats`)).json()) as { spans: number }).spans
@@ -108,7 +94,7 @@ export const tracingScenario: Scenario = {
   baselineId: 'sidecar',
   description: 'json-post\'s call through the sidecar, tracing off and on (every call recorded and exported over OTLP/HTTP to a local receiver)',
   phases: [
-    { id: 'idle', label: `idle (${IDLE_SECONDS} s at rest after the warm-up, then one call)`, run: idle },
+    { id: 'idle', label: `idle (${IDLE_SECONDS} s at rest after the warm-up, then one call)`, run: async request => await measureIdle(request, IDLE_SECONDS) },
     {
       id: 'throughput',
       label: 'max throughput',

@@ -33,18 +33,19 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
         }
       }
     })
-    const counts = (): { inflight: number, queued: number } => ({ inflight: this.#inflight, queued: this.#queued })
+    const inflight = (): number => this.#inflight
+    const queued = (): number => this.#queued
     new Gauge({
       name: 'sidecar_inflight_requests',
       help: 'Requests in flight to the app (streams and WebSockets until they end)',
       registers: [this.registry],
-      collect () { this.set(counts().inflight) }
+      collect () { this.set(inflight()) }
     })
     new Gauge({
       name: 'sidecar_queued_requests',
       help: 'Requests waiting for a concurrency slot or for the app to be ready',
       registers: [this.registry],
-      collect () { this.set(counts().queued) }
+      collect () { this.set(queued()) }
     })
   }
 
