@@ -38,8 +38,7 @@ export function isUtf8Chunks (chunks: readonly Buffer[]): boolean {
   return carry === undefined
 }
 
-/** JSON whitespace (RFC 8259): space, tab, CR, LF. */
-export const isJsonSpace = (b: number): boolean => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09
+const isJsonSpace = (b: number): boolean => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09
 
 /** The chunks without the JSON whitespace (space, tab, CR, LF) before the first and after the last other byte. */
 export function trimJsonSpace (chunks: readonly Buffer[]): Buffer[] {

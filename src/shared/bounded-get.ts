@@ -1,4 +1,3 @@
-import type { IncomingHttpHeaders } from 'node:http'
 import type { Dispatcher } from 'undici'
 import { Agent } from './undici-core.ts'
 
@@ -12,7 +11,6 @@ export interface BoundedGetOptions {
 
 export interface BoundedResponse {
   readonly status: number
-  readonly headers: IncomingHttpHeaders
   readonly body: Buffer
 }
 
@@ -30,7 +28,6 @@ export async function boundedGet (url: URL, options: BoundedGetOptions): Promise
     const chunks: Buffer[] = []
     let size = 0
     let status = 0
-    let headers: IncomingHttpHeaders = {}
     let controller: Dispatcher.DispatchController | undefined
     let failure: Error | undefined
     const fail = (error: Error): void => {
@@ -53,7 +50,6 @@ export async function boundedGet (url: URL, options: BoundedGetOptions): Promise
       },
       onResponseStart (_controller, statusCode, responseHeaders) {
         status = statusCode
-        headers = responseHeaders
         const declared = responseHeaders['content-length']
         if (typeof declared === 'string' && Number(declared) > options.maxBytes) fail(tooLarge(`declared ${declared} bytes`))
       },
@@ -64,7 +60,7 @@ export async function boundedGet (url: URL, options: BoundedGetOptions): Promise
       },
       onResponseEnd () {
         clearTimeout(timer)
-        resolve({ status, headers, body: Buffer.concat(chunks, size) })
+        resolve({ status, body: Buffer.concat(chunks, size) })
       },
       onResponseError (_controller, error) {
         clearTimeout(timer)
