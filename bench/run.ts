@@ -12,7 +12,8 @@ import { safeUrl } from './postgres-schema.ts'
 import { watchPeakRss } from './process-memory.ts'
 import { updateReadme } from './readme-summary.ts'
 import { type BenchReport, environment, scenarioReport, type ScenarioReport, writeReport } from './report.ts'
-import type { BenchContext, LoadPhase, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from './scenario.ts'
+import { pairedRatio, roundsOf } from './checks.ts'
+import type { BenchContext, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from './scenario.ts'
 import { SCENARIOS } from './scenarios/all.ts'
 import { type BenchSettings, loadSettings } from './settings.ts'
 
@@ -132,7 +133,8 @@ async function runScenario (scenario: Scenario, ctx: BenchContext): Promise<Scen
   const { settings } = ctx
   log(`scenario ${scenario.name}: ${scenario.description}`)
   const prepared = await scenario.prepare(ctx)
-  const defs = prepared.targets.filter(def => settings.targets === undefined || def.id === scenario.baselineId || settings.targets.has(def.id))
+  const defs = withBefore(scenario, prepared.targets, settings.beforeBin)
+    .filter(def => settings.targets === undefined || def.id === scenario.baselineId || settings.targets.has(def.id))
   const rounds = new Map<string, Array<Record<string, Measurement>>>(defs.map(def => [def.id, []]))
   const notes = new Map<string, string[]>()
   const failures = new Map<string, string>()
@@ -172,7 +174,31 @@ async function runScenario (scenario: Scenario, ctx: BenchContext): Promise<Scen
     const failure = failures.get(def.id)
     return { ...base, phases, rounds: measuredRounds, ...(failure === undefined ? {} : { failure }) }
   })
-  return scenarioReport(scenario, results, scenario.evaluate(results, settings), settings)
+  const evaluation = scenario.evaluate(results, settings)
+  return scenarioReport(scenario, results, { ...evaluation, ratios: [...evaluation.ratios, ...beforeRatios(scenario, results)] }, settings)
+}
+
+/** With BENCH_BEFORE_BIN: each of the scenario's `beforeIds` followed by `<id>-before`, the same target started on the older build. */
+function withBefore (scenario: Scenario, targets: TargetDef[], bin: string | undefined): TargetDef[] {
+  if (bin === undefined) return targets
+  return targets.flatMap(def => scenario.beforeIds?.includes(def.id) === true
+    ? [def, { ...def, id: `${def.id}-before`, label: `${def.label}, older build`, start: async () => await def.start(bin) }]
+    : [def])
+}
+
+/** This build / the older one, per `beforeIds` target: rate and CPU per request of the first phase both ran. */
+function beforeRatios (scenario: Scenario, results: TargetResult[]): Ratio[] {
+  return (scenario.beforeIds ?? []).flatMap(id => {
+    const phase = scenario.phases.find(p => p.beforeWarmUp !== true)?.id ?? ''
+    const after = roundsOf(results, id, phase)
+    const before = roundsOf(results, `${id}-before`, phase)
+    if (before.length === 0) return []
+    return [
+      pairedRatio(`${id}/${id}-before`, `${id} / the older build (BENCH_BEFORE_BIN), ${phase} rate`, '×', after, before, (x, y) => x.rps / y.rps),
+      pairedRatio(`cpu/${id}/${id}-before`, `${id} / the older build, CPU per request (${phase})`, '×', after, before,
+        (x, y) => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN))
+    ]
+  })
 }
 
 async function main (): Promise<number> {

@@ -28,6 +28,11 @@ export interface Scenario {
   method: (settings: BenchSettings) => string
   /** Warm-up of a started target (default: autocannon on its request, see load.ts `warmUp`). */
   warmUp?: (target: RunningTarget, settings: BenchSettings) => Promise<unknown>
+  /**
+   * Sidecar targets measured again on an older build when BENCH_BEFORE_BIN is set: run.ts adds
+   * `<id>-before` after each (its `start` given that bin) and the before/after ratios.
+   */
+  readonly beforeIds?: string[]
 }
 
 export interface BenchContext {
@@ -62,8 +67,8 @@ export interface TargetDef {
   readonly skipReason?: string
   /** The ids of the scenario's phases this target runs (default: every phase). */
   readonly phases?: string[]
-  /** Starts the target's own processes and waits until they are ready. */
-  start: () => Promise<RunningTarget>
+  /** Starts the target's own processes and waits until they are ready; `bin`: another sidecar build (see Scenario.beforeIds). */
+  start: (bin?: string) => Promise<RunningTarget>
 }
 
 export interface RunningTarget {

@@ -9,7 +9,7 @@
  *   BENCH_RATE               requests/s of the fixed-rate phase (default 1000)
  *   BENCH_RATE_CONNECTIONS   connections of the fixed-rate phase (default 20)
  *   BENCH_TARGETS            comma-separated target ids to run (default: all); `direct` always runs
- *   BENCH_BEFORE_BIN         an older build's dist/bin/app-sidecar.js: json-post adds it as `sidecar-before` (a before/after pair in one run)
+ *   BENCH_BEFORE_BIN         an older build's dist/bin/app-sidecar.js: each scenario's headline sidecar rows run on it too, as `<id>-before` (before/after in one run)
  *   BENCH_CPU_PROF           1 runs the sidecar under `node --cpu-prof` (profiles in bench/results/profiles)
  *   BENCH_QUIET_WAIT_SECONDS longest wait for other load on the machine to stop before a phase (default 30; 0: never wait)
  *   BENCH_KEEP_TMP           1 keeps the temp dir (child logs, nginx.conf) after the run
@@ -34,6 +34,8 @@ export interface BenchSettings {
   rateConnections: number
   /** Undefined: every target. */
   targets: Set<string> | undefined
+  /** BENCH_BEFORE_BIN, or undefined. */
+  beforeBin: string | undefined
   cpuProf: boolean
   keepTmp: boolean
   quietWaitSeconds: number
@@ -89,6 +91,7 @@ export function loadSettings (env: NodeJS.ProcessEnv = process.env): BenchSettin
     rate: Math.round(positive('BENCH_RATE', 1000, env)),
     rateConnections: Math.round(positive('BENCH_RATE_CONNECTIONS', 20, env)),
     targets: targets === undefined ? undefined : new Set(targets),
+    beforeBin: env.BENCH_BEFORE_BIN?.trim() || undefined,
     cpuProf: flag('BENCH_CPU_PROF', false, env),
     keepTmp: flag('BENCH_KEEP_TMP', false, env),
     quietWaitSeconds: nonNegative('BENCH_QUIET_WAIT_SECONDS', 30, env),

@@ -144,7 +144,7 @@ export interface SidecarStartOptions {
   name?: string
   /** Flags for node itself, before the script (V8 flags that NODE_OPTIONS does not allow, e.g. --optimize-for-size). */
   nodeArgs?: string[]
-  /** Another build's bin (a before/after pair in one run); default: see sidecarBin. */
+  /** Another build's bin (a before/after pair in one run; the child's name gets `-before`); default: see sidecarBin. */
   bin?: string
 }
 
@@ -160,7 +160,7 @@ export function sidecarBin (ctx: BenchContext): string {
 export async function startSidecarProcess (ctx: BenchContext, options: SidecarStartOptions): Promise<StartedServer & { adminOrigin: string }> {
   const port = await freePort()
   const adminPort = await freePort()
-  const name = options.name ?? `sidecar-${options.logLevel}`
+  const name = `${options.name ?? `sidecar-${options.logLevel}`}${options.bin === undefined ? '' : '-before'}`
   const child = spawnChild({
     name,
     command: process.execPath,

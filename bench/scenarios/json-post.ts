@@ -47,20 +47,19 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
 
   /**
    * The sidecar as shipped (`sidecar`: cortex, auth, LOG_LEVEL=info), without its log line
-   * (`sidecar-warn`), with RUNTIME=custom (no envelope), and, with BENCH_BEFORE_BIN, an older
-   * build in the same run (`sidecar-before`: a before/after pair measured side by side).
+   * (`sidecar-warn`) and with RUNTIME=custom (no envelope); `bin`: an older build (BENCH_BEFORE_BIN).
    */
-  const sidecarTarget = (id: string, label: string, note: string, options: { logLevel: 'info' | 'warn', env?: NodeJS.ProcessEnv, bin?: string }): TargetDef => ({
+  const sidecarTarget = (id: string, label: string, note: string, options: { logLevel: 'info' | 'warn', env?: NodeJS.ProcessEnv }): TargetDef => ({
     id,
     label,
-    start: async () => {
+    start: async (bin?: string) => {
       const sidecar = await startSidecarProcess(ctx, {
         appOrigin: app.origin,
         jwksUrl: jwks.url,
         logLevel: options.logLevel,
         name: id,
         env: { PROJECT_ID, APP_NAME, ...options.env },
-        ...(options.bin === undefined ? {} : { bin: options.bin })
+        bin
       })
       return {
         request: {
@@ -76,7 +75,6 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       }
     }
   })
-  const before = process.env.BENCH_BEFORE_BIN?.trim()
 
   const nginxSkip = nginxSkipReason()
   const targets: TargetDef[] = [
@@ -96,9 +94,6 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       start: serverTarget(async () => await startBareProxy(ctx, app.origin), appRequest, rawApp)
     },
     sidecarTarget('sidecar', 'sidecar (cortex, auth, LOG_LEVEL=info)', 'as shipped: cortex envelope, auth on (cached token), one pino line per request (to a file)', { logLevel: 'info' }),
-    ...(before === undefined || before === ''
-      ? []
-      : [sidecarTarget('sidecar-before', 'sidecar, older build (BENCH_BEFORE_BIN)', `the same, built from an older checkout: ${before}`, { logLevel: 'info', bin: before })]),
     sidecarTarget('sidecar-warn', 'sidecar (LOG_LEVEL=warn)', 'LOG_LEVEL=warn: what the per-request log line costs', { logLevel: 'warn' }),
     sidecarTarget('sidecar-custom', 'sidecar (RUNTIME=custom, info)', 'RUNTIME=custom: the app\'s answer passed as it is, no envelope; LOG_LEVEL=info', { logLevel: 'info', env: { RUNTIME: 'custom' } }),
     {
@@ -137,10 +132,6 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
         ratios.push(pairedRatio(`cpu/${sidecar.id}/${other}`, `${sidecar.label} / ${name}, CPU per request`, '×', rounds(sidecar.id, 'throughput'), rounds(other, 'throughput'), cpu))
       }
     }
-  }
-  if (ran('sidecar-before')) {
-    ratios.push(pairedRatio('sidecar/sidecar-before', 'sidecar / the older build, requests/s', '×', rounds('sidecar', 'throughput'), rounds('sidecar-before', 'throughput'), rps))
-    ratios.push(pairedRatio('cpu/sidecar/sidecar-before', 'sidecar / the older build, CPU per request', '×', rounds('sidecar', 'throughput'), rounds('sidecar-before', 'throughput'), cpu))
   }
   const ratio = (id: string): Ratio => ratios.find(r => r.id === id) ?? { id, label: id, unit: '×', value: null }
   checks.push(thresholdCheck(`sidecar (cortex, auth, info) ≥ ${FLOOR_RPS_TARGET}× the Node floor's requests/s`, ratio('sidecar/floor'), FLOOR_RPS_TARGET, true))
@@ -209,6 +200,7 @@ export const jsonPostScenario: Scenario = {
     `Many connections: ${settings.manyConnections} connections at once, pipelining 1, as fast as the target answers (what holding them costs in memory). ` +
     `Idle: each target as it started, ${IDLE_SECONDS} s at rest before any load, then one call (its peak RSS). ` +
     'Latencies in ms, 2xx responses only; CPU µs/req = CPU time of the target\'s own processes (proxy) and of the app, per response.',
+  beforeIds: ['sidecar'],
   prepare,
   evaluate
 }

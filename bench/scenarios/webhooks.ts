@@ -5,17 +5,18 @@ import { pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { benchAuth, expectGreeting, startBenchServer, type StartedServer, startExampleApp, startSidecarProcess } from '../targets.ts'
+import { benchAuth, expectGreeting, serverTarget, startBenchServer, type StartedServer, startExampleApp, startFloorProxy, startSidecarProcess } from '../targets.ts'
 
 /**
- * Issue 4: sidecar throughput with `webhookEndpoint` on every call vs without. Target: ≥ 0.85×
- * the throughput without webhooks, every webhook delivered exactly once, counted at a receiver
- * (bench/webhook-receiver.ts) by the unique X-Request-Id the load generator gives each call.
+ * Issues 4 and 17: the sidecar with `webhookEndpoint` on every call vs without, and the Node floor
+ * for the same call. Targets: the sidecar's CPU per delivery ≤ 1.0× its CPU per proxied call;
+ * every webhook delivered exactly once, counted at a receiver (bench/webhook-receiver.ts) by the
+ * unique X-Request-Id the load generator gives each call.
  */
 const PROJECT_ID = 'bench'
 const APP_NAME = 'app'
 const BODY = '{"name":"Ada"}'
-const RATIO_TARGET = 0.85
+const DELIVERY_CPU_TARGET = 1.0
 /** The longest wait for the sidecar's pending deliveries after a phase. */
 const DRAIN_TIMEOUT_MS = 120_000
 /** Deliveries finished without progress this long: the rest are not coming. */
@@ -123,13 +124,14 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const sidecarTarget = (withWebhooks: boolean): TargetDef => ({
     id: withWebhooks ? 'sidecar-webhooks' : 'sidecar',
     label: withWebhooks ? 'sidecar, webhookEndpoint on every call' : 'sidecar, no webhooks',
-    start: async (): Promise<RunningTarget> => {
+    start: async (bin?: string): Promise<RunningTarget> => {
       const sidecar = await startSidecarProcess(ctx, {
         appOrigin: app.origin,
         jwksUrl: jwks.url,
-        logLevel: 'warn',
+        logLevel: 'info',
         name: withWebhooks ? 'sidecar-webhooks' : 'sidecar',
-        env: { PROJECT_ID, APP_NAME, WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8' }
+        env: { PROJECT_ID, APP_NAME, WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8' },
+        bin
       })
       const request: LoadRequest = {
         url: `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/run${withWebhooks ? `?webhookEndpoint=${hook}` : ''}`,
@@ -152,8 +154,14 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     }
   })
 
+  const floor: TargetDef = {
+    id: 'floor',
+    label: 'the Node floor (no webhooks)',
+    start: serverTarget(async () => await startFloorProxy(ctx, app.origin),
+      origin => ({ url: `${origin}/run`, method: 'POST', headers: { 'content-type': 'application/json' }, body: BODY }), expectRawGreeting)
+  }
   return {
-    targets: [sidecarTarget(false), sidecarTarget(true)],
+    targets: [floor, sidecarTarget(false), sidecarTarget(true)],
     children: [app.child, receiver.child],
     close: async () => {
       await app.child.stop()
@@ -163,11 +171,34 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   }
 }
 
+/** The example app's own answer (no envelope), through the floor. */
+function expectRawGreeting (status: number, body: string): void {
+  if (status !== 200 || (JSON.parse(body) as { greeting?: unknown }).greeting !== 'Hello, Ada!') throw new Error(`unexpected answer ${status}: ${body.slice(0, 200)}`)
+}
+
+/**
+ * CPU per delivery / CPU per proxied call, within a round: the sidecar's CPU with webhooks less
+ * its CPU per call without them times the calls, over the deliveries it made in the phase.
+ */
+function deliveryCpu (withHooks: Measurement, without: Measurement): number {
+  const perCall = without.cpu?.targetUsPerRequest ?? NaN
+  const total = (withHooks.cpu?.targetUsPerRequest ?? NaN) * withHooks.ok
+  return (total - perCall * withHooks.ok) / (withHooks.extra?.sidecarDelivered ?? NaN) / perCall
+}
+
 function evaluate (results: TargetResult[]): Evaluation {
   const withHooks = roundsOf(results, 'sidecar-webhooks', 'throughput')
-  const ratio = pairedRatio('webhooks/none', 'sidecar with webhooks / without, requests/s', '×',
-    withHooks, roundsOf(results, 'sidecar', 'throughput'), (x, y) => x.rps / y.rps)
-  const checks: Check[] = [thresholdCheck(`with webhooks ≥ ${RATIO_TARGET}× the requests/s without`, ratio, RATIO_TARGET, true)]
+  const without = roundsOf(results, 'sidecar', 'throughput')
+  const floor = roundsOf(results, 'floor', 'throughput')
+  const cpu = (x: Measurement, y: Measurement): number => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN)
+  const delivery = pairedRatio('cpu/delivery/call', 'sidecar CPU per webhook delivery / its CPU per proxied call', '×', withHooks, without, deliveryCpu)
+  const ratios = [
+    delivery,
+    pairedRatio('webhooks/none', 'sidecar with webhooks / without, requests/s', '×', withHooks, without, (x, y) => x.rps / y.rps),
+    pairedRatio('sidecar/floor', 'sidecar without webhooks / the Node floor, requests/s', '×', without, floor, (x, y) => x.rps / y.rps),
+    pairedRatio('cpu/sidecar/floor', 'sidecar without webhooks / the Node floor, CPU per request', '×', without, floor, cpu)
+  ]
+  const checks: Check[] = [thresholdCheck(`sidecar CPU per delivery ≤ ${DELIVERY_CPU_TARGET}× its CPU per proxied call`, delivery, DELIVERY_CPU_TARGET + 1e-9, false)]
 
   const label = 'every webhook delivered exactly once (counted at the receiver by X-Request-Id)'
   const measured = withHooks.filter((m): m is Measurement => m?.extra !== undefined)
@@ -184,13 +215,13 @@ function evaluate (results: TargetResult[]): Evaluation {
       `longest wait for pending deliveries after the load ${Math.max(...measured.map(m => m.extra?.drainSeconds ?? 0)).toFixed(1)} s`
     checks.push({ label, status: problems.length === 0 && mismatch === 0 ? 'PASS' : 'FAIL', detail })
   }
-  return { ratios: [ratio], checks }
+  return { ratios, checks }
 }
 
 export const webhooksScenario: Scenario = {
   name: 'webhooks',
   baselineId: 'sidecar',
-  description: 'the JSON POST of json-post through the sidecar (auth on, a cached token), with and without a webhookEndpoint on every call; deliveries to a receiver on loopback',
+  description: 'the JSON POST of json-post through the Node floor and through the sidecar (auth on, a cached token, LOG_LEVEL=info), with and without a webhookEndpoint on every call; deliveries to a receiver on loopback',
   phases: [{
     id: 'throughput',
     label: 'max throughput',
@@ -208,6 +239,7 @@ export const webhooksScenario: Scenario = {
     'After the load, the bench waits until the sidecar has finished a delivery for every call (its /metrics), then matches the ids the ' +
     'receiver counted against the calls answered (webhook counts summed over the rounds; drain s: the longest of those waits). ' +
     'WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8 on both. Latencies in ms, 2xx only.',
+  beforeIds: ['sidecar', 'sidecar-webhooks'],
   prepare,
   evaluate
 }
