@@ -9,10 +9,12 @@ import type { Check, Ratio, TargetResult } from './scenario.ts'
  */
 export type PhaseRounds = Array<Measurement | undefined>
 
+/** Target `id`'s measurements of one phase, round by round. */
 export function roundsOf (results: TargetResult[], id: string, phaseId: string): PhaseRounds {
   return results.find(r => r.id === id)?.rounds.map(r => r[phaseId]) ?? []
 }
 
+/** A ratio made round by round: `compare` of the two targets' measurements, then the median (see pairedByRound). */
 export function pairedRatio (id: string, label: string, unit: Ratio['unit'], a: PhaseRounds, b: PhaseRounds,
   compare: (x: Measurement, y: Measurement) => number): Ratio {
   return { id, label, unit, ...pairedByRound(a, b, compare) }
@@ -20,9 +22,8 @@ export function pairedRatio (id: string, label: string, unit: Ratio['unit'], a: 
 
 /** A figure of one target alone, round by round (the second side is the same rounds). */
 export function ownFigure (id: string, label: string, unit: Ratio['unit'], a: PhaseRounds, figure: (x: Measurement) => number): Ratio {
-  return pairedRatio(id, label, unit, a, a, x => figure(x))
+  return pairedRatio(id, label, unit, a, a, figure)
 }
-
 
 /** `value (per round: …)`, with † when no round was quiet. */
 export function withRounds (ratio: Ratio, value: number): string {
@@ -42,12 +43,6 @@ export function thresholdCheck (label: string, ratio: Ratio, limit: number, atLe
   const format = formatOf(ratio)
   const margin = ratio.value - limit
   const sign = margin >= 0 ? '+' : '−'
-  const marginText = ratio.unit === '%'
-    ? `${sign}${Math.abs(margin * 100).toFixed(1)} points`
-    : ratio.unit === 'ms' ? format(margin) : `${sign}${format(Math.abs(margin))}`
-  return {
-    label,
-    status: pass ? 'PASS' : 'FAIL',
-    detail: `${withRounds(ratio, ratio.value)}; margin ${marginText} against ${format(limit).replace(/^\+/, '')}`
-  }
+  const marginText = ratio.unit === '%' ? `${sign}${Math.abs(margin * 100).toFixed(1)} points` : ratio.unit === 'ms' ? format(margin) : `${sign}${format(Math.abs(margin))}`
+  return { label, status: pass ? 'PASS' : 'FAIL', detail: `${withRounds(ratio, ratio.value)}; margin ${marginText} against ${format(limit).replace(/^\+/, '')}` }
 }

@@ -1,34 +1,32 @@
 import { readFileSync } from 'node:fs'
 
+/** A file under /proc, or undefined (no /proc, or the process is gone): the bench's one reader of the kernel's figures. */
+export function readProc (path: string): string | undefined {
+  try {
+    return readFileSync(`/proc/${path}`, 'utf8')
+  } catch {
+    return undefined
+  }
+}
+
 /** Kernel clock ticks per second (USER_HZ): 100 on every Linux the bench runs on. */
 const CLOCK_TICKS = 100
 
-/** User + system CPU seconds a process has used so far (Linux /proc), or undefined elsewhere or once it is gone. */
-export function processCpuSeconds (pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    const utime = Number(fields[11])
-    const stime = Number(fields[12])
-    return Number.isFinite(utime) && Number.isFinite(stime) ? (utime + stime) / CLOCK_TICKS : undefined
-  } catch {
-    return undefined
-  }
+/** Sums fields of a /proc line (`indexes` into its space-separated values), in seconds; undefined when one is not a number. */
+function ticks (line: string | undefined, indexes: number[]): number | undefined {
+  const fields = line?.trim().split(/\s+/)
+  const seconds = fields === undefined ? NaN : indexes.reduce((total, i) => total + Number(fields[i]), 0) / CLOCK_TICKS
+  return Number.isFinite(seconds) ? seconds : undefined
 }
 
-/** CPU seconds the whole machine has spent busy so far (every core), or undefined without /proc. */
-export function machineBusySeconds (): number | undefined {
-  try {
-    const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0] as string
-    // cpu  user nice system idle iowait irq softirq steal …
-    const [user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/).slice(1).map(Number)
-    const busy = [user, nice, system, irq, softirq, steal].reduce<number>((total, v) => total + (v ?? 0), 0)
-    return Number.isFinite(busy) ? busy / CLOCK_TICKS : undefined
-  } catch {
-    return undefined
-  }
+/** User + system CPU seconds `pid` has used so far (fields after the command name, which may hold spaces). */
+const processCpuSeconds = (pid: number): number | undefined => {
+  const stat = readProc(`${pid}/stat`)
+  return ticks(stat?.slice(stat.lastIndexOf(')') + 2), [11, 12])
 }
+
+/** CPU seconds the whole machine has been busy so far (`cpu  user nice system idle iowait irq softirq steal`). */
+const machineBusySeconds = (): number | undefined => ticks(readProc('stat')?.split('\n', 1)[0], [1, 2, 3, 6, 7, 8])
 
 export interface CpuSample<T> {
   result: T
@@ -61,12 +59,9 @@ export async function measureCpu<T> (pids: Record<string, number>, work: () => P
     const end = processCpuSeconds(pid)
     if (start !== undefined && end !== undefined) cpuSeconds[name] = end - start
   }
-  if (lateProcesses !== undefined) {
-    for (const [name, pid] of Object.entries(await lateProcesses())) {
-      if (pids[name] !== undefined) continue
-      const total = processCpuSeconds(pid)
-      if (total !== undefined) cpuSeconds[name] = total
-    }
+  for (const [name, pid] of Object.entries(await lateProcesses?.() ?? {})) {
+    const total = pids[name] === undefined ? processCpuSeconds(pid) : undefined
+    if (total !== undefined) cpuSeconds[name] = total
   }
   cpuSeconds['load generator'] = (selfUsed.user + selfUsed.system) / 1e6
   const ours = Object.values(cpuSeconds).reduce((total, v) => total + v, 0)
@@ -90,12 +85,9 @@ export class QuietGate {
   /** Resolves once a 1 s sample of the machine shows at most `thresholdCores` used outside `pids` and this process. */
   async wait (pids: number[]): Promise<void> {
     const startedAt = Date.now()
-    let warned = false
-    for (;;) {
-      const sample = await measureCpu(Object.fromEntries(pids.map(pid => [String(pid), pid])), async () => {
-        await new Promise(resolve => setTimeout(resolve, 1000))
-      })
-      const busy = sample.backgroundCores
+    for (let warned = false; ; warned = true) {
+      const { backgroundCores: busy } = await measureCpu(Object.fromEntries(pids.map(pid => [String(pid), pid])),
+        async () => await new Promise(resolve => setTimeout(resolve, 1000)))
       if (busy === undefined || busy <= this.thresholdCores) break
       const waited = Date.now() - startedAt
       if (waited >= this.maxWaitSeconds * 1000 || waited >= this.#budgetMs) {
@@ -103,7 +95,6 @@ export class QuietGate {
         break
       }
       if (!warned) this.log(`machine busy (${busy.toFixed(2)} cores of other load); waiting for it to calm down`)
-      warned = true
     }
     this.#budgetMs -= Date.now() - startedAt
   }

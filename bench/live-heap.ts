@@ -7,25 +7,8 @@ import WebSocket from 'ws'
  * in use between collections also swing with V8's heap limit and the collector's timing.
  */
 export class LiveHeapProbe {
-  readonly #socket: WebSocket
   #nextId = 1
-  readonly #pending = new Map<number, { resolve: (result: unknown) => void, reject: (error: Error) => void }>()
-
-  private constructor (socket: WebSocket) {
-    this.#socket = socket
-    socket.on('message', data => {
-      const message = JSON.parse(String(data)) as { id?: number, result?: unknown, error?: { message: string } }
-      const waiter = message.id === undefined ? undefined : this.#pending.get(message.id)
-      if (waiter === undefined) return
-      this.#pending.delete(message.id as number)
-      if (message.error !== undefined) waiter.reject(new Error(message.error.message))
-      else waiter.resolve(message.result)
-    })
-    socket.on('close', () => {
-      for (const waiter of this.#pending.values()) waiter.reject(new Error('inspector connection closed'))
-      this.#pending.clear()
-    })
-  }
+  private constructor (private readonly socket: WebSocket) {}
 
   /** Connects to the inspector listening on `port` (its first target). */
   static async connect (port: number): Promise<LiveHeapProbe> {
@@ -33,19 +16,25 @@ export class LiveHeapProbe {
     const url = targets[0]?.webSocketDebuggerUrl
     if (url === undefined) throw new Error(`no inspector target on port ${port}`)
     const socket = new WebSocket(url)
-    await new Promise<void>((resolve, reject) => {
-      socket.once('open', () => { resolve() })
-      socket.once('error', reject)
-    })
+    await new Promise((resolve, reject) => { socket.once('open', resolve).once('error', reject) })
     socket.on('error', () => {})
     return new LiveHeapProbe(socket)
   }
 
+  /** Sends one inspector command and waits for its answer (or the connection's close). */
   async #call (method: string, params: Record<string, unknown> = {}): Promise<unknown> {
     const id = this.#nextId++
     return await new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject })
-      this.#socket.send(JSON.stringify({ id, method, params }))
+      const onMessage = (data: WebSocket.RawData): void => {
+        const message = JSON.parse(String(data)) as { id?: number, result?: unknown, error?: { message: string } }
+        if (message.id !== id) return
+        off()
+        if (message.error === undefined) resolve(message.result); else reject(new Error(message.error.message))
+      }
+      const onClose = (): void => { off(); reject(new Error('inspector connection closed')) }
+      const off = (): void => { this.socket.off('message', onMessage).off('close', onClose) }
+      this.socket.on('message', onMessage).on('close', onClose)
+      this.socket.send(JSON.stringify({ id, method, params }))
     })
   }
 
@@ -57,6 +46,6 @@ export class LiveHeapProbe {
   }
 
   close (): void {
-    this.#socket.close()
+    this.socket.close()
   }
 }

@@ -34,10 +34,7 @@ export interface Measurement {
   readonly valid: boolean
   /** CPU used during the phase (Linux only), filled in by run.ts. */
   cpu?: CpuUse
-  /**
-   * Peak resident memory of the target's own processes during the phase, MB = 10⁶ bytes (Linux only; the
-   * sum over its processes; undefined for a target with no process of its own), filled in by run.ts.
-   */
+  /** Peak RSS of the target's own processes during the phase, MB = 10⁶ bytes (Linux; their sum; undefined without a process of its own), by run.ts. */
   peakRssMb?: number
   /** False when the kernel refused to reset the peak mark: `peakRssMb` is then the peak since the process started. */
   peakRssPhaseOnly?: boolean
@@ -78,38 +75,50 @@ export interface LoadOptions {
   requestIds?: { prefix: string, onIssued?: (id: string) => void, onAnswered?: (id: string) => void, header?: string }
 }
 
+const is2xx = (status: number): boolean => status >= 200 && status < 300
+
 /**
- * Runs autocannon against `request`. Latency percentiles are computed here from autocannon's
- * per-response hrtime durations (2xx only) rather than from its histogram, which has 1 ms
- * resolution and adds coordinated-omission samples at a fixed rate: sub-millisecond differences
- * between targets are the point of this bench.
+ * Runs autocannon against `request`. The percentiles come from autocannon's per-response hrtime
+ * durations (2xx only), not its histogram, which has 1 ms resolution and adds coordinated-omission
+ * samples at a fixed rate: sub-millisecond differences between targets are the point of this bench.
  */
 export async function runLoad (request: LoadRequest, options: LoadOptions): Promise<Measurement> {
   const latencies = new Latencies()
-  let finish: (error: unknown, result: autocannon.Result) => void = () => {}
-  const done = new Promise<autocannon.Result>((resolve, reject) => {
-    finish = (error, result) => { if (error === null || error === undefined) resolve(result); else reject(error as Error) }
+  const ids = options.requestIds
+  let next = 0
+  const result = await new Promise<autocannon.Result>((resolve, reject) => {
+    autocannon({
+      url: request.url,
+      method: request.method,
+      headers: request.headers,
+      ...(request.body === undefined ? {} : { body: request.body }),
+      connections: options.connections,
+      pipelining: 1,
+      duration: options.durationSeconds,
+      timeout: 10,
+      ...(options.overallRate === undefined ? {} : { overallRate: options.overallRate }),
+      ...(ids === undefined
+        ? {}
+        : {
+            requests: [{
+              setupRequest: req => {
+                const id = `${ids.prefix}${next++}`
+                req.headers = { ...req.headers, [ids.header ?? 'x-request-id']: id }
+                ids.onIssued?.(id)
+                return req
+              },
+              onResponse: (status, _body, _context, headers) => {
+                if (!is2xx(status) || ids.onAnswered === undefined) return
+                const id = Object.entries(headers ?? {}).find(([name]) => name.length === 12 && name.toLowerCase() === 'x-request-id')?.[1]
+                if (typeof id === 'string') ids.onAnswered(id)
+              }
+            }]
+          })
+    }, (error, result) => { if (error === null || error === undefined) resolve(result); else reject(error as Error) })
+      .on('response', (_client, status, _bytes, responseTime) => { if (is2xx(status)) latencies.push(responseTime) })
   })
-  const instance = autocannon({
-    url: request.url,
-    method: request.method,
-    headers: request.headers,
-    ...(request.body === undefined ? {} : { body: request.body }),
-    connections: options.connections,
-    pipelining: 1,
-    duration: options.durationSeconds,
-    timeout: 10,
-    ...(options.overallRate === undefined ? {} : { overallRate: options.overallRate }),
-    ...(options.requestIds === undefined ? {} : { requests: [uniqueIdRequest(options.requestIds)] })
-  }, (error, result) => { finish(error, result) })
-  instance.on('response', (_client, statusCode, _bytes, responseTime) => {
-    if (statusCode < 200 || statusCode >= 300) return
-    latencies.push(responseTime)
-  })
-  const result = await done
-  const statusCodes: Record<string, number> = {}
-  for (const [code, stat] of Object.entries(result.statusCodeStats ?? {})) statusCodes[code] = stat.count ?? 0
-  return summarize(latencies.values.subarray(0, latencies.count), {
+  const statusCodes = Object.fromEntries(Object.entries(result.statusCodeStats ?? {}).map(([code, stat]) => [code, stat.count ?? 0]))
+  return summarize(latencies, {
     ok: result['2xx'],
     errors: result.errors,
     timeouts: result.timeouts,
@@ -119,24 +128,6 @@ export async function runLoad (request: LoadRequest, options: LoadOptions): Prom
     connections: options.connections,
     ...(options.overallRate === undefined ? {} : { targetRate: options.overallRate })
   })
-}
-
-function uniqueIdRequest (ids: NonNullable<LoadOptions['requestIds']>): autocannon.Request {
-  let next = 0
-  return {
-    setupRequest: request => {
-      const id = `${ids.prefix}${next++}`
-      request.headers = { ...request.headers, [ids.header ?? 'x-request-id']: id }
-      ids.onIssued?.(id)
-      return request
-    },
-    onResponse: (status, _body, _context, headers) => {
-      if (status < 200 || status >= 300 || ids.onAnswered === undefined) return
-      for (const [name, value] of Object.entries(headers ?? {})) {
-        if (name.length === 12 && name.toLowerCase() === 'x-request-id' && typeof value === 'string') { ids.onAnswered(value); return }
-      }
-    }
-  }
 }
 
 /** A growing list of latencies (ms), for the load generators that time each response themselves. */
@@ -156,29 +147,35 @@ export class Latencies {
 /** The counts a load generator reports; `summarize` adds the latency statistics. */
 export type LoadCounts = Pick<Measurement, 'ok' | 'errors' | 'timeouts' | 'non2xx' | 'statusCodes' | 'durationSeconds' | 'connections' | 'targetRate'>
 
-/** A Measurement from 2xx latencies (ms, any order; sorted in place) and the counts. */
-export function summarize (latencies: Float64Array, counts: LoadCounts): Measurement {
-  const sorted = latencies.sort()
-  const count = sorted.length
-  let sum = 0
-  for (const value of sorted) sum += value
+/** A Measurement from 2xx latencies (ms, any order; sorted in place) and the counts; percentiles by nearest rank (exact). */
+export function summarize (latencies: Float64Array | Latencies, counts: LoadCounts): Measurement {
+  const sorted = (latencies instanceof Latencies ? latencies.values.subarray(0, latencies.count) : latencies).sort()
+  const n = sorted.length
+  const at = (p: number): number => n === 0 ? NaN : sorted[Math.min(n, Math.max(1, Math.ceil(p / 100 * n))) - 1] as number
   return {
     rps: counts.durationSeconds > 0 ? counts.ok / counts.durationSeconds : 0,
-    p50Ms: percentile(sorted, 50),
-    p90Ms: percentile(sorted, 90),
-    p99Ms: percentile(sorted, 99),
-    maxMs: count === 0 ? NaN : sorted[count - 1] as number,
-    meanMs: count === 0 ? NaN : sum / count,
+    p50Ms: at(50),
+    p90Ms: at(90),
+    p99Ms: at(99),
+    maxMs: at(100),
+    meanMs: n === 0 ? NaN : sorted.reduce((total, v) => total + v, 0) / n,
     ...counts,
     valid: counts.ok > 0 && counts.errors === 0 && counts.timeouts === 0 && counts.non2xx === 0
   }
 }
 
-/** Nearest-rank percentile of an ascending array; NaN when empty. */
-export function percentile (sorted: Float64Array, p: number): number {
-  if (sorted.length === 0) return NaN
-  const rank = Math.ceil((p / 100) * sorted.length)
-  return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1] as number
+/** Calls `send` with the ms elapsed (at most `seconds`) every ~1 ms tick until `seconds` have passed: the clock of the open-loop generators. */
+export async function eachTick (seconds: number, send: (elapsedMs: number) => void): Promise<void> {
+  const start = performance.now()
+  await new Promise<void>(resolve => {
+    const tick = (): void => {
+      const elapsed = performance.now() - start
+      send(Math.min(elapsed, seconds * 1000))
+      if (elapsed >= seconds * 1000) { clearInterval(timer); resolve() }
+    }
+    const timer = setInterval(tick, 1)
+    tick()
+  })
 }
 
 /** As fast as the target answers: `connections` connections, pipelining 1. */
@@ -192,32 +189,26 @@ export async function measureManyConnections (request: LoadRequest, settings: Be
 }
 
 /**
- * A fixed overall rate (autocannon `overallRate`). Note autocannon's limiter: each connection gets
- * a budget of rate/connections requests per second and spends it back to back, then waits for the
- * next second; so the load comes in bursts at up to `rateConnections` concurrent requests.
+ * A fixed overall rate (autocannon `overallRate`). Autocannon gives each connection rate/connections
+ * requests a second, spent back to back: the load comes in bursts of up to `rateConnections` requests.
  */
 export async function measureFixedRate (request: LoadRequest, settings: BenchSettings): Promise<Measurement> {
   return await runLoad(request, { connections: settings.rateConnections, durationSeconds: settings.durationSeconds, overallRate: settings.rate })
 }
 
-/** Warm-up load (results discarded): token caches, keep-alive pools, JIT. */
-/**
- * At rest for `seconds`, then one request: the phase's peak RSS is the target's idle figure
- * (before the warm-up: as it started; after it: what the load left behind).
- */
+/** At rest for `seconds`, then one request: the phase's peak RSS is the target's idle figure. */
 export async function measureIdle (request: LoadRequest, seconds: number): Promise<Measurement> {
   await new Promise(resolve => setTimeout(resolve, seconds * 1000))
-  const latencies = new Latencies()
   const sentAt = performance.now()
   const response = await fetch(request.url, { method: request.method, headers: request.headers, body: request.body })
   await response.arrayBuffer()
-  latencies.push(performance.now() - sentAt)
   const ok = response.status === 200 ? 1 : 0
-  return summarize(latencies.values.subarray(0, latencies.count), {
+  return summarize(Float64Array.of(performance.now() - sentAt), {
     ok, errors: 0, timeouts: 0, non2xx: 1 - ok, statusCodes: { [response.status]: 1 }, durationSeconds: seconds, connections: 1
   })
 }
 
+/** Warm-up load (results discarded): token caches, keep-alive pools, JIT. */
 export async function warmUp (request: LoadRequest, settings: BenchSettings): Promise<Measurement> {
   return await runLoad(request, { connections: settings.connections, durationSeconds: settings.warmupSeconds })
 }

@@ -1,83 +1,53 @@
 import http from 'node:http'
-import { type LoadRequest, type Measurement, summarize } from './load.ts'
+import { eachTick, Latencies, type LoadRequest, type Measurement, summarize } from './load.ts'
 import type { BenchSettings } from './settings.ts'
 
 /**
- * An open-loop load generator that spreads requests evenly over time (one batch per ~1 ms timer
- * tick, as many as are due), unlike autocannon's `overallRate`, which spends each connection's
- * per-second budget in one burst. Latency runs from the moment a request is written to the last
- * byte of its response, as autocannon measures it. Keep-alive connections, opened as needed
- * (`connections` in the result is the most requests that were in flight at once).
+ * An open-loop generator that spreads requests evenly over time (each ~1 ms tick sends what is
+ * due), unlike autocannon's `overallRate`, which spends each connection's per-second budget in one
+ * burst. Latency runs from the write of a request to the last byte of its response, as autocannon
+ * measures it. Keep-alive connections, opened as needed (`connections` in the result: the most
+ * requests in flight at once).
  */
 export async function runPaced (request: LoadRequest, rate: number, durationSeconds: number): Promise<Measurement> {
   const url = new URL(request.url)
   const agent = new http.Agent({ keepAlive: true, maxSockets: 256 })
   const body = request.body === undefined ? undefined : Buffer.from(request.body)
   const headers = { ...request.headers, ...(body === undefined ? {} : { 'content-length': String(body.length) }) }
-  const latencies = new Float64Array(Math.ceil(rate * durationSeconds) + 16)
-  let count = 0
-  let ok = 0
-  let errors = 0
-  let timeouts = 0
-  let non2xx = 0
-  let pending = 0
-  let maxPending = 0
+  const options = { host: url.hostname, port: url.port, path: url.pathname + url.search, method: request.method, headers, agent, timeout: 10_000 }
+  const latencies = new Latencies()
   const statusCodes: Record<string, number> = {}
-  let allDone: () => void = () => {}
-  const drained = new Promise<void>(resolve => { allDone = resolve })
-  let sendingOver = false
+  const inFlight: Array<Promise<void>> = []
+  let [ok, errors, timeouts, non2xx, pending, maxPending] = [0, 0, 0, 0, 0, 0]
 
-  const finished = (): void => {
-    pending--
-    if (sendingOver && pending === 0) allDone()
-  }
-
-  function send (): void {
-    pending++
-    if (pending > maxPending) maxPending = pending
+  const send = (): Promise<void> => new Promise(resolve => {
+    maxPending = Math.max(maxPending, ++pending)
     const startedAt = performance.now()
-    const req = http.request({
-      host: url.hostname, port: url.port, path: url.pathname + url.search, method: request.method, headers, agent, timeout: 10_000
-    }, res => {
-      res.on('data', () => {})
+    const failed = (): void => { errors++; pending--; resolve() }
+    const req = http.request(options, res => {
+      res.resume()
       res.on('end', () => {
         const status = res.statusCode ?? 0
         statusCodes[status] = (statusCodes[status] ?? 0) + 1
-        if (status >= 200 && status < 300) {
-          ok++
-          if (count < latencies.length) latencies[count++] = performance.now() - startedAt
-        } else {
-          non2xx++
-        }
-        finished()
+        if (status >= 200 && status < 300) { ok++; latencies.push(performance.now() - startedAt) } else non2xx++
+        pending--
+        resolve()
       })
-      res.on('error', () => { errors++; finished() })
+      res.on('error', failed)
     })
     req.on('timeout', () => { timeouts++; req.destroy(new Error('timeout')) })
-    req.on('error', () => { errors++; finished() })
+    req.on('error', failed)
     req.end(body)
-  }
+  })
 
-  const start = performance.now()
-  const end = start + durationSeconds * 1000
-  let sent = 0
-  await new Promise<void>(resolve => {
-    const tick = (): void => {
-      const now = performance.now()
-      const due = Math.floor((Math.min(now, end) - start) / 1000 * rate)
-      while (sent < due) { sent++; send() }
-      if (now >= end) { resolve(); return }
-      setTimeout(tick, 1)
-    }
-    tick()
+  const startedAt = performance.now()
+  await eachTick(durationSeconds, elapsedMs => {
+    for (let due = Math.floor(elapsedMs / 1000 * rate); inFlight.length < due;) inFlight.push(send())
   })
-  const elapsedSeconds = (performance.now() - start) / 1000
-  sendingOver = true
-  if (pending > 0) await drained
+  const elapsedSeconds = (performance.now() - startedAt) / 1000
+  await Promise.all(inFlight)
   agent.destroy()
-  return summarize(latencies.subarray(0, count), {
-    ok, errors, timeouts, non2xx, statusCodes, durationSeconds: elapsedSeconds, connections: maxPending, targetRate: rate
-  })
+  return summarize(latencies, { ok, errors, timeouts, non2xx, statusCodes, durationSeconds: elapsedSeconds, connections: maxPending, targetRate: rate })
 }
 
 /** A fixed rate, evenly paced (see runPaced): the latency a caller sees at that rate without bursts. */

@@ -1,5 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs'
-import { type BenchReport, int, type ScenarioReport } from './report.ts'
+import { type BenchReport, int, mainPhase, type ScenarioReport } from './report.ts'
 
 // The README shows the last run's figures between two markers, so they are always current.
 export const SUMMARY_START = '<!-- bench-summary:start (written by npm run bench from bench/results/latest.json; edits here are overwritten) -->'
@@ -7,12 +7,11 @@ export const SUMMARY_END = '<!-- bench-summary:end -->'
 
 const cell = (text: string): string => text.replace(/\s*\n\s*/g, ' ').replaceAll('|', '\\|').replaceAll('*', '\\*')
 
-/** One row a scenario: the sidecar's rate in its first phase as a ratio to the baseline, with its CPU and memory, and what was measured. */
+/** One row a scenario: the sidecar's rate in its main phase (see mainPhase) as a ratio to the baseline, with its CPU and memory, and what was measured. */
 function ratioRow (scenario: ScenarioReport): string {
-  const phase = scenario.phases[0]
-  const baseline = phase === undefined ? undefined : scenario.targets.find(t => t.id === scenario.baselineId)?.phases[phase.id]
-  const sidecar = scenario.targets.find(t => t.id === 'sidecar') ?? scenario.targets.find(t => t.id.startsWith('sidecar'))
-  const own = phase === undefined ? undefined : sidecar?.phases[phase.id]
+  const phaseId = mainPhase(scenario)?.id ?? ''
+  const baseline = scenario.targets.find(t => t.id === scenario.baselineId)?.phases[phaseId]
+  const own = (scenario.targets.find(t => t.id === 'sidecar') ?? scenario.targets.find(t => t.id.startsWith('sidecar')))?.phases[phaseId]
   const ratio = own === undefined || baseline === undefined || !own.valid || !baseline.valid || baseline.rps === 0
     ? '–'
     : `${(own.rps / baseline.rps).toFixed(2)}× ${scenario.baselineId}${own.disturbed === true ? ' †' : ''}`

@@ -4,7 +4,6 @@ import { fileURLToPath } from 'node:url'
 import { renderChart } from './chart.ts'
 import { updateReadme } from './readme-summary.ts'
 import { SCENARIOS } from './scenarios/all.ts'
-import type { BenchSettings } from './settings.ts'
 import { type BenchReport, renderMarkdown } from './report.ts'
 
 /**
@@ -17,33 +16,29 @@ import { type BenchReport, renderMarkdown } from './report.ts'
  * (after a change to a scenario's `evaluate`; the JSON is rewritten too). `--readme` also rewrites
  * the summary between the markers in the project README.
  */
-const defaultJson = join(dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json')
+const here = dirname(fileURLToPath(import.meta.url))
 const args = process.argv.slice(2)
-const readme = args.includes('--readme')
-const evaluate = args.includes('--evaluate')
-const jsonFile = resolve(args.find(a => !a.startsWith('--')) ?? defaultJson)
+const jsonFile = resolve(args.find(a => !a.startsWith('--')) ?? join(here, 'results', 'latest.json'))
+function fail (message: string): never {
+  console.error(`bench:render: ${message}`)
+  process.exit(1)
+}
 
 let report: BenchReport
 try {
   report = JSON.parse(readFileSync(jsonFile, 'utf8')) as BenchReport
 } catch (error) {
-  console.error(`bench:render: cannot read ${jsonFile}: ${(error as Error).message}`)
-  process.exit(1)
+  fail(`cannot read ${jsonFile}: ${(error as Error).message}`)
 }
-if (report.schema !== 1 || !Array.isArray(report.scenarios)) {
-  console.error(`bench:render: ${jsonFile} is not a bench report (schema 1 with scenarios)`)
-  process.exit(1)
-}
+if (report.schema !== 1 || !Array.isArray(report.scenarios)) fail(`${jsonFile} is not a bench report (schema 1 with scenarios)`)
 
-if (evaluate) {
-  const settings: BenchSettings = { ...report.settings, targets: report.settings.targets === null ? undefined : new Set(report.settings.targets) }
+if (args.includes('--evaluate')) {
+  const settings = { ...report.settings, targets: report.settings.targets === null ? undefined : new Set(report.settings.targets) }
   report = {
     ...report,
     scenarios: report.scenarios.map(stored => {
-      const scenario = SCENARIOS.find(s => s.name === stored.name)
-      if (scenario === undefined) return stored
-      const evaluation = scenario.evaluate(stored.targets, settings)
-      return { ...stored, ratios: evaluation.ratios, checks: evaluation.checks, ...(evaluation.notes === undefined ? {} : { notes: evaluation.notes }) }
+      const evaluation = SCENARIOS.find(s => s.name === stored.name)?.evaluate(stored.targets, settings)
+      return evaluation === undefined ? stored : { ...stored, ratios: evaluation.ratios, checks: evaluation.checks, ...(evaluation.notes === undefined ? {} : { notes: evaluation.notes }) }
     })
   }
   writeFileSync(jsonFile, JSON.stringify(report, null, 2) + '\n')
@@ -55,11 +50,7 @@ for (const [file, content] of [[`${base}.md`, renderMarkdown(report)], [`${base}
   writeFileSync(file, content)
   console.error(`wrote ${relative(process.cwd(), file)}`)
 }
-if (readme) {
-  const readmeFile = join(dirname(fileURLToPath(import.meta.url)), '..', 'README.md')
-  if (!updateReadme(readmeFile, report)) {
-    console.error('bench:render: README.md has no bench-summary markers')
-    process.exit(1)
-  }
+if (args.includes('--readme')) {
+  if (!updateReadme(join(here, '..', 'README.md'), report)) fail('README.md has no bench-summary markers')
   console.error('updated the summary in README.md')
 }
