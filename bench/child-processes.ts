@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { closeSync, openSync, readFileSync } from 'node:fs'
-import { connect, createServer } from 'node:net'
+import { connect } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 
@@ -23,7 +23,7 @@ export interface BenchChild {
 
 const running = new Map<number, ChildProcess>()
 
-export interface SpawnOptions {
+interface SpawnOptions {
   name: string
   command: string
   args: string[]
@@ -32,6 +32,7 @@ export interface SpawnOptions {
   logDir: string
 }
 
+/** Starts `command` with its stdout and stderr in `<logDir>/<name>.log`, registered to be killed at the end. */
 export function spawnChild (options: SpawnOptions): BenchChild {
   const logFile = join(options.logDir, `${options.name}.log`)
   const fd = openSync(logFile, 'a')
@@ -104,42 +105,11 @@ export function guardAgainstOrphans (cleanup: () => void): void {
   }
 }
 
-/** Ports this process has handed out: the kernel may offer a just-closed port again, and two servers of one target must not get the same. */
-const handedOut = new Set<number>()
-
-/** A free TCP port on loopback, never one handed out before (bound and released; another process could take it, which is unlikely). */
-export async function freePort (): Promise<number> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const port = await anyFreePort()
-    if (handedOut.has(port)) continue
-    handedOut.add(port)
-    return port
-  }
-  throw new Error('no free port that was not handed out already')
-}
-
-async function anyFreePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', resolve)
-  })
-  const address = server.address()
-  await new Promise(resolve => server.close(resolve))
-  if (address === null || typeof address === 'string') throw new Error('no free port')
-  return address.port
-}
-
-function tcpConnects (port: number): Promise<boolean> {
-  return new Promise(resolve => {
-    const socket = connect({ port, host: '127.0.0.1' })
-    socket.once('connect', () => { socket.destroy(); resolve(true) })
-    socket.once('error', () => { socket.destroy(); resolve(false) })
-  })
-}
+/** A free loopback port, never one handed out before (shared with the tests). */
+export { freePort } from '../test/helpers/ports.ts'
 
 /** Resolves when `check` passes; throws when `child` exits first or `timeoutMs` passes. */
-export async function waitUntil (child: BenchChild, what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+async function waitUntil (child: BenchChild, what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     if (child.exited !== null) {
@@ -153,7 +123,11 @@ export async function waitUntil (child: BenchChild, what: string, check: () => P
 
 /** Waits for a TCP listener on 127.0.0.1:`port`. */
 export async function waitForPort (child: BenchChild, port: number, timeoutMs?: number): Promise<void> {
-  await waitUntil(child, `listening on ${port}`, async () => await tcpConnects(port), timeoutMs)
+  await waitUntil(child, `listening on ${port}`, async () => await new Promise<boolean>(resolve => {
+    const socket = connect({ port, host: '127.0.0.1' })
+    socket.once('connect', () => { socket.destroy(); resolve(true) })
+    socket.once('error', () => { socket.destroy(); resolve(false) })
+  }), timeoutMs)
 }
 
 /** Waits for `GET url` to answer 200. */

@@ -1,21 +1,23 @@
-import { spawn } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
-import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http'
+import { createServer, request } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
-import { type BenchChild, freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp200 } from './child-processes.ts'
+import { startPrivateRedis } from '../test/helpers/redis-server.ts'
+import { type ReceiverAction, startWebhookReceiver } from '../test/helpers/webhook-receiver.ts'
+import { type BenchChild, freePort, guardAgainstOrphans, spawnChild, waitForHttp200 } from './child-processes.ts'
 
 /**
- * `SOAK_CASE=fleet npm run soak`: SOAK_SECONDS (default 600) of async and idempotent traffic, with
- * webhooks to a flaky receiver, through two sidecar processes sharing one private redis-server;
- * every SOAK_KILL_EVERY_S seconds (default 120) one of them is SIGKILLed and started again. Fails
- * (exit 1) when a webhook is lost, a delivery makes more attempts than WEBHOOK_ATTEMPTS + 1, or an
- * idempotent request reaches the app twice. Results in bench/results/soak-fleet.json.
+ * `SOAK_CASE=fleet npm run soak` (bench/soak.ts runs soakFleet): SOAK_SECONDS (default 600) of
+ * async and idempotent traffic, with webhooks to a flaky receiver, through two sidecar processes
+ * sharing one private redis-server; every SOAK_KILL_EVERY_S seconds (default 120) one of them is
+ * SIGKILLed and started again. Fails (exit 1) when a webhook is lost, a delivery makes more
+ * attempts than WEBHOOK_ATTEMPTS + 1, or an idempotent request reaches the app twice. Results in
+ * bench/results/soak-fleet.json. Also home to what both soaks share (receiver, POST, ROOT).
  */
-const ROOT = fileURLToPath(new URL('../', import.meta.url))
+export const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 600)
 const KILL_EVERY_S = Number(process.env.SOAK_KILL_EVERY_S ?? 120)
 const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 16)
@@ -23,27 +25,22 @@ const ATTEMPTS = 3
 /** After the traffic: long enough for the deliveries of the last killed sidecar to be taken over (30 s idle, 10 s beats) and retried. */
 const SETTLE_S = 60
 
-interface Attempts { statuses: number[] }
-
-/** A receiver that answers 404 (retry), resets (retry), hangs past the attempt's time limit (retry), or 200. */
-async function startFlakyReceiver (): Promise<{ url: string, deliveries: Map<string, Attempts>, close: () => Promise<void> }> {
-  const deliveries = new Map<string, Attempts>()
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    req.resume()
-    req.on('end', () => {
-      const runId = String(req.headers['x-request-id'])
-      const entry = deliveries.get(runId) ?? { statuses: [] }
-      deliveries.set(runId, entry)
-      const roll = Math.random()
-      if (roll < 0.2) { entry.statuses.push(404); res.writeHead(404).end() } else if (roll < 0.25) { entry.statuses.push(0); req.socket.destroy() } else if (roll < 0.28) { entry.statuses.push(-1) } else { entry.statuses.push(200); res.writeHead(200).end() }
-    })
+/**
+ * A webhook receiver (test/helpers/webhook-receiver.ts) whose every attempt gets `roll()`'s
+ * answer, with each run id's statuses in order (0: connection reset, -1: hung); both soaks use it.
+ */
+export async function startFlakyReceiver (roll: () => ReceiverAction): Promise<{ url: string, deliveries: Map<string, number[]>, close: () => Promise<void> }> {
+  const deliveries = new Map<string, number[]>()
+  const receiver = await startWebhookReceiver([], roll, {
+    record: false,
+    onAttempt: ({ headers, action }) => {
+      const runId = String(headers['x-request-id'])
+      const statuses = deliveries.get(runId) ?? []
+      deliveries.set(runId, statuses)
+      statuses.push(action === 'reset' ? 0 : action === 'hang' ? -1 : typeof action === 'number' ? action : action.status)
+    }
   })
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
-    deliveries,
-    close: async () => { server.closeAllConnections(); await new Promise(resolve => server.close(resolve)) }
-  }
+  return { url: `${receiver.url}/hook`, deliveries, close: receiver.close }
 }
 
 /** The app: answers after a few ms, and counts the requests per Idempotency-Key (a key may reach it once). */
@@ -65,7 +62,8 @@ async function startCountingApp (): Promise<{ url: string, byKey: Map<string, nu
   }
 }
 
-function post (url: string, headers: Record<string, string>): Promise<{ status: number, body: string }> {
+/** A JSON POST (a new request on the global agent): its status and body. */
+export function post (url: string, headers: Record<string, string>, body = '{"soak":true}'): Promise<{ status: number, body: string }> {
   return new Promise((resolve, reject) => {
     const req = request(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' } }, res => {
       let body = ''
@@ -74,7 +72,7 @@ function post (url: string, headers: Record<string, string>): Promise<{ status: 
       res.on('end', () => { resolve({ status: res.statusCode ?? 0, body }) })
     })
     req.on('error', reject)
-    req.end('{"soak":true}')
+    req.end(body)
   })
 }
 
@@ -84,12 +82,16 @@ async function waitUntilExited (child: BenchChild | undefined): Promise<void> {
   while (child !== undefined && child.exited === null) await sleep(20)
 }
 
-async function main (): Promise<number> {
+/** The fleet soak; its exit code. */
+export async function soakFleet (): Promise<number> {
   guardAgainstOrphans(() => {})
   const logDir = mkdtempSync(join(tmpdir(), 'app-sidecar-soak-fleet-'))
-  const redisPort = await freePort()
-  const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  const receiver = await startFlakyReceiver()
+  const redis = await startPrivateRedis({ teardown: () => {} }) // stopped below
+  // 404 (retry), a reset connection (retry), a hang past the attempt's time limit (retry), or 200
+  const receiver = await startFlakyReceiver(() => {
+    const roll = Math.random()
+    return roll < 0.2 ? 404 : roll < 0.25 ? 'reset' : roll < 0.28 ? 'hang' : 200
+  })
   const app = await startCountingApp()
   const sidecars: Sidecar[] = [
     { name: 'sidecar-a', port: await freePort(), adminPort: await freePort(), child: undefined },
@@ -102,7 +104,7 @@ async function main (): Promise<number> {
       args: ['dist/bin/app-sidecar.js'],
       env: {
         PORT: String(sidecar.port), ADMIN_PORT: String(sidecar.adminPort), HOST: '127.0.0.1', APP_URL: app.url, DISABLE_AUTH: 'true',
-        PROJECT_ID: 'soak', APP_NAME: 'app', RUN_STORE_URL: `redis://127.0.0.1:${redisPort}/0`, LOG_LEVEL: 'warn', REPLICA_CONCURRENCY: '8',
+        PROJECT_ID: 'soak', APP_NAME: 'app', RUN_STORE_URL: redis.url, LOG_LEVEL: 'warn', REPLICA_CONCURRENCY: '8',
         WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', WEBHOOK_ATTEMPTS: String(ATTEMPTS), WEBHOOK_MAX_DELAY_MS: '200', WEBHOOK_TIMEOUT_MS: '1000'
       },
       cwd: ROOT,
@@ -171,10 +173,10 @@ async function main (): Promise<number> {
   let overAttempts = 0
   let delivered = 0
   for (const runId of owed) {
-    const entry = receiver.deliveries.get(runId)
-    if (entry === undefined) { lost++; if (problems.length < 20) problems.push(`${runId}: no delivery seen`); continue }
-    if (entry.statuses.length > ATTEMPTS + 1) { overAttempts++; if (problems.length < 20) problems.push(`${runId}: ${entry.statuses.length} attempts`) }
-    if (entry.statuses.includes(200)) delivered++
+    const statuses = receiver.deliveries.get(runId)
+    if (statuses === undefined) { lost++; if (problems.length < 20) problems.push(`${runId}: no delivery seen`); continue }
+    if (statuses.length > ATTEMPTS + 1) { overAttempts++; if (problems.length < 20) problems.push(`${runId}: ${statuses.length} attempts`) }
+    if (statuses.includes(200)) delivered++
   }
   let twice = 0
   for (const [key, n] of app.byKey) {
@@ -193,15 +195,9 @@ async function main (): Promise<number> {
   writeFileSync(join(ROOT, 'bench/results/soak-fleet.json'), JSON.stringify(result, null, 2) + '\n')
   process.stdout.write(JSON.stringify(result, null, 2) + '\n')
   for (const sidecar of sidecars) await sidecar.child?.stop()
-  redis.kill('SIGKILL')
+  await redis.stop()
   await Promise.all([receiver.close(), app.close()])
   const failed = Object.values(result.verdict).some(Boolean)
   process.stdout.write(failed ? 'soak fleet: FAIL\n' : 'soak fleet: PASS\n')
   return failed ? 1 : 0
 }
-
-main().then(code => { process.exitCode = code }, error => {
-  killAllChildren()
-  process.stderr.write(`soak fleet: ${(error as Error).stack ?? String(error)}\n`)
-  process.exitCode = 1
-})

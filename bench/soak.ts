@@ -1,16 +1,15 @@
 import { mkdtempSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs'
-import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { request } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { fileURLToPath } from 'node:url'
 import { createParser } from 'eventsource-parser'
 import WebSocket from 'ws'
 import { createTokenIssuer, serveJwks } from '../src/demo/demo-token-issuer.ts'
 import { LiveHeapProbe } from './live-heap.ts'
 import { rssMb } from './process-memory.ts'
 import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp200 } from './child-processes.ts'
+import { post, ROOT, soakFleet, startFlakyReceiver } from './soak-fleet.ts'
 
 /**
  * `npm run soak`: (`SOAK_CASE=fleet`: bench/soak-fleet.ts instead) SOAK_SECONDS (default 600) of mixed traffic through a real sidecar process:
@@ -27,7 +26,6 @@ import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp
  * the last quarter of the run with the second quarter's (after warm-up), and RSS only for runaway
  * growth.
  */
-const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 600)
 const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 16)
 const ATTEMPTS = 3
@@ -37,7 +35,6 @@ const LIVE_HEAP_EVERY_S = Math.max(1, Math.min(20, SECONDS / 8))
 
 interface Sample { t: number, rssMb: number, fds: number, sockets: number }
 interface LiveHeap { t: number, mb: number }
-interface Delivery { statuses: number[] }
 
 function procStats (pid: number): Omit<Sample, 't'> {
   const fds = readdirSync(`/proc/${pid}/fd`)
@@ -46,38 +43,6 @@ function procStats (pid: number): Omit<Sample, 't'> {
     try { if (readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:')) sockets++ } catch {}
   }
   return { rssMb: rssMb(pid) ?? 0, fds: fds.length, sockets }
-}
-
-/** A receiver that answers 404 (retry), resets (retry) or 200, at random, and records each attempt per run id. */
-async function startFlakyReceiver (): Promise<{ url: string, deliveries: Map<string, Delivery>, close: () => Promise<void> }> {
-  const deliveries = new Map<string, Delivery>()
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    req.resume()
-    req.on('end', () => {
-      const runId = String(req.headers['x-request-id'])
-      const entry = deliveries.get(runId) ?? { statuses: [] }
-      deliveries.set(runId, entry)
-      const roll = Math.random()
-      if (roll < 0.25) { entry.statuses.push(404); res.writeHead(404).end() } else if (roll < 0.3) { entry.statuses.push(0); req.socket.destroy() } else { entry.statuses.push(200); res.writeHead(200).end() }
-    })
-  })
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
-    deliveries,
-    close: async () => { server.closeAllConnections(); await new Promise(resolve => server.close(resolve)) }
-  }
-}
-
-function post (url: string, headers: Record<string, string>, body: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' } }, res => {
-      res.resume()
-      res.on('end', () => { resolve(res.statusCode ?? 0) })
-    })
-    req.on('error', reject)
-    req.end(body)
-  })
 }
 
 function stream (url: string, headers: Record<string, string>): Promise<number> {
@@ -112,7 +77,8 @@ async function main (): Promise<number> {
   const logDir = mkdtempSync(join(tmpdir(), 'app-sidecar-soak-'))
   const issuer = await createTokenIssuer()
   const jwks = await serveJwks([issuer])
-  const receiver = await startFlakyReceiver()
+  // 404 (retry), a reset connection (retry) or 200, at random
+  const receiver = await startFlakyReceiver(() => { const roll = Math.random(); return roll < 0.25 ? 404 : roll < 0.3 ? 'reset' : 200 })
   const appPort = await freePort()
   const port = await freePort()
   const adminPort = await freePort()
@@ -155,7 +121,7 @@ async function main (): Promise<number> {
           const withHook = kind % 3 === 0
           const runId = `soak-${seq}`
           const url = `${base}/run${withHook ? `?webhookEndpoint=${encodeURIComponent(receiver.url)}` : ''}`
-          const status = await post(url, { ...auth, 'x-request-id': runId }, '{"name":"soak"}')
+          const { status } = await post(url, { ...auth, 'x-request-id': runId }, '{"name":"soak"}')
           if (status !== 200) throw new Error(`plain call ${status}`)
           counts.plain++
           if (withHook) counts.webhooks++
@@ -187,13 +153,13 @@ async function main (): Promise<number> {
   let delivered = 0
   for (let n = 0; n < seq; n++) {
     const runId = `soak-${n + 1}`
-    const entry = receiver.deliveries.get(runId)
-    if (entry === undefined) continue
-    const oks = entry.statuses.filter(status => status === 200).length
+    const statuses = receiver.deliveries.get(runId)
+    if (statuses === undefined) continue
+    const oks = statuses.filter(status => status === 200).length
     if (oks > 1) webhookProblems.push(`${runId}: delivered ${oks} times`)
-    if (entry.statuses.length > ATTEMPTS) webhookProblems.push(`${runId}: ${entry.statuses.length} attempts`)
-    if (oks === 1 && entry.statuses.at(-1) !== 200) webhookProblems.push(`${runId}: attempts after a 200`)
-    if (oks === 0 && entry.statuses.length < ATTEMPTS) webhookProblems.push(`${runId}: gave up after ${entry.statuses.length} retryable failures`)
+    if (statuses.length > ATTEMPTS) webhookProblems.push(`${runId}: ${statuses.length} attempts`)
+    if (oks === 1 && statuses.at(-1) !== 200) webhookProblems.push(`${runId}: attempts after a 200`)
+    if (oks === 0 && statuses.length < ATTEMPTS) webhookProblems.push(`${runId}: gave up after ${statuses.length} retryable failures`)
     if (oks === 1) delivered++
   }
   if (receiver.deliveries.size !== counts.webhooks) webhookProblems.push(`${counts.webhooks} webhooks asked for, ${receiver.deliveries.size} seen by the receiver`)
@@ -235,12 +201,10 @@ async function main (): Promise<number> {
   return failed ? 1 : 0
 }
 
-if (process.env.SOAK_CASE === 'fleet') {
-  await import('./soak-fleet.ts') // two sidecars on one Redis, one killed every two minutes
-} else {
-  main().then(code => { process.exitCode = code }, error => {
-    killAllChildren()
-    process.stderr.write(`soak: ${(error as Error).stack ?? String(error)}\n`)
-    process.exitCode = 1
-  })
-}
+const fleet = process.env.SOAK_CASE === 'fleet' // two sidecars on one Redis, one killed every two minutes
+const run = fleet ? soakFleet : main
+run().then(code => { process.exitCode = code }, error => {
+  killAllChildren()
+  process.stderr.write(`soak${fleet ? ' fleet' : ''}: ${(error as Error).stack ?? String(error)}\n`)
+  process.exitCode = 1
+})

@@ -54,8 +54,8 @@ export async function startExampleApp (ctx: BenchContext): Promise<StartedServer
 }
 
 /**
- * A bench-only server (`bench/<script>`, run with tsx as its own process: the stream app, the
- * slow app, the webhook receiver), ready when `GET readyPath` answers 200.
+ * A bench-only server of bench/servers.ts (`script`: its name, `.ts` optional: `stream-app`,
+ * `webhook-receiver`, …), run with tsx as its own process, ready when `GET readyPath` answers 200.
  */
 export async function startBenchServer (ctx: BenchContext, name: string, script: string, env: NodeJS.ProcessEnv = {},
   readyPath = '/health'): Promise<StartedServer> {
@@ -63,7 +63,7 @@ export async function startBenchServer (ctx: BenchContext, name: string, script:
   const child = spawnChild({
     name,
     command: process.execPath,
-    args: ['--import', 'tsx', join(ctx.root, 'bench', script)],
+    args: ['--import', 'tsx', join(ctx.root, 'bench/servers.ts'), script.replace(/\.ts$/, '')],
     env: { PORT: String(port), HOST: '127.0.0.1', ...env },
     cwd: ctx.root,
     logDir: ctx.tmpDir

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os'
 import { isAbsolute, join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
-import { scrapeMetrics } from './admin-metrics.ts'
+import { scrapeMetrics } from '../test/helpers/admin-metrics.ts'
 import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp200 } from './child-processes.ts'
 import { peakRssMb, rssMb } from './process-memory.ts'
 

@@ -1,7 +1,7 @@
 import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
-import { scrapeMetrics, sumOf } from '../admin-metrics.ts'
+import { scrapeMetrics, sumOf } from '../../test/helpers/admin-metrics.ts'
 import type { BenchChild } from '../child-processes.ts'
 import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { Latencies, type LoadRequest, type Measurement, runLoad, summarize } from '../load.ts'

@@ -1,5 +1,5 @@
 import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
-import { scrapeMetrics, sumOf } from '../admin-metrics.ts'
+import { scrapeMetrics, sumOf } from '../../test/helpers/admin-metrics.ts'
 import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
 import type { BenchContext, Check, Evaluation, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { scrapeMetrics, sumOf } from '../admin-metrics.ts'
+import { scrapeMetrics, sumOf } from '../../test/helpers/admin-metrics.ts'
 import { pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
 import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'

@@ -53,3 +53,19 @@ export async function metric (h: { admin: string }, name: string, labels: Record
   if (value === undefined) throw new Error(`no ${name}${JSON.stringify(labels)} in /metrics`)
   return value
 }
+
+/** Every sample of `<admin>/metrics`, fetched over a kept-alive connection within 5 s (the bench polls it); throws unless it answers 200. */
+export async function scrapeMetrics (admin: string): Promise<MetricSample[]> {
+  const response = await fetch(`${admin}/metrics`, { signal: AbortSignal.timeout(5000) })
+  if (response.status !== 200) throw new Error(`${admin}/metrics answered ${response.status}`)
+  return parseMetrics(await response.text())
+}
+
+/** The sum of `name`'s samples whose labels include every label of `match` (none: all of them). */
+export function sumOf (samples: readonly MetricSample[], name: string, match: Record<string, string> = {}): number {
+  let total = 0
+  for (const s of samples) {
+    if (s.name === name && Object.entries(match).every(([k, v]) => s.labels[k] === v)) total += s.value
+  }
+  return total
+}

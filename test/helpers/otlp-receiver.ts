@@ -1,4 +1,4 @@
-import { createServer } from 'node:http'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { decodeTraceExport } from './otlp-protobuf.ts'
 
@@ -45,8 +45,18 @@ const valueOf = (value: AnyValue): string | number | boolean =>
 const attributesOf = (list: KeyValue[] | undefined): Record<string, string | number | boolean> =>
   Object.fromEntries((list ?? []).map(({ key, value }) => [key, valueOf(value)]))
 
+export interface OtlpReceiverOptions {
+  /** Where to listen (default 127.0.0.1, port 0): a receiver run as a process of its own. */
+  port?: number
+  host?: string
+  /** Takes each export whole instead of decoding it into `spans` and `exports` (a receiver that only counts). */
+  onExport?: (body: Buffer, protobuf: boolean) => void
+  /** Answers any other request (returns true when it did; else 404), after its body was read. */
+  other?: (req: IncomingMessage, res: ServerResponse) => boolean
+}
+
 /** A real OTLP/HTTP trace receiver on loopback (protobuf and JSON): it decodes what the exporter sends, as a collector would. */
-export async function startOtlpReceiver (): Promise<OtlpReceiver> {
+export async function startOtlpReceiver (options: OtlpReceiverOptions = {}): Promise<OtlpReceiver> {
   const spans: ReceivedSpan[] = []
   const exports: string[] = []
   let changed: () => void = () => {}
@@ -54,9 +64,17 @@ export async function startOtlpReceiver (): Promise<OtlpReceiver> {
     const chunks: Buffer[] = []
     req.on('data', (chunk: Buffer) => chunks.push(chunk))
     req.on('end', () => {
-      if (req.method !== 'POST' || req.url !== '/v1/traces') { res.writeHead(404).end(); return }
-      exports.push(String(req.headers['content-type']))
+      if (req.method !== 'POST' || req.url !== '/v1/traces') {
+        if (options.other?.(req, res) !== true) res.writeHead(404).end()
+        return
+      }
       const raw = Buffer.concat(chunks)
+      if (options.onExport !== undefined) {
+        options.onExport(raw, req.headers['content-type'] === 'application/x-protobuf')
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+        return
+      }
+      exports.push(String(req.headers['content-type']))
       const body = (req.headers['content-type'] === 'application/x-protobuf' ? decodeTraceExport(raw) : JSON.parse(raw.toString('utf8'))) as OtlpExport
       for (const resource of body.resourceSpans) {
         const service = String(attributesOf(resource.resource?.attributes)['service.name'] ?? '')
@@ -82,8 +100,9 @@ export async function startOtlpReceiver (): Promise<OtlpReceiver> {
       changed()
     })
   })
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const host = options.host ?? '127.0.0.1'
+  await new Promise<void>(resolve => server.listen(options.port ?? 0, host, resolve))
+  const url = `http://${host}:${(server.address() as AddressInfo).port}`
   return {
     url,
     spans,

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { Redis } from 'ioredis'
-import { freePort } from './sidecar-harness.ts'
+import { freePort } from './ports.ts'
 
 /** TEST_REDIS_URL (CI sets it), else the machine's Redis, database 7. */
 export const TEST_REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379/7'

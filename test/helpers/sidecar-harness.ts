@@ -133,10 +133,4 @@ export async function eventually (check: () => boolean | Promise<boolean>, ms = 
 }
 
 /** A loopback port nothing listens on (for an app that is not there yet, or any more). */
-export async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as AddressInfo).port
-  await new Promise(resolve => server.close(resolve))
-  return port
-}
+export { freePort } from './ports.ts'

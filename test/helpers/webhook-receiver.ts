@@ -1,4 +1,4 @@
-import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
 import { performance } from 'node:perf_hooks'
 
@@ -46,11 +46,27 @@ export interface WebhookReceiver {
   close: () => Promise<void>
 }
 
+export interface WebhookReceiverOptions {
+  /** Where to listen (default 127.0.0.1, port 0): a receiver run as a process of its own. */
+  port?: number
+  host?: string
+  /** The server's keepAliveTimeout (default Node's 5 s). */
+  keepAliveMs?: number
+  /** Called with each attempt once its body was read. */
+  onAttempt?: (attempt: ReceivedAttempt) => void
+  /** false: `attempts` stays empty (a long run that only counts, through onAttempt; waitForAttempts never resolves). */
+  record?: boolean
+  /** Answers a request itself (returns true) instead of taking it as an attempt, e.g. a control route. */
+  other?: (req: IncomingMessage, res: ServerResponse) => boolean
+}
+
 /**
  * A real HTTP server on loopback port 0 that answers attempt i with `script[i]` (the last entry,
- * or `fallback` when the script is empty, for every attempt past its end), recording each.
+ * or `fallback` when the script is empty, for every attempt past its end; a function is asked
+ * for each), recording each.
  */
-export async function startWebhookReceiver (script: readonly ReceiverAction[] = [], fallback: ReceiverAction = 200): Promise<WebhookReceiver> {
+export async function startWebhookReceiver (script: readonly ReceiverAction[] = [], fallback: ReceiverAction | (() => ReceiverAction) = 200,
+  options: WebhookReceiverOptions = {}): Promise<WebhookReceiver> {
   const attempts: ReceivedAttempt[] = []
   const held: Array<{ res: ServerResponse, attempt: ReceivedAttempt }> = []
   const sockets = new Set<Socket>()
@@ -65,8 +81,9 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
   }
 
   const server = createServer((req, res) => {
+    if (options.other?.(req, res) === true) return
     const arrivedAt = performance.now()
-    const action = script[index] ?? (script.length > 0 ? script[script.length - 1] as ReceiverAction : fallback)
+    const action = script[index] ?? (script.length > 0 ? script[script.length - 1] as ReceiverAction : typeof fallback === 'function' ? fallback() : fallback)
     index++
     const chunks: Buffer[] = []
     req.on('data', (chunk: Buffer) => chunks.push(chunk))
@@ -75,7 +92,8 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
       const attempt: ReceivedAttempt = {
         arrivedAt, endedAt: undefined, method: req.method as string, url: req.url as string, headers: req.headers, body: Buffer.concat(chunks), action
       }
-      attempts.push(attempt)
+      if (options.record !== false) attempts.push(attempt)
+      options.onAttempt?.(attempt)
       for (const waiter of [...waiters]) waiter()
       if (action === 'hang') {
         held.push({ res, attempt })
@@ -100,12 +118,14 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
     socket.on('error', () => {})
     socket.on('close', () => sockets.delete(socket))
   })
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  if (options.keepAliveMs !== undefined) server.keepAliveTimeout = options.keepAliveMs
+  const host = options.host ?? '127.0.0.1'
+  await new Promise<void>(resolve => server.listen(options.port ?? 0, host, resolve))
   const port = (server.address() as AddressInfo).port
 
   return {
     port,
-    url: `http://127.0.0.1:${port}`,
+    url: `http://${host}:${port}`,
     attempts,
     connections: () => connections,
     openConnections: () => sockets.size,
@@ -139,10 +159,4 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
 }
 
 /** A loopback port nothing listens on (it was free a moment ago). */
-export async function closedPort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as AddressInfo).port
-  await new Promise(resolve => server.close(resolve))
-  return port
-}
+export { freePort as closedPort } from './ports.ts'
