@@ -1,4 +1,8 @@
-import { createLocalJWKSet, errors as joseErrors, type JSONWebKeySet, jwtVerify, type JWTVerifyGetKey } from 'jose'
+import type { JSONWebKeySet, JWTVerifyGetKey } from 'jose'
+// jose's subpaths, not its index: the index loads every JWE, JWK and signing module too (~2 MB of an idle sidecar)
+import * as joseErrors from 'jose/errors'
+import { createLocalJWKSet } from 'jose/jwks/local'
+import { jwtVerify } from 'jose/jwt/verify'
 import { LRUCache } from 'lru-cache'
 import { ForbiddenProjectError, InvalidTokenError, SidecarError, StoreUnreachableError } from '../errors.ts'
 import { fetchBoundedJson } from './bounded-json.ts'
