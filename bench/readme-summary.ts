@@ -21,8 +21,8 @@ function ratioRow (scenario: ScenarioReport): string {
 }
 
 /**
- * The README's short form of a bench report: one ratio a scenario with a sentence of context, and
- * a count of the targets met; every table and check stays in latest.md.
+ * The README's short form of a bench report: one ratio a scenario with a sentence of context, a
+ * count of the targets met and every target with its figure; every table stays in latest.md.
  */
 export function renderSummary (report: BenchReport): string {
   const env = report.environment
@@ -35,9 +35,16 @@ export function renderSummary (report: BenchReport): string {
     '',
     '| scenario | sidecar rate | what was measured |',
     '|---|---|---|',
-    ...report.scenarios.map(ratioRow)
+    ...report.scenarios.map(ratioRow),
+    '',
+    '| scenario | target | result | measured |',
+    '|---|---|---|---|',
+    ...report.scenarios.flatMap(s => s.checks.map(c => `| ${s.name} | ${cell(c.label)} | ${c.status} | ${cell(measured(c.detail))} |`))
   ].join('\n')
 }
+
+/** A check's figure without its margin (`0.93× (per round: …)`), or its whole detail when it has none. */
+const measured = (detail: string): string => detail.split('; margin ')[0] ?? detail
 
 /** Replaces what stands between the markers in `readmeFile` with the summary; false when the markers are missing. */
 export function updateReadme (readmeFile: string, report: BenchReport): boolean {
