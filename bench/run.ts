@@ -12,20 +12,17 @@ import { safeUrl } from './postgres-schema.ts'
 import { watchPeakRss } from './process-memory.ts'
 import { updateReadme } from './readme-summary.ts'
 import { type BenchReport, environment, scenarioReport, type ScenarioReport, writeReport } from './report.ts'
-import { pairedRatio, roundsOf } from './checks.ts'
+import { cpuPerRequest, pairRatios, roundsOf, rps } from './checks.ts'
 import type { BenchContext, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from './scenario.ts'
 import { SCENARIOS } from './scenarios/all.ts'
 import { type BenchSettings, loadSettings } from './settings.ts'
 
 /**
- * `npm run bench`: the chosen scenarios (BENCH_SCENARIOS; default all), every target in
- * turn (several interleaved rounds), then bench/results/latest.{json,md,svg} and the Markdown on
- * stdout. Progress goes to stderr.
+ * `npm run bench`: the chosen scenarios (BENCH_SCENARIOS; default all), every target in turn
+ * (interleaved rounds), then bench/results/latest.{json,md,svg} and the Markdown on stdout; progress on stderr.
  */
-const DEFAULT_SCENARIOS = ['all']
-
 function chosenScenarios (settings: BenchSettings): Scenario[] {
-  const names = settings.scenarios ?? DEFAULT_SCENARIOS
+  const names = settings.scenarios ?? ['all']
   if (names.includes('all')) return SCENARIOS
   const unknown = names.filter(name => !SCENARIOS.some(s => s.name === name))
   if (unknown.length > 0) throw new Error(`BENCH_SCENARIOS: unknown ${unknown.join(', ')}; known: ${SCENARIOS.map(s => s.name).join(', ')}, all`)
@@ -36,13 +33,8 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..')
 const resultsDir = join(root, 'bench/results')
 const log = (line: string): void => { process.stderr.write(`bench: ${line}\n`) }
 
-async function sendOne (request: LoadRequest): Promise<{ status: number, body: string }> {
-  const response = await fetch(request.url, {
-    method: request.method,
-    headers: request.headers,
-    ...(request.body === undefined ? {} : { body: request.body }),
-    signal: AbortSignal.timeout(10_000)
-  })
+async function sendOne ({ url, method, headers, body }: LoadRequest): Promise<{ status: number, body: string }> {
+  const response = await fetch(url, { method, headers, ...(body === undefined ? {} : { body }), signal: AbortSignal.timeout(10_000) })
   return { status: response.status, body: await response.text() }
 }
 
@@ -66,10 +58,8 @@ function sumOf (seconds: Record<string, number>, children: BenchChild[]): number
  * outside processes working for them), the load generator and the rest of the machine.
  */
 async function runPhase (phase: LoadPhase, target: RunningTarget, prepared: PreparedScenario, ctx: BenchContext): Promise<Measurement> {
-  const shared = prepared.children
-  const outside = prepared.outsideProcesses
-  const outsideBefore = outside === undefined ? {} : await outside()
-  const pids = { ...Object.fromEntries([...target.children, ...shared].map(c => [c.name, c.pid])), ...outsideBefore }
+  const { children: shared, outsideProcesses: outside } = prepared
+  const pids = { ...Object.fromEntries([...target.children, ...shared].map(c => [c.name, c.pid])), ...(outside === undefined ? {} : await outside()) }
   const run = target.runPhase ?? (async (p: LoadPhase, settings: BenchSettings) => await p.run(target.request, settings))
   const readPeakRss = watchPeakRss(target.children.map(c => c.pid))
   const { result, cpuSeconds, backgroundCores, wallSeconds } = await measureCpu(pids, async () => await run(phase, ctx.settings), outside)
@@ -105,12 +95,12 @@ async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchConte
     const dead = (): string | undefined => [...shared, ...target.children].find(c => c.exited !== null)?.name
     const first = await sendOne(target.request)
     target.checkResponse(first.status, first.body)
-    const all = phasesOf(scenario, def)
+    const all = scenario.phases.filter(phase => def.phases === undefined || def.phases.includes(phase.id))
     const ordered = [...all.filter(phase => phase.beforeWarmUp === true), undefined, ...all.filter(phase => phase.beforeWarmUp !== true)]
     for (const phase of ordered) {
       if (phase === undefined) {
         log(`${tag}: warming up ${ctx.settings.warmupSeconds} s`)
-        await (scenario.warmUp === undefined ? warmUp(target.request, ctx.settings) : scenario.warmUp(target, ctx.settings))
+        await (scenario.warmUp ?? (async (t: RunningTarget, s: BenchSettings) => await warmUp(t.request, s)))(target, ctx.settings)
         continue
       }
       await sleep(500)
@@ -125,9 +115,6 @@ async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchConte
     await target.stop()
   }
 }
-
-const phasesOf = (scenario: Scenario, def: TargetDef): LoadPhase[] =>
-  scenario.phases.filter(phase => def.phases === undefined || def.phases.includes(phase.id))
 
 async function runScenario (scenario: Scenario, ctx: BenchContext): Promise<ScenarioReport> {
   const { settings } = ctx
@@ -188,17 +175,11 @@ function withBefore (scenario: Scenario, targets: TargetDef[], bin: string | und
 
 /** This build / the older one, per `beforeIds` target: rate and CPU per request of the first phase both ran. */
 function beforeRatios (scenario: Scenario, results: TargetResult[]): Ratio[] {
-  return (scenario.beforeIds ?? []).flatMap(id => {
-    const phase = scenario.phases.find(p => p.beforeWarmUp !== true)?.id ?? ''
-    const after = roundsOf(results, id, phase)
-    const before = roundsOf(results, `${id}-before`, phase)
-    if (before.length === 0) return []
-    return [
-      pairedRatio(`${id}/${id}-before`, `${id} / the older build (BENCH_BEFORE_BIN), ${phase} rate`, '×', after, before, (x, y) => x.rps / y.rps),
-      pairedRatio(`cpu/${id}/${id}-before`, `${id} / the older build, CPU per request (${phase})`, '×', after, before,
-        (x, y) => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN))
-    ]
-  })
+  const phase = scenario.phases.find(p => p.beforeWarmUp !== true)?.id ?? ''
+  return (scenario.beforeIds ?? []).filter(id => roundsOf(results, `${id}-before`, phase).length > 0).flatMap(id => [
+    ...pairRatios(results, phase, '×', rps, [[`${id}/${id}-before`, `${id} / the older build (BENCH_BEFORE_BIN), ${phase} rate`, id, `${id}-before`]]),
+    ...pairRatios(results, phase, '×', cpuPerRequest, [[`cpu/${id}/${id}-before`, `${id} / the older build, CPU per request (${phase})`, id, `${id}-before`]])
+  ])
 }
 
 async function main (): Promise<number> {

@@ -2,12 +2,12 @@ import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
 import { scrapeMetrics, sumOf } from '../../test/helpers/admin-metrics.ts'
-import type { BenchChild } from '../child-processes.ts'
-import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
-import { Latencies, type LoadRequest, type Measurement, runLoad, summarize } from '../load.ts'
-import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
-import type { BenchSettings } from '../settings.ts'
-import { benchAuth, expectGreeting, startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
+import { ownFigure, pairRatios, type PhaseRounds, roundsOf, rps, thresholdCheck } from '../checks.ts'
+import { Latencies, type Measurement, runLoad, summarize } from '../load.ts'
+import type { BenchContext, Evaluation, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import {
+  APP_NAME, expectGreeting, GREETING_BODY, PROJECT_ID, runRequest, shareServers, startBenchServer, startExampleApp, type StartedSidecar, startSidecarProcess
+} from '../targets.ts'
 import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
 
 /**
@@ -18,9 +18,6 @@ import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
  * unset and set. Targets: ≥ 2,000 submissions/s with Redis, event lag p99 ≤ 5 ms (memory) and
  * ≤ 10 ms (Redis), plain calls within 3%.
  */
-const PROJECT_ID = 'bench'
-const APP_NAME = 'app'
-const BODY = '{"name":"Ada"}'
 const SUBMIT_TARGET = 2000
 const LAG_MEMORY_MS = 5
 const LAG_REDIS_MS = 10
@@ -37,7 +34,7 @@ const expectQueued = (status: number, body: string): void => {
   if (!/^\{"run_id":"[^"]+","status":"queued"\}$/.test(body)) throw new Error(`unexpected body: ${body.slice(0, 200)}`)
 }
 
-interface Sidecar { origin: string, adminOrigin: string, child: BenchChild }
+type Sidecar = StartedSidecar
 
 const succeededRuns = async (sidecars: Sidecar[]): Promise<number> => {
   let total = 0
@@ -84,7 +81,7 @@ async function completionPhase (sidecars: Sidecar[], runs: number, headers: Reco
           res.once('end', () => { resolve(res.statusCode ?? 0) })
         })
         req.once('error', () => { resolve(0) })
-        req.end(BODY)
+        req.end(GREETING_BODY)
       })
       statusCodes[status] = (statusCodes[status] ?? 0) + 1
       if (status === 202) latencies.push(performance.now() - sentAt)
@@ -176,140 +173,83 @@ async function lagPhase (sidecars: Sidecar[], durationSeconds: number, headers: 
 }
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
-  const app = await startExampleApp(ctx)
-  const streamApp = await startBenchServer(ctx, 'stream-app', 'stream-app.ts')
-  const slowApp = await startBenchServer(ctx, 'slow-app', 'slow-app.ts', { HOLD_MS: String(HOLD_MS) })
-  const { jwks, token } = await benchAuth(PROJECT_ID)
-  const headers = { 'content-type': 'application/json', authorization: `Bearer ${token}` }
+  const { servers: { app, streamApp, slowApp }, jwks, token, prepared } = await shareServers(ctx, {
+    app: startExampleApp, streamApp: c => startBenchServer(c, 'stream-app'), slowApp: c => startBenchServer(c, 'slow-app', { HOLD_MS: String(HOLD_MS) })
+  })
+  const headers = runRequest('', token).headers
   const redis = await findRedis()
-  const redisMissing = 'skip' in redis ? redis.skip : undefined
 
-  const startSidecars = async (name: string, count: number, appOrigin: string, env: NodeJS.ProcessEnv): Promise<Sidecar[]> => {
-    const started: Sidecar[] = []
-    for (let i = 0; i < count; i++) {
-      started.push(await startSidecarProcess(ctx, {
-        appOrigin,
-        jwksUrl: jwks.url,
-        logLevel: 'warn',
-        name: count === 1 ? name : `${name}-${i + 1}`,
-        env: { PROJECT_ID, APP_NAME, ASYNC_QUEUE_DEPTH: '10000000', ...env }
-      }))
-    }
-    return started
-  }
-  const stopAll = async (sidecars: Sidecar[]): Promise<void> => { for (const s of sidecars) await s.child.stop() }
-  const withRedis = (shared: boolean): NodeJS.ProcessEnv => shared ? { RUN_STORE_URL: redisUrl() } : {}
-
-  /** Plain calls (the json-post request), the run store unset or Redis. */
-  const plainTarget = (shared: boolean): TargetDef => ({
-    id: shared ? 'plain-redis' : 'plain',
-    label: shared ? 'plain calls, RUN_STORE_URL=redis' : 'plain calls, no RUN_STORE_URL',
-    phases: ['plain'],
-    ...(shared && redisMissing !== undefined ? { skipReason: redisMissing } : {}),
+  /**
+   * A target of `count` sidecars in front of `appOrigin` (the run store in memory, or Redis, flushed
+   * first); `running` makes its request (to the first) and, for the lag and completion, its phase.
+   */
+  const target = (id: string, label: string, phase: string, count: number, appOrigin: string, shared: boolean, env: NodeJS.ProcessEnv,
+    running: (sidecars: Sidecar[]) => Pick<RunningTarget, 'request' | 'checkResponse' | 'runPhase'>): TargetDef => ({
+    id,
+    label,
+    phases: [phase],
+    ...(shared && 'skip' in redis ? { skipReason: redis.skip } : {}),
     start: async (): Promise<RunningTarget> => {
       if (shared) await flushRedis()
-      const sidecars = await startSidecars(shared ? 'sidecar-redis' : 'sidecar', 1, app.origin, withRedis(shared))
-      const sidecar = sidecars[0] as Sidecar
-      return {
-        request: { url: `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/run`, method: 'POST', headers, body: BODY },
-        checkResponse: expectGreeting,
-        children: sidecars.map(s => s.child),
-        stop: async () => { await stopAll(sidecars) }
+      const sidecars: Sidecar[] = []
+      for (let i = 0; i < count; i++) {
+        sidecars.push(await startSidecarProcess(ctx, {
+          appOrigin,
+          jwksUrl: jwks.url,
+          logLevel: 'warn',
+          name: count === 1 ? id.replace('plain', 'sidecar') : `${id}-${i + 1}`,
+          env: { PROJECT_ID, APP_NAME, ASYNC_QUEUE_DEPTH: '10000000', ...(shared ? { RUN_STORE_URL: redisUrl() } : {}), ...env }
+        }))
       }
+      return { ...running(sidecars), children: sidecars.map(s => s.child), stop: async () => { for (const s of sidecars) await s.child.stop() } }
     }
   })
-
-  /** Async submissions: the store in memory, or two sidecars sharing Redis (submitted to the first). */
-  const submitTarget = (shared: boolean): TargetDef => ({
-    id: shared ? 'submit-redis' : 'submit-memory',
-    label: shared ? 'async submissions, two sidecars sharing Redis' : 'async submissions, run store in memory',
-    phases: ['submit'],
-    ...(shared && redisMissing !== undefined ? { skipReason: redisMissing } : {}),
-    start: async (): Promise<RunningTarget> => {
-      if (shared) await flushRedis()
-      const sidecars = await startSidecars(shared ? 'submit-redis' : 'submit-memory', shared ? 2 : 1, app.origin, withRedis(shared))
-      return {
-        request: { url: `${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/run?async=true`, method: 'POST', headers, body: BODY },
+  const first = (sidecars: Sidecar[]): Sidecar => sidecars[0] as Sidecar
+  const submit = (sidecars: Sidecar[]) => ({ request: runRequest(first(sidecars).origin, token, '?async=true'), checkResponse: expectQueued })
+  return prepared([
+    // plain calls (the json-post request), the run store unset or Redis
+    ...[false, true].map(shared => target(shared ? 'plain-redis' : 'plain', shared ? 'plain calls, RUN_STORE_URL=redis' : 'plain calls, no RUN_STORE_URL', 'plain', 1,
+      app.origin, shared, {}, sidecars => ({ request: runRequest(first(sidecars).origin, token), checkResponse: expectGreeting }))),
+    // async submissions: the store in memory, or two sidecars sharing Redis (submitted to the first)
+    ...[false, true].map(shared => target(shared ? 'submit-redis' : 'submit-memory', shared ? 'async submissions, two sidecars sharing Redis' : 'async submissions, run store in memory',
+      'submit', shared ? 2 : 1, app.origin, shared, {}, submit)),
+    // event lag: the store in memory, or two sidecars sharing Redis (a reader on each), in front of the stream app
+    ...[false, true].map(shared => target(shared ? 'lag-redis' : 'lag-memory', shared ? 'run events, two sidecars sharing Redis' : 'run events, run store in memory',
+      'lag', shared ? 2 : 1, streamApp.origin, shared, {}, sidecars => ({
+        request: { url: `${first(sidecars).origin}/v4/${PROJECT_ID}/${APP_NAME}/stream?count=1&interval_ms=0&async=true`, method: 'GET', headers },
         checkResponse: expectQueued,
-        children: sidecars.map(s => s.child),
-        stop: async () => { await stopAll(sidecars) }
-      }
-    }
-  })
-
-  /** Event lag: the store in memory, or two sidecars sharing Redis (a reader on each), in front of the stream app. */
-  const lagTarget = (shared: boolean): TargetDef => ({
-    id: shared ? 'lag-redis' : 'lag-memory',
-    label: shared ? 'run events, two sidecars sharing Redis' : 'run events, run store in memory',
-    phases: ['lag'],
-    ...(shared && redisMissing !== undefined ? { skipReason: redisMissing } : {}),
-    start: async (): Promise<RunningTarget> => {
-      if (shared) await flushRedis()
-      const sidecars = await startSidecars(shared ? 'lag-redis' : 'lag-memory', shared ? 2 : 1, streamApp.origin, withRedis(shared))
-      return {
-        request: { url: `${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/stream?count=1&interval_ms=0&async=true`, method: 'GET', headers },
-        checkResponse: expectQueued,
-        children: sidecars.map(s => s.child),
-        runPhase: async (_phase, settings) => await lagPhase(sidecars, settings.durationSeconds, headers),
-        stop: async () => { await stopAll(sidecars) }
-      }
-    }
-  })
-
-  /** Runs completed per second: one sidecar, or two sharing Redis, each running RUN_SLOTS at once against a HOLD_MS app. */
-  const fleetTarget = (count: number): TargetDef => ({
-    id: `fleet-${count}`,
-    label: count === 1 ? 'one sidecar, Redis' : `${count} sidecars sharing Redis`,
-    phases: ['complete'],
-    ...(redisMissing !== undefined ? { skipReason: redisMissing } : {}),
-    start: async (): Promise<RunningTarget> => {
-      await flushRedis()
-      const sidecars = await startSidecars(`fleet-${count}`, count, slowApp.origin, { RUN_STORE_URL: redisUrl(), REPLICA_CONCURRENCY: String(RUN_SLOTS) })
-      const request: LoadRequest = { url: `${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/run?async=true`, method: 'POST', headers, body: BODY }
-      return {
-        request,
-        checkResponse: expectQueued,
-        children: sidecars.map(s => s.child),
-        runPhase: async (_phase, settings) => await completionPhase(sidecars, Math.round(RUN_SLOTS * 1000 / HOLD_MS * settings.durationSeconds), headers),
-        stop: async () => { await stopAll(sidecars) }
-      }
-    }
-  })
-
-  return {
-    targets: [plainTarget(false), plainTarget(true), submitTarget(false), submitTarget(true), lagTarget(false), lagTarget(true), fleetTarget(1), fleetTarget(2)],
-    children: [app.child, streamApp.child, slowApp.child],
-    // a Redis on another machine has no pid here: its CPU is then simply not seen
-    ...('pid' in redis && Number.isInteger(redis.pid) ? { outsideProcesses: async () => ({ 'redis-server': redis.pid }) } : {}),
-    close: async () => {
-      await app.child.stop()
-      await streamApp.child.stop()
-      await slowApp.child.stop()
-      await jwks.close()
-    }
-  }
+        runPhase: async (_phase, settings) => await lagPhase(sidecars, settings.durationSeconds, headers)
+      }))),
+    // runs completed per second: one sidecar, or two sharing Redis, each running RUN_SLOTS at once against a HOLD_MS app
+    ...[1, 2].map(count => target(`fleet-${count}`, count === 1 ? 'one sidecar, Redis' : `${count} sidecars sharing Redis`, 'complete', count, slowApp.origin, true,
+      { REPLICA_CONCURRENCY: String(RUN_SLOTS) }, sidecars => ({
+        ...submit(sidecars),
+        runPhase: async (_phase, settings) => await completionPhase(sidecars, Math.round(RUN_SLOTS * 1000 / HOLD_MS * settings.durationSeconds), headers)
+      })))
+  // a Redis on another machine has no pid here: its CPU is then simply not seen
+  ], 'pid' in redis && Number.isInteger(redis.pid) ? { outsideProcesses: async () => ({ 'redis-server': redis.pid }) } : {})
 }
 
 function evaluate (results: TargetResult[]): Evaluation {
-  const plain = pairedRatio('plain-redis/plain', 'plain calls/s with RUN_STORE_URL=redis / without', '×',
-    roundsOf(results, 'plain-redis', 'plain'), roundsOf(results, 'plain', 'plain'), (x, y) => x.rps / y.rps)
-  const submitRedis = ownFigure('submit-redis', '202s/s, two sidecars sharing Redis (submitted to one)', 'req/s', roundsOf(results, 'submit-redis', 'submit'), x => x.rps)
-  const submitMemory = ownFigure('submit-memory', '202s/s, run store in memory', 'req/s', roundsOf(results, 'submit-memory', 'submit'), x => x.rps)
-  const lagMemory = ownFigure('lag-memory', 'event lag p99, memory', 'ms', roundsOf(results, 'lag-memory', 'lag'), x => x.p99Ms)
-  const lagRedis = ownFigure('lag-redis', 'event lag p99, Redis (readers on both sidecars)', 'ms', roundsOf(results, 'lag-redis', 'lag'), x => x.p99Ms)
+  const rounds = (id: string, phase: string): PhaseRounds => roundsOf(results, id, phase)
+  const [plain, fleet] = [
+    ...pairRatios(results, 'plain', '×', rps, [['plain-redis/plain', 'plain calls/s with RUN_STORE_URL=redis / without', 'plain-redis', 'plain']]),
+    ...pairRatios(results, 'complete', '×', rps, [['fleet-2/fleet-1', 'runs completed/s, two sidecars sharing Redis / one', 'fleet-2', 'fleet-1']])
+  ] as [Ratio, Ratio]
+  const submitRedis = ownFigure('submit-redis', '202s/s, two sidecars sharing Redis (submitted to one)', 'req/s', rounds('submit-redis', 'submit'), x => x.rps)
+  const submitMemory = ownFigure('submit-memory', '202s/s, run store in memory', 'req/s', rounds('submit-memory', 'submit'), x => x.rps)
+  const lagMemory = ownFigure('lag-memory', 'event lag p99, memory', 'ms', rounds('lag-memory', 'lag'), x => x.p99Ms)
+  const lagRedis = ownFigure('lag-redis', 'event lag p99, Redis (readers on both sidecars)', 'ms', rounds('lag-redis', 'lag'), x => x.p99Ms)
   const lagOther = ownFigure('lag-redis-other', 'event lag p99, Redis, reader on the sidecar the run was not submitted to', 'ms',
-    roundsOf(results, 'lag-redis', 'lag'), x => x.extra?.p99OtherSidecarMs ?? NaN)
-  const fleet = pairedRatio('fleet-2/fleet-1', 'runs completed/s, two sidecars sharing Redis / one', '×',
-    roundsOf(results, 'fleet-2', 'complete'), roundsOf(results, 'fleet-1', 'complete'), (x, y) => x.rps / y.rps)
-  const checks: Check[] = [
-    thresholdCheck(`≥ ${SUBMIT_TARGET.toLocaleString('en-US')} submissions/s with Redis`, submitRedis, SUBMIT_TARGET, true),
-    thresholdCheck(`event lag p99 ≤ ${LAG_MEMORY_MS} ms (memory)`, lagMemory, LAG_MEMORY_MS, false),
-    thresholdCheck(`event lag p99 ≤ ${LAG_REDIS_MS} ms (Redis)`, lagRedis, LAG_REDIS_MS, false),
-    thresholdCheck(`plain calls with RUN_STORE_URL set ≥ ${1 - PLAIN_TOLERANCE}× without`, plain, 1 - PLAIN_TOLERANCE, true)
-  ]
+    rounds('lag-redis', 'lag'), x => x.extra?.p99OtherSidecarMs ?? NaN)
   return {
     ratios: [plain, submitMemory, submitRedis, lagMemory, lagRedis, lagOther, fleet],
-    checks,
+    checks: [
+      thresholdCheck(`≥ ${SUBMIT_TARGET.toLocaleString('en-US')} submissions/s with Redis`, submitRedis, SUBMIT_TARGET, true),
+      thresholdCheck(`event lag p99 ≤ ${LAG_MEMORY_MS} ms (memory)`, lagMemory, LAG_MEMORY_MS, false),
+      thresholdCheck(`event lag p99 ≤ ${LAG_REDIS_MS} ms (Redis)`, lagRedis, LAG_REDIS_MS, false),
+      thresholdCheck(`plain calls with RUN_STORE_URL set ≥ ${1 - PLAIN_TOLERANCE}× without`, plain, 1 - PLAIN_TOLERANCE, true)
+    ],
     notes: [`runs completed/s: each sidecar runs ${RUN_SLOTS} at once (REPLICA_CONCURRENCY) against an app holding each call ${HOLD_MS} ms, so one sidecar's ceiling is ${RUN_SLOTS * 1000 / HOLD_MS} runs/s and two sidecars' is twice that`]
   }
 }

@@ -1,19 +1,16 @@
-import { createTokenIssuer, serveJwks } from '../../src/demo/demo-token-issuer.ts'
 import { scrapeMetrics, sumOf } from '../../test/helpers/admin-metrics.ts'
-import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
+import { ownFigure, p50Delta, p99Delta, pairRatios, ratioById, roundsOf, thresholdCheck } from '../checks.ts'
 import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
-import type { BenchContext, Check, Evaluation, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import type { BenchContext, Check, Evaluation, LoadPhase, PreparedScenario, Ratio, Scenario, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { startBenchServer, startSidecarProcess, type StartedServer } from '../targets.ts'
+import { runRequest, shareServers, sidecarTarget, startBenchServer, type StartedServer } from '../targets.ts'
 
 /**
- * Issue 6: with REPLICA_CONCURRENCY=8 and an app that takes 20 ms per call
- * (bench/slow-app.ts), the sidecar keeps the app at ≥ 95% of its 8 slots busy under 200
- * concurrent callers, and the gate adds under 0.2 ms p99: at a load that never queues (as many
- * callers as slots), the same sidecar with REPLICA_CONCURRENCY=8 vs 0.
+ * Issue 6: with REPLICA_CONCURRENCY=8 and an app that takes 20 ms per call (the slow app of
+ * bench/servers.ts), the sidecar keeps the app at ≥ 95% of its 8 slots busy under 200 concurrent
+ * callers, and the gate adds under 0.2 ms p99: at a load that never queues (as many callers as
+ * slots), the same sidecar with REPLICA_CONCURRENCY=8 vs 0.
  */
-const PROJECT_ID = 'bench'
-const APP_NAME = 'app'
 const UTILISATION_TARGET = 0.95
 const GATE_P99_TARGET_MS = 0.2
 /** The sidecar's concurrency gauges average the last 10 s (up to 11 s): the saturated phase fills that window. */
@@ -47,59 +44,30 @@ async function phaseWithFigures (phase: LoadPhase, request: LoadRequest, setting
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const { settings } = ctx
-  const app = await startBenchServer(ctx, 'slow-app', 'slow-app.ts', { HOLD_MS: String(settings.gateHoldMs) })
   // No token is checked (DISABLE_AUTH); the JWKS server only stands in for the store the sidecar would otherwise poll.
-  const jwks = await serveJwks([await createTokenIssuer()])
-  const sidecarTarget = (concurrency: number): TargetDef => ({
+  const { servers: { app }, jwks, prepared } = await shareServers(ctx, { app: c => startBenchServer(c, 'slow-app', { HOLD_MS: String(settings.gateHoldMs) }) })
+  const target = (concurrency: number) => sidecarTarget(ctx, {
     id: concurrency === 0 ? 'sidecar-no-limit' : 'sidecar-gate',
     label: `sidecar, REPLICA_CONCURRENCY=${concurrency}`,
     ...(concurrency === 0 ? { phases: ['fits'] } : {}),
-    start: async (): Promise<RunningTarget> => {
-      const sidecar = await startSidecarProcess(ctx, {
-        appOrigin: app.origin,
-        jwksUrl: jwks.url,
-        logLevel: 'warn',
-        name: `sidecar-concurrency-${concurrency}`,
-        env: {
-          PROJECT_ID,
-          APP_NAME,
-          DISABLE_AUTH: 'true',
-          REPLICA_CONCURRENCY: String(concurrency),
-          QUEUE_DEPTH: String(Math.max(1000, settings.gateCallers * 5))
-        }
-      })
-      const request: LoadRequest = {
-        url: `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/run`,
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: '{"name":"Ada"}'
-      }
-      return {
-        request,
-        checkResponse: expectOk,
-        children: [sidecar.child],
-        runPhase: async (phase, s) => await phaseWithFigures(phase, request, s, app, sidecar.adminOrigin),
-        stop: async () => { await sidecar.child.stop() }
-      }
-    }
+    name: `sidecar-concurrency-${concurrency}`,
+    logLevel: 'warn',
+    appOrigin: app.origin,
+    jwksUrl: jwks.url,
+    env: { DISABLE_AUTH: 'true', REPLICA_CONCURRENCY: String(concurrency), QUEUE_DEPTH: String(Math.max(1000, settings.gateCallers * 5)) },
+    request: origin => runRequest(origin),
+    checkResponse: expectOk,
+    running: (sidecar, request) => ({ runPhase: async (phase, s) => await phaseWithFigures(phase, request, s, app, sidecar.adminOrigin) })
   })
-  return {
-    targets: [sidecarTarget(0), sidecarTarget(settings.gateConcurrency)],
-    children: [app.child],
-    close: async () => {
-      await app.child.stop()
-      await jwks.close()
-    }
-  }
+  return prepared([target(0), target(settings.gateConcurrency)])
 }
 
 function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation {
-  const gate = (phaseId: string): ReturnType<typeof roundsOf> => roundsOf(results, 'sidecar-gate', phaseId)
-  const noLimit = roundsOf(results, 'sidecar-no-limit', 'fits')
+  const gate = (phaseId: string) => roundsOf(results, 'sidecar-gate', phaseId)
   const capacity = settings.gateConcurrency * 1000 / settings.gateHoldMs
   const ratios: Ratio[] = [
-    pairedRatio('gate-p99', `p99 with the gate − without, ${settings.gateConcurrency} callers (never queues)`, 'ms', gate('fits'), noLimit, (x, y) => x.p99Ms - y.p99Ms),
-    pairedRatio('gate-p50', `p50 with the gate − without, ${settings.gateConcurrency} callers`, 'ms', gate('fits'), noLimit, (x, y) => x.p50Ms - y.p50Ms),
+    ...pairRatios(results, 'fits', 'ms', p99Delta, [['gate-p99', `p99 with the gate − without, ${settings.gateConcurrency} callers (never queues)`, 'sidecar-gate', 'sidecar-no-limit']]),
+    ...pairRatios(results, 'fits', 'ms', p50Delta, [['gate-p50', `p50 with the gate − without, ${settings.gateConcurrency} callers`, 'sidecar-gate', 'sidecar-no-limit']]),
     ownFigure('app-utilisation', `app's busy slots / ${settings.gateConcurrency} under ${settings.gateCallers} callers (time-weighted, measured by the app)`, '%',
       gate('saturated'), x => x.extra?.appUtilisation ?? NaN),
     ownFigure('calls-vs-capacity', `calls/s under ${settings.gateCallers} callers / ${capacity} (${settings.gateConcurrency} slots ÷ ${settings.gateHoldMs} ms)`, '%',
@@ -107,7 +75,7 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
     ownFigure('sidecar-utilisation', `sidecar_concurrency_utilization scraped at the end of the ${settings.gateCallers}-caller phase`, '%',
       gate('saturated'), x => x.extra?.sidecarUtilisation ?? NaN)
   ]
-  const ratio = (id: string): Ratio => ratios.find(r => r.id === id) as Ratio
+  const ratio = (id: string): Ratio => ratioById(ratios, id)
   // The gate must never let more calls through than its slots.
   const overLimit = [...gate('fits'), ...gate('saturated')]
     .map(m => m?.extra?.appMaxConcurrency ?? 0).filter(n => n > settings.gateConcurrency)
@@ -128,7 +96,7 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
 export const gateScenario: Scenario = {
   name: 'gate',
   baselineId: 'sidecar-no-limit',
-  description: 'the concurrency gate: an app that holds each call 20 ms (bench/slow-app.ts), the sidecar with DISABLE_AUTH=true and REPLICA_CONCURRENCY=8 or 0 (no limit)',
+  description: 'the concurrency gate: an app that holds each call 20 ms (the slow app of bench/servers.ts), the sidecar with DISABLE_AUTH=true and REPLICA_CONCURRENCY=8 or 0 (no limit)',
   phases: [
     {
       id: 'fits',

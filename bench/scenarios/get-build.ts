@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
-import { ownFigure, pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
-import { measureThroughput, type LoadRequest, type Measurement } from '../load.ts'
+import { atMost, cpuPerRequest, ownFigure, pairRatios, ran, ratioById, roundsOf, rps, thresholdCheck } from '../checks.ts'
+import { measureThroughput, type LoadRequest } from '../load.ts'
 import { type BenchSchema, createBenchSchema, safeUrl } from '../postgres-schema.ts'
-import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
-import { nginxSkipReason, serverTarget, startBuildStoreProcess, startFloorProxy, startNginx, startSidecarProcess, type StartedServer } from '../targets.ts'
+import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import { directTarget, proxyTarget, sidecarTarget, startBuildStoreProcess, type StartedServer } from '../targets.ts'
 
 /**
  * Issues 5 and 17: Get Build through the sidecar (`/v2` forwarded with its Authorization), from
@@ -21,25 +21,9 @@ const EMBEDDED_RPS_TARGET = 5000
 
 /** A build with a realistic set of fields (the store fills in id, projectId, modelId and the times). */
 const BUILD_FIELDS = {
-  name: 'bench-app',
-  revisionName: 'bench-app-00001',
-  status: 'success',
-  type: 'deploy',
-  createdByUserEmail: 'bench@example.com',
-  buildTimeMs: '48211',
-  runtime: 'cortex',
-  pythonVersion: '3.11',
-  dockerBaseImageUrl: 'debian:bookworm-slim',
-  hardware: 'CPU',
-  region: 'us-east-1',
-  cpu: 2,
-  memory: 8,
-  minReplicaCount: 0,
-  maxReplicaCount: 5,
-  replicaConcurrency: 8,
-  cooldownPeriod: 60,
-  scalingMetric: 'concurrency_utilization',
-  scalingTarget: 70,
+  name: 'bench-app', revisionName: 'bench-app-00001', status: 'success', type: 'deploy', createdByUserEmail: 'bench@example.com', buildTimeMs: '48211',
+  runtime: 'cortex', pythonVersion: '3.11', dockerBaseImageUrl: 'debian:bookworm-slim', hardware: 'CPU', region: 'us-east-1', cpu: 2, memory: 8,
+  minReplicaCount: 0, maxReplicaCount: 5, replicaConcurrency: 8, cooldownPeriod: 60, scalingMetric: 'concurrency_utilization', scalingTarget: 70,
   responseGracePeriodSeconds: 900
 }
 
@@ -72,64 +56,27 @@ const expectBuild = (status: number, body: string): void => {
 
 interface Backend { store: StartedServer, token: string }
 
+/** direct, the Node floor and the sidecar in front of one store (`backend` undefined: skipped for `skipReason`). */
 function backendTargets (ctx: BenchContext, suffix: string, label: string, backend: Backend | undefined, skipReason: string | undefined): TargetDef[] {
-  const request = (origin: string, token: string): LoadRequest => ({ url: `${origin}${PATH}`, method: 'GET', headers: { authorization: `Bearer ${token}` } })
+  const request = (origin: string): LoadRequest => ({ url: `${origin}${PATH}`, method: 'GET', headers: { authorization: `Bearer ${backend?.token ?? ''}` } })
   const skip = skipReason === undefined ? {} : { skipReason }
+  const store = backend?.store
   return [
-    {
-      id: `direct${suffix}`,
-      label: `direct (store, ${label})`,
-      ...skip,
-      start: async (): Promise<RunningTarget> => {
-        if (backend === undefined) throw new Error('no store')
-        return { request: request(backend.store.origin, backend.token), checkResponse: expectBuild, children: [], stop: async () => {} }
-      }
-    },
-    {
-      id: `floor${suffix}`,
-      label: `the Node floor → store (${label})`,
-      ...skip,
-      start: async (): Promise<RunningTarget> => {
-        if (backend === undefined) throw new Error('no store')
-        return await serverTarget(async () => await startFloorProxy(ctx, backend.store.origin), origin => request(origin, backend.token), expectBuild)()
-      }
-    },
-    {
+    { ...directTarget(`direct${suffix}`, `direct (store, ${label})`, request(store?.origin ?? ''), expectBuild), ...skip },
+    { ...proxyTarget(ctx, 'floor', `the Node floor → store (${label})`, store, request, expectBuild, `floor${suffix}`), ...skip },
+    sidecarTarget(ctx, {
       id: `sidecar${suffix}`,
       label: `sidecar → store (${label})`,
       ...skip,
-      start: async (bin?: string): Promise<RunningTarget> => {
-        if (backend === undefined) throw new Error('no store')
-        const sidecar = await startSidecarProcess(ctx, {
-          // Nothing calls /v4 here: the store's listener only satisfies the sidecar's TCP ready check.
-          appOrigin: backend.store.origin,
-          jwksUrl: new URL('/.well-known/jwks.json', backend.store.origin),
-          logLevel: 'info',
-          name: `sidecar${suffix}`,
-          bin
-        })
-        return {
-          request: request(sidecar.origin, backend.token),
-          checkResponse: expectBuild,
-          children: [sidecar.child],
-          notes: ['STORE_URL = the store; /v2 forwarded with Authorization unchanged; LOG_LEVEL=info'],
-          stop: async () => { await sidecar.child.stop() }
-        }
-      }
-    }
+      // Nothing calls /v4 here: the store's listener only satisfies the sidecar's TCP ready check.
+      appOrigin: store?.origin ?? '',
+      jwksUrl: new URL('/.well-known/jwks.json', store?.origin ?? 'http://unused'),
+      env: { PROJECT_ID: undefined, APP_NAME: undefined }, // none: only /v2 is called
+      request,
+      checkResponse: expectBuild,
+      notes: ['STORE_URL = the store; /v2 forwarded with Authorization unchanged; LOG_LEVEL=info']
+    })
   ]
-}
-
-/** nginx in front of a store: the same GET, the Authorization passed unchanged, nothing else. */
-function nginxTarget (ctx: BenchContext, backend: Backend): TargetDef {
-  const skipReason = nginxSkipReason()
-  return {
-    id: 'nginx',
-    label: 'nginx → store (embedded)',
-    ...(skipReason === undefined ? {} : { skipReason }),
-    start: serverTarget(async () => await startNginx(ctx, backend.store.port),
-      origin => ({ url: `${origin}${PATH}`, method: 'GET', headers: { authorization: `Bearer ${backend.token}` } }), expectBuild)
-  }
 }
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
@@ -165,7 +112,8 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     return {
       targets: [
         ...backendTargets(ctx, '', 'embedded', embeddedBackend, undefined),
-        nginxTarget(ctx, embeddedBackend),
+        // nginx in front of the embedded store: the same GET, the Authorization passed unchanged, nothing else
+        proxyTarget(ctx, 'nginx', 'nginx → store (embedded)', embedded, origin => ({ url: `${origin}${PATH}`, method: 'GET', headers: { authorization: `Bearer ${embeddedBackend.token}` } }), expectBuild),
         ...backendTargets(ctx, '-pg', 'PostgreSQL', pgBackend, pgSkip)
       ],
       children: started.map(s => s.child),
@@ -179,39 +127,31 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
 }
 
 function evaluate (results: TargetResult[]): Evaluation {
-  const rounds = (id: string): ReturnType<typeof roundsOf> => roundsOf(results, id, 'throughput')
-  const cpu = (x: Measurement, y: Measurement): number => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN)
+  const both = 'Get Builds/s'
   const ratios: Ratio[] = [
-    pairedRatio('cpu/sidecar/floor', 'embedded: CPU per Get Build, sidecar / the Node floor (the proxy processes alone)', '×', rounds('sidecar'), rounds('floor'), cpu),
-    pairedRatio('cpu/sidecar-pg/floor-pg', 'PostgreSQL: CPU per Get Build, sidecar / the Node floor', '×', rounds('sidecar-pg'), rounds('floor-pg'), cpu),
-    pairedRatio('sidecar/floor', 'embedded: sidecar / the Node floor, Get Builds/s', '×', rounds('sidecar'), rounds('floor'), (x, y) => x.rps / y.rps),
-    pairedRatio('sidecar/direct', 'embedded: sidecar / direct, Get Builds/s', '×', rounds('sidecar'), rounds('direct'), (x, y) => x.rps / y.rps),
-    pairedRatio('floor/direct', 'embedded: the Node floor / direct, Get Builds/s', '×', rounds('floor'), rounds('direct'), (x, y) => x.rps / y.rps),
-    pairedRatio('sidecar-pg/direct-pg', 'PostgreSQL: sidecar / direct, Get Builds/s', '×', rounds('sidecar-pg'), rounds('direct-pg'), (x, y) => x.rps / y.rps),
-    ownFigure('direct/rps', 'embedded store, Get Builds/s directly', 'req/s', rounds('direct'), x => x.rps),
-    ownFigure('direct-pg/rps', 'PostgreSQL store, Get Builds/s directly', 'req/s', rounds('direct-pg'), x => x.rps)
+    ...pairRatios(results, 'throughput', '×', cpuPerRequest, [
+      ['cpu/sidecar/floor', 'embedded: CPU per Get Build, sidecar / the Node floor (the proxy processes alone)', 'sidecar', 'floor'],
+      ['cpu/sidecar-pg/floor-pg', 'PostgreSQL: CPU per Get Build, sidecar / the Node floor', 'sidecar-pg', 'floor-pg']]),
+    ...pairRatios(results, 'throughput', '×', rps, [
+      ['sidecar/floor', `embedded: sidecar / the Node floor, ${both}`, 'sidecar', 'floor'],
+      ['sidecar/direct', `embedded: sidecar / direct, ${both}`, 'sidecar', 'direct'],
+      ['floor/direct', `embedded: the Node floor / direct, ${both}`, 'floor', 'direct'],
+      ['sidecar-pg/direct-pg', `PostgreSQL: sidecar / direct, ${both}`, 'sidecar-pg', 'direct-pg']]),
+    ownFigure('direct/rps', 'embedded store, Get Builds/s directly', 'req/s', roundsOf(results, 'direct', 'throughput'), x => x.rps),
+    ownFigure('direct-pg/rps', 'PostgreSQL store, Get Builds/s directly', 'req/s', roundsOf(results, 'direct-pg', 'throughput'), x => x.rps)
   ]
-  if (results.some(r => r.id === 'nginx' && r.skipped === undefined)) {
-    ratios.push(
-      pairedRatio('nginx/direct', 'embedded: nginx / direct, Get Builds/s', '×', rounds('nginx'), rounds('direct'), (x, y) => x.rps / y.rps),
-      pairedRatio('sidecar/nginx', 'embedded: sidecar / nginx, Get Builds/s', '×', rounds('sidecar'), rounds('nginx'), (x, y) => x.rps / y.rps),
-      pairedRatio('cpu/sidecar/nginx', 'embedded: CPU per Get Build, sidecar / nginx (the proxy processes alone)', '×', rounds('sidecar'), rounds('nginx'), cpu)
-    )
+  if (ran(results, 'nginx')) {
+    ratios.push(...pairRatios(results, 'throughput', '×', rps, [['nginx/direct', `embedded: nginx / direct, ${both}`, 'nginx', 'direct'], ['sidecar/nginx', `embedded: sidecar / nginx, ${both}`, 'sidecar', 'nginx']]),
+      ...pairRatios(results, 'throughput', '×', cpuPerRequest, [['cpu/sidecar/nginx', 'embedded: CPU per Get Build, sidecar / nginx (the proxy processes alone)', 'sidecar', 'nginx']]))
   }
-  const ratio = (id: string): Ratio => ratios.find(r => r.id === id) as Ratio
   const pgSkipped = results.find(r => r.id === 'direct-pg')?.skipped
+  const pgLabel = `PostgreSQL: the sidecar's CPU per forwarded Get Build ≤ ${FLOOR_CPU_TARGET}× the Node floor's`
   const checks: Check[] = [
-    thresholdCheck(`embedded: the sidecar's CPU per forwarded Get Build ≤ ${FLOOR_CPU_TARGET}× the Node floor's`, ratio('cpu/sidecar/floor'), FLOOR_CPU_TARGET + 1e-9, false),
-    pgSkipped === undefined
-      ? thresholdCheck(`PostgreSQL: the sidecar's CPU per forwarded Get Build ≤ ${FLOOR_CPU_TARGET}× the Node floor's`, ratio('cpu/sidecar-pg/floor-pg'), FLOOR_CPU_TARGET + 1e-9, false)
-      : { label: `PostgreSQL: the sidecar's CPU per forwarded Get Build ≤ ${FLOOR_CPU_TARGET}× the Node floor's`, status: 'N/A', detail: `skipped: ${pgSkipped}` },
-    thresholdCheck(`embedded store ≥ ${EMBEDDED_RPS_TARGET.toLocaleString('en-US')} Get Builds/s (directly)`, ratio('direct/rps'), EMBEDDED_RPS_TARGET, true)
+    atMost(`embedded: the sidecar's CPU per forwarded Get Build ≤ ${FLOOR_CPU_TARGET}× the Node floor's`, ratioById(ratios, 'cpu/sidecar/floor'), FLOOR_CPU_TARGET),
+    pgSkipped === undefined ? atMost(pgLabel, ratioById(ratios, 'cpu/sidecar-pg/floor-pg'), FLOOR_CPU_TARGET) : { label: pgLabel, status: 'N/A', detail: `skipped: ${pgSkipped}` },
+    thresholdCheck(`embedded store ≥ ${EMBEDDED_RPS_TARGET.toLocaleString('en-US')} Get Builds/s (directly)`, ratioById(ratios, 'direct/rps'), EMBEDDED_RPS_TARGET, true)
   ]
-  return {
-    ratios,
-    checks,
-    notes: ['the app column (CPU µs/req) is the store process, plus its PostgreSQL backends on the PostgreSQL rows']
-  }
+  return { ratios, checks, notes: ['the app column (CPU µs/req) is the store process, plus its PostgreSQL backends on the PostgreSQL rows'] }
 }
 
 export const getBuildScenario: Scenario = {

@@ -1,22 +1,20 @@
-import { measureFixedRate, measureIdle, measureManyConnections, measureThroughput, type LoadRequest, type Measurement } from '../load.ts'
+import { atMost, cpuPerRequest, highest, ownFigure, p99Delta, pairRatios, ran, rateNotReached, ratioById, rps, roundsOf, thresholdCheck } from '../checks.ts'
+import { measureFixedRate, measureIdle, measureManyConnections, measureThroughput, type Measurement } from '../load.ts'
 import { measurePacedRate } from '../paced-load.ts'
-import { ownFigure, pairedRatio, type PhaseRounds, roundsOf, thresholdCheck } from '../checks.ts'
-import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { benchAuth, nginxSkipReason, serverTarget, startBareProxy, startExampleApp, startFloorProxy, startNginx, startSidecarProcess } from '../targets.ts'
+import {
+  appRunRequest, directTarget, expectGreeting, expectRawGreeting, GREETING_BODY, proxyTarget, runRequest, shareServers, sidecarTarget, startExampleApp
+} from '../targets.ts'
 
 /**
- * The sidecar's bread and butter: a small JSON POST answered at once by the example app,
- * reached directly, through the Node floor, a bare http-proxy, the sidecar and nginx. Targets
- * (issue 17, same-run ratios; the headline sidecar: cortex envelope, auth on, LOG_LEVEL=info):
- * requests/s ≥ 0.85× the floor's, CPU per request ≤ 1.2× the floor's; RUNTIME=custom ≥ 0.9× the
- * floor's requests/s; idle RSS ≤ 55 MB; peak RSS with 1,000 connections ≤ 110 MB; at an evenly
- * paced 1,000 requests/s, p99 ≤ direct + 1 ms and ≤ 0.2 vCPU.
+ * The sidecar's bread and butter: a small JSON POST answered at once by the example app, reached
+ * directly, through the Node floor, a bare http-proxy, the sidecar and nginx. Targets (issue 17;
+ * the headline sidecar: cortex envelope, auth on, LOG_LEVEL=info): requests/s ≥ 0.85× the
+ * floor's, CPU per request ≤ 1.2× the floor's; RUNTIME=custom ≥ 0.9× the floor's requests/s;
+ * idle RSS ≤ 55 MB; peak RSS with 1,000 connections ≤ 110 MB; evenly paced 1,000 requests/s:
+ * p99 ≤ direct + 1 ms and ≤ 0.2 vCPU.
  */
-const PROJECT_ID = 'bench'
-const APP_NAME = 'app'
-const BODY = '{"name":"Ada"}'
-const JSON_HEADERS = { 'content-type': 'application/json' }
 const FLOOR_RPS_TARGET = 0.85
 const FLOOR_CPU_TARGET = 1.2
 const CUSTOM_FLOOR_RPS_TARGET = 0.9
@@ -26,166 +24,75 @@ const P99_DELTA_TARGET_MS = 1
 const VCPU_AT_RATE_TARGET = 0.2
 const IDLE_SECONDS = 2
 
-function expectGreeting (status: number, body: string, pick: (parsed: Record<string, unknown>) => unknown): void {
-  if (status !== 200) throw new Error(`expected 200, got ${status}: ${body.slice(0, 200)}`)
-  const greeting = pick(JSON.parse(body) as Record<string, unknown>)
-  if (greeting !== 'Hello, Ada!') throw new Error(`unexpected body: ${body.slice(0, 200)}`)
-}
-
-const rawApp = (status: number, body: string): void => { expectGreeting(status, body, parsed => parsed.greeting) }
-const enveloped = (status: number, body: string): void => {
-  expectGreeting(status, body, parsed => (parsed.result as Record<string, unknown> | undefined)?.greeting)
-}
-
-function appRequest (origin: string): LoadRequest {
-  return { url: `${origin}/run`, method: 'POST', headers: JSON_HEADERS, body: BODY }
-}
-
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
-  const app = await startExampleApp(ctx)
-  const { jwks, token } = await benchAuth(PROJECT_ID)
-
-  /**
-   * The sidecar as shipped (`sidecar`: cortex, auth, LOG_LEVEL=info), without its log line
-   * (`sidecar-warn`) and with RUNTIME=custom (no envelope); `bin`: an older build (BENCH_BEFORE_BIN).
-   */
-  const sidecarTarget = (id: string, label: string, note: string, options: { logLevel: 'info' | 'warn', env?: NodeJS.ProcessEnv }): TargetDef => ({
-    id,
-    label,
-    start: async (bin?: string) => {
-      const sidecar = await startSidecarProcess(ctx, {
-        appOrigin: app.origin,
-        jwksUrl: jwks.url,
-        logLevel: options.logLevel,
-        name: id,
-        env: { PROJECT_ID, APP_NAME, ...options.env },
-        bin
-      })
-      return {
-        request: {
-          url: `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/run`,
-          method: 'POST',
-          headers: { ...JSON_HEADERS, authorization: `Bearer ${token}` },
-          body: BODY
-        },
-        checkResponse: options.env?.RUNTIME === 'custom' ? rawApp : enveloped,
-        children: [sidecar.child],
-        notes: [note],
-        stop: async () => { await sidecar.child.stop() }
-      }
-    }
+  const { servers: { app }, jwks, token, prepared } = await shareServers(ctx, { app: startExampleApp })
+  const sidecar = (id: string, label: string, note: string, logLevel: 'info' | 'warn', env: NodeJS.ProcessEnv = {}) => sidecarTarget(ctx, {
+    id, label, logLevel, env, appOrigin: app.origin, jwksUrl: jwks.url, notes: [note],
+    request: origin => runRequest(origin, token),
+    checkResponse: env.RUNTIME === 'custom' ? expectRawGreeting : expectGreeting
   })
-
-  const nginxSkip = nginxSkipReason()
-  const targets: TargetDef[] = [
-    {
-      id: 'direct',
-      label: 'direct (example app)',
-      start: async () => ({ request: appRequest(app.origin), checkResponse: rawApp, children: [], stop: async () => {} })
-    },
-    {
-      id: 'floor',
-      label: 'the Node floor (undici Pool.dispatch, no features)',
-      start: serverTarget(async () => await startFloorProxy(ctx, app.origin), appRequest, rawApp)
-    },
-    {
-      id: 'http-proxy',
-      label: 'bare http-proxy (keep-alive agent)',
-      start: serverTarget(async () => await startBareProxy(ctx, app.origin), appRequest, rawApp)
-    },
-    sidecarTarget('sidecar', 'sidecar (cortex, auth, LOG_LEVEL=info)', 'as shipped: cortex envelope, auth on (cached token), one pino line per request (to a file)', { logLevel: 'info' }),
-    sidecarTarget('sidecar-warn', 'sidecar (LOG_LEVEL=warn)', 'LOG_LEVEL=warn: what the per-request log line costs', { logLevel: 'warn' }),
-    sidecarTarget('sidecar-custom', 'sidecar (RUNTIME=custom, info)', 'RUNTIME=custom: the app\'s answer passed as it is, no envelope; LOG_LEVEL=info', { logLevel: 'info', env: { RUNTIME: 'custom' } }),
-    {
-      id: 'nginx',
-      label: 'nginx (1 worker, upstream keepalive)',
-      ...(nginxSkip === undefined ? {} : { skipReason: nginxSkip }),
-      start: serverTarget(async () => await startNginx(ctx, app.port), appRequest, rawApp)
-    }
-  ]
-  return {
-    targets,
-    children: [app.child],
-    close: async () => {
-      await app.child.stop()
-      await jwks.close()
-    }
-  }
+  return prepared([
+    directTarget('direct', 'direct (example app)', appRunRequest(app.origin), expectRawGreeting),
+    proxyTarget(ctx, 'floor', 'the Node floor (undici Pool.dispatch, no features)', app, appRunRequest, expectRawGreeting),
+    proxyTarget(ctx, 'http-proxy', 'bare http-proxy (keep-alive agent)', app, appRunRequest, expectRawGreeting),
+    sidecar('sidecar', 'sidecar (cortex, auth, LOG_LEVEL=info)', 'as shipped: cortex envelope, auth on (cached token), one pino line per request (to a file)', 'info'),
+    sidecar('sidecar-warn', 'sidecar (LOG_LEVEL=warn)', 'LOG_LEVEL=warn: what the per-request log line costs', 'warn'),
+    sidecar('sidecar-custom', 'sidecar (RUNTIME=custom, info)', 'RUNTIME=custom: the app\'s answer passed as it is, no envelope; LOG_LEVEL=info', 'info', { RUNTIME: 'custom' }),
+    proxyTarget(ctx, 'nginx', 'nginx (1 worker, upstream keepalive)', app, appRunRequest, expectRawGreeting)
+  ])
 }
 
 /** Targets' ratios and deltas are made round by round, then the median (see pairedByRound). */
 function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation {
-  const rounds = (id: string, phaseId: string): PhaseRounds => roundsOf(results, id, phaseId)
-  const ran = (id: string): boolean => results.some(r => r.id === id && r.skipped === undefined)
-  const rps = (x: Measurement, y: Measurement): number => x.rps / y.rps
-  const cpu = (x: Measurement, y: Measurement): number => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN)
+  const rounds = (id: string, phaseId: string) => roundsOf(results, id, phaseId)
+  const measured = results.filter(r => r.skipped === undefined)
+  const proxies = measured.filter(r => r.id !== 'direct')
   const ratios: Ratio[] = []
-  const checks: Check[] = []
-  const sidecars = results.filter(r => r.id.startsWith('sidecar') && r.skipped === undefined)
-
   // every sidecar row against the Node floor, the bare proxy, nginx and the app: requests/s and CPU per request
-  for (const sidecar of sidecars) {
+  for (const sidecar of measured.filter(r => r.id.startsWith('sidecar'))) {
     for (const [other, name] of [['floor', 'the Node floor'], ['http-proxy', 'bare http-proxy'], ['nginx', 'nginx'], ['direct', 'direct']] as const) {
-      if (!ran(other)) continue
-      ratios.push(pairedRatio(`${sidecar.id}/${other}`, `${sidecar.label} / ${name}, requests/s`, '×', rounds(sidecar.id, 'throughput'), rounds(other, 'throughput'), rps))
-      if (other !== 'direct') {
-        ratios.push(pairedRatio(`cpu/${sidecar.id}/${other}`, `${sidecar.label} / ${name}, CPU per request`, '×', rounds(sidecar.id, 'throughput'), rounds(other, 'throughput'), cpu))
-      }
+      if (!ran(results, other)) continue
+      ratios.push(...pairRatios(results, 'throughput', '×', rps, [[`${sidecar.id}/${other}`, `${sidecar.label} / ${name}, requests/s`, sidecar.id, other]]))
+      if (other !== 'direct') ratios.push(...pairRatios(results, 'throughput', '×', cpuPerRequest, [[`cpu/${sidecar.id}/${other}`, `${sidecar.label} / ${name}, CPU per request`, sidecar.id, other]]))
     }
   }
-  const ratio = (id: string): Ratio => ratios.find(r => r.id === id) ?? { id, label: id, unit: '×', value: null }
-  checks.push(thresholdCheck(`sidecar (cortex, auth, info) ≥ ${FLOOR_RPS_TARGET}× the Node floor's requests/s`, ratio('sidecar/floor'), FLOOR_RPS_TARGET, true))
-  checks.push(thresholdCheck(`sidecar CPU per request ≤ ${FLOOR_CPU_TARGET}× the Node floor's`, ratio('cpu/sidecar/floor'), FLOOR_CPU_TARGET + 1e-9, false))
-  checks.push(thresholdCheck(`RUNTIME=custom ≥ ${CUSTOM_FLOOR_RPS_TARGET}× the Node floor's requests/s (info log)`, ratio('sidecar-custom/floor'), CUSTOM_FLOOR_RPS_TARGET, true))
+  const ratio = (id: string): Ratio => ratioById(ratios, id)
+  const checks: Check[] = [
+    thresholdCheck(`sidecar (cortex, auth, info) ≥ ${FLOOR_RPS_TARGET}× the Node floor's requests/s`, ratio('sidecar/floor'), FLOOR_RPS_TARGET, true),
+    atMost(`sidecar CPU per request ≤ ${FLOOR_CPU_TARGET}× the Node floor's`, ratio('cpu/sidecar/floor'), FLOOR_CPU_TARGET),
+    thresholdCheck(`RUNTIME=custom ≥ ${CUSTOM_FLOOR_RPS_TARGET}× the Node floor's requests/s (info log)`, ratio('sidecar-custom/floor'), CUSTOM_FLOOR_RPS_TARGET, true)
+  ]
 
-  // memory: as started (idle, before any load) and holding many connections
-  for (const result of results) {
-    if (result.id === 'direct' || result.skipped !== undefined) continue
-    ratios.push(peakMemory(`rss/idle/${result.id}`, `${result.label}: idle RSS (as started, before any load)`, rounds(result.id, 'idle')))
-    ratios.push(peakMemory(`rss/many/${result.id}`, `${result.label}: peak RSS with ${settings.manyConnections} concurrent connections`, rounds(result.id, 'many')))
+  // memory: as started (idle, before any load) and holding many connections (every round counts: see highest)
+  const peak = (id: string, phaseId: string) => rounds(id, phaseId).map(m => m?.peakRssMb ?? null)
+  for (const r of proxies) {
+    ratios.push(highest(`rss/idle/${r.id}`, `${r.label}: idle RSS (as started, before any load)`, peak(r.id, 'idle')),
+      highest(`rss/many/${r.id}`, `${r.label}: peak RSS with ${settings.manyConnections} concurrent connections`, peak(r.id, 'many')))
   }
-  checks.push(thresholdCheck(`sidecar idle RSS ≤ ${IDLE_RSS_TARGET_MB} MB`, ratio('rss/idle/sidecar'), IDLE_RSS_TARGET_MB + 1e-9, false))
-  const many = rounds('sidecar', 'many').filter((m): m is Measurement => m !== undefined)
-  const failed = many.reduce((total, m) => total + m.errors + m.non2xx, 0)
-  const rssCheck = thresholdCheck(`sidecar peak RSS ≤ ${MANY_RSS_TARGET_MB} MB with ${settings.manyConnections} busy connections`, ratio('rss/many/sidecar'), MANY_RSS_TARGET_MB + 1e-9, false)
+  checks.push(atMost(`sidecar idle RSS ≤ ${IDLE_RSS_TARGET_MB} MB`, ratio('rss/idle/sidecar'), IDLE_RSS_TARGET_MB))
+  const failed = rounds('sidecar', 'many').reduce((total, m) => total + (m === undefined ? 0 : m.errors + m.non2xx), 0)
+  const rssCheck = atMost(`sidecar peak RSS ≤ ${MANY_RSS_TARGET_MB} MB with ${settings.manyConnections} busy connections`, ratio('rss/many/sidecar'), MANY_RSS_TARGET_MB)
   checks.push(failed === 0 ? rssCheck : { ...rssCheck, detail: `${rssCheck.detail}; the phase also had ${failed} failed requests (see its table): the memory figure stands, its rates do not` })
 
   // at an evenly paced rate: added p99 and CPU (the autocannon fixed-rate phase is reported, not checked: it sends bursts)
   for (const [phaseId, phaseName] of [['fixedRate', 'autocannon overallRate'], ['paced', 'evenly paced']] as const) {
-    for (const result of results) {
-      if (result.id === 'direct' || result.skipped !== undefined) continue
-      ratios.push(pairedRatio(`p99-delta/${phaseId}/${result.id}`, `${result.label}: p99 − direct p99 at ${settings.rate} req/s, ${phaseName}`, 'ms',
-        rounds(result.id, phaseId), rounds('direct', phaseId), (x, y) => x.p99Ms - y.p99Ms))
-    }
+    ratios.push(...pairRatios(results, phaseId, 'ms', p99Delta,
+      proxies.map(r => [`p99-delta/${phaseId}/${r.id}`, `${r.label}: p99 − direct p99 at ${settings.rate} req/s, ${phaseName}`, r.id, 'direct'])))
   }
-  const shortOfRate = [...rounds('sidecar', 'paced'), ...rounds('direct', 'paced')]
-    .filter((m): m is Measurement => m !== undefined && m.valid && m.rps < 0.9 * settings.rate)
-  const notReached = shortOfRate.length > 0 ? `the rate was not reached (${shortOfRate.map(m => Math.round(m.rps)).join(', ')} req/s)` : undefined
-  checks.push(thresholdCheck(`sidecar p99 ≤ direct p99 + ${P99_DELTA_TARGET_MS} ms at ${settings.rate} req/s, evenly paced`,
-    ratio('p99-delta/paced/sidecar'), P99_DELTA_TARGET_MS + 1e-9, false, notReached))
-  for (const result of results) {
-    if (result.id === 'direct' || result.skipped !== undefined) continue
-    ratios.push(ownFigure(`vcpu/paced/${result.id}`, `${result.label}: vCPU at ${settings.rate} req/s, evenly paced`, 'vCPU',
-      rounds(result.id, 'paced'), x => (x.cpu?.targetCoresUsed ?? NaN) * (settings.rate / x.rps)))
+  const notReached = rateNotReached([...rounds('sidecar', 'paced'), ...rounds('direct', 'paced')], settings.rate, 'req/s', 'the rate')
+  checks.push(atMost(`sidecar p99 ≤ direct p99 + ${P99_DELTA_TARGET_MS} ms at ${settings.rate} req/s, evenly paced`, ratio('p99-delta/paced/sidecar'), P99_DELTA_TARGET_MS, notReached))
+  for (const r of proxies) {
+    ratios.push(ownFigure(`vcpu/paced/${r.id}`, `${r.label}: vCPU at ${settings.rate} req/s, evenly paced`, 'vCPU',
+      rounds(r.id, 'paced'), (x: Measurement) => (x.cpu?.targetCoresUsed ?? NaN) * (settings.rate / x.rps)))
   }
-  checks.push(thresholdCheck(`sidecar CPU ≤ ${VCPU_AT_RATE_TARGET} vCPU at ${settings.rate} req/s, evenly paced`, ratio('vcpu/paced/sidecar'), VCPU_AT_RATE_TARGET + 1e-9, false, notReached))
+  checks.push(atMost(`sidecar CPU ≤ ${VCPU_AT_RATE_TARGET} vCPU at ${settings.rate} req/s, evenly paced`, ratio('vcpu/paced/sidecar'), VCPU_AT_RATE_TARGET, notReached))
   return { ratios, checks }
-}
-
-/**
- * The highest peak RSS of a target's rounds. Unlike the rates, memory is read from every round,
- * also one with failed requests: the process held those connections all the same.
- */
-function peakMemory (id: string, label: string, measured: PhaseRounds): Ratio {
-  const perRound = measured.map(m => m?.peakRssMb ?? null)
-  const values = perRound.filter((v): v is number => v !== null)
-  return { id, label, unit: 'MB', value: values.length === 0 ? null : Math.max(...values), perRound, perRoundQuiet: perRound.map(() => true), disturbed: false }
 }
 
 export const jsonPostScenario: Scenario = {
   name: 'json-post',
   baselineId: 'direct',
-  description: `small JSON POST (${BODY}) answered at once by the example app; sidecar with auth on and a cached token`,
+  description: `small JSON POST (${GREETING_BODY}) answered at once by the example app; sidecar with auth on and a cached token`,
   phases: [
     { id: 'idle', label: `idle (as started: ${IDLE_SECONDS} s at rest before any load, then one call)`, run: async request => await measureIdle(request, IDLE_SECONDS), beforeWarmUp: true },
     { id: 'throughput', label: 'max throughput', run: measureThroughput },

@@ -1,19 +1,17 @@
 import { setTimeout as sleep } from 'node:timers/promises'
-import { roundsOf, type PhaseRounds, withRounds } from '../checks.ts'
+import { highest, roundsOf, withRounds } from '../checks.ts'
 import { Latencies, type LoadRequest, type Measurement, summarize } from '../load.ts'
 import type { BenchContext, Check, Evaluation, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import { freePort } from '../child-processes.ts'
 import { LiveHeapProbe } from '../live-heap.ts'
-import { benchAuth, sidecarBin, startBenchServer, type StartedServer, startSidecarProcess } from '../targets.ts'
+import { APP_NAME, PROJECT_ID, shareServers, sidecarBin, startBenchServer, type StartedServer, startSidecarProcess } from '../targets.ts'
 
 /**
- * Issue 13: memory bounded by design. The app (bench/large-body-app.ts) answers JSON bodies of
+ * Issue 13: memory bounded by design. The large-body app (bench/servers.ts) answers JSON bodies of
  * 1, 10 and 30 MB; the cortex sidecar must wrap each without holding it more than about twice:
  * its peak RSS while answering them, one at a time, ≤ its idle RSS + 3 × the body. The app
  * reached directly (its own process) and a RUNTIME=custom sidecar (passthrough) are for contrast.
  */
-const PROJECT_ID = 'bench'
-const APP_NAME = 'app'
 const MB = 1e6
 const SIZES_MB = [1, 10, 30]
 const RSS_BODY_FACTOR = 3
@@ -118,8 +116,7 @@ function bodyTarget (server: StartedServer, url: string, headers: Record<string,
 }
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
-  const app = await startBenchServer(ctx, 'large-body-app', 'large-body-app.ts')
-  const { jwks, token } = await benchAuth(PROJECT_ID)
+  const { servers: { app }, jwks, token, prepared } = await shareServers(ctx, { app: c => startBenchServer(c, 'large-body-app') })
   const bin = sidecarBin(ctx)
   const sidecarTarget = (runtime: 'cortex' | 'custom'): TargetDef => ({
     id: runtime === 'cortex' ? 'sidecar' : 'sidecar-custom',
@@ -132,40 +129,21 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       })
       const heap = await LiveHeapProbe.connect(inspectPort)
       const notes = [`auth on (a cached token), LOG_LEVEL=info, RUNTIME=${runtime}${runtime === 'cortex' ? ' (every 2xx body wrapped in the envelope)' : ' (bodies passed through)'}; bin ${bin}`]
-      return bodyTarget(sidecar, `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/body`, { authorization: `Bearer ${token}` },
-        runtime === 'cortex' ? 'envelope' : 'raw', notes, heap)
+      return bodyTarget(sidecar, `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/body`, { authorization: `Bearer ${token}` }, runtime === 'cortex' ? 'envelope' : 'raw', notes, heap)
     }
   })
-  const targets: TargetDef[] = [
+  return prepared([
     {
       id: 'direct',
       label: 'direct (the app, its own process)',
       start: async () => {
-        const own = await startBenchServer(ctx, 'large-body-app-direct', 'large-body-app.ts')
+        const own = await startBenchServer(ctx, 'large-body-app', {}, 'large-body-app-direct')
         return bodyTarget(own, `${own.origin}/body`, {}, 'raw', ['its peak RSS is the app\'s own: the bodies it keeps (1 + 10 + 30 MB by the last phase) and what sending them costs'])
       }
     },
     sidecarTarget('cortex'),
     sidecarTarget('custom')
-  ]
-  return {
-    targets,
-    children: [app.child],
-    close: async () => {
-      await app.child.stop()
-      await jwks.close()
-    }
-  }
-}
-
-/** Per round, a phase's peak RSS minus the idle phase's, then the highest of the rounds (memory is not noise). */
-function growth (id: string, label: string, measured: PhaseRounds, idle: PhaseRounds): Ratio {
-  const perRound = measured.map((m, i) => {
-    const rest = idle[i]?.peakRssMb
-    return m?.peakRssMb === undefined || rest === undefined ? null : m.peakRssMb - rest
-  })
-  const values = perRound.filter((v): v is number => v !== null)
-  return { id, label, unit: 'MB', value: values.length === 0 ? null : Math.max(...values), perRound, perRoundQuiet: perRound.map(() => true), disturbed: false }
+  ])
 }
 
 function evaluate (results: TargetResult[]): Evaluation {
@@ -177,7 +155,11 @@ function evaluate (results: TargetResult[]): Evaluation {
     for (const mb of SIZES_MB) {
       const phaseId = `body-${mb}mb`
       const measured = roundsOf(results, result.id, phaseId)
-      const ratio = growth(`rss-growth/${phaseId}/${result.id}`, `${result.label}: peak RSS − idle RSS, ${mb} MB responses`, measured, idle)
+      // per round, the phase's peak RSS minus the idle phase's, then the highest of the rounds (memory is not noise)
+      const ratio = highest(`rss-growth/${phaseId}/${result.id}`, `${result.label}: peak RSS − idle RSS, ${mb} MB responses`, measured.map((m, i) => {
+        const rest = idle[i]?.peakRssMb
+        return m?.peakRssMb === undefined || rest === undefined ? null : m.peakRssMb - rest
+      }))
       ratios.push(ratio)
       if (result.id !== 'sidecar') continue
       const label = `sidecar peak RSS ≤ idle + ${RSS_BODY_FACTOR} × body, ${mb} MB responses`
@@ -206,7 +188,7 @@ function evaluate (results: TargetResult[]): Evaluation {
 export const largeBodyScenario: Scenario = {
   name: 'large-body',
   baselineId: 'direct',
-  description: 'GET of 1, 10 and 30 MB JSON bodies (bench/large-body-app.ts), one at a time; sidecar with auth on (a cached token), LOG_LEVEL=info, RUNTIME=cortex (the envelope) or custom',
+  description: 'GET of 1, 10 and 30 MB JSON bodies (the large-body app of bench/servers.ts), one at a time; sidecar with auth on (a cached token), LOG_LEVEL=info, RUNTIME=cortex (the envelope) or custom',
   phases: PHASES,
   warmUp: async (target, settings) => await target.runPhase?.(WARM_UP, settings),
   method: () =>

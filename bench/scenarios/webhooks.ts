@@ -1,42 +1,42 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { scrapeMetrics, sumOf } from '../../test/helpers/admin-metrics.ts'
-import { pairedRatio, roundsOf, thresholdCheck } from '../checks.ts'
-import { type LoadRequest, type Measurement, runLoad } from '../load.ts'
-import type { BenchContext, Check, Evaluation, PreparedScenario, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import { atMost, cpuPerRequest, pairedRatio, pairRatios, roundsOf, rps } from '../checks.ts'
+import { type LoadOptions, type LoadRequest, type Measurement, runLoad } from '../load.ts'
+import type { BenchContext, Check, Evaluation, PreparedScenario, Scenario, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
-import { benchAuth, expectGreeting, serverTarget, startBenchServer, type StartedServer, startExampleApp, startFloorProxy, startSidecarProcess } from '../targets.ts'
+import {
+  appRunRequest, expectGreeting, expectRawGreeting, proxyTarget, runRequest, shareServers, sidecarTarget, startBenchServer, type StartedServer, startExampleApp
+} from '../targets.ts'
 
 /**
  * Issues 4 and 17: the sidecar with `webhookEndpoint` on every call vs without, and the Node floor
  * for the same call. Targets: the sidecar's CPU per delivery ≤ 1.0× its CPU per proxied call;
- * every webhook delivered exactly once, counted at a receiver (bench/webhook-receiver.ts) by the
+ * every webhook delivered exactly once, counted at the webhook receiver (bench/servers.ts) by the
  * unique X-Request-Id the load generator gives each call.
  */
-const PROJECT_ID = 'bench'
-const APP_NAME = 'app'
-const BODY = '{"name":"Ada"}'
 const DELIVERY_CPU_TARGET = 1.0
 /** The longest wait for the sidecar's pending deliveries after a phase. */
 const DRAIN_TIMEOUT_MS = 120_000
 /** Deliveries finished without progress this long: the rest are not coming. */
 const STALL_MS = 3000
 
-/** Max throughput, every call with its own X-Request-Id (the same load on both targets). */
-async function loadWithIds (request: LoadRequest, settings: BenchSettings, ids: Parameters<typeof runLoad>[1]['requestIds']): Promise<Measurement> {
+/** Max throughput, every call with its own X-Request-Id (`ids`; the same load on every target). */
+export async function loadWithIds (request: LoadRequest, settings: BenchSettings, ids: LoadOptions['requestIds']): Promise<Measurement> {
   return await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds, requestIds: ids })
 }
 
+/** A fresh X-Request-Id prefix. */
 export const prefix = (): string => `wh${randomBytes(4).toString('hex')}-`
 
-interface Deliveries { finished: number, delivered: number, failed: number, dropped: number, calls: number }
+/** The webhook counts of a phase's table (webhooks and recorded). */
+export const WEBHOOK_COLUMNS = [{ key: 'received', label: 'webhooks received', combine: 'sum' as const },
+  { key: 'duplicates', label: 'dupl.', combine: 'sum' as const }, { key: 'missing', label: 'missing', combine: 'sum' as const }]
 
-async function deliveries (adminOrigin: string): Promise<Deliveries> {
+/** The sidecar's deliveries by result, and its calls, from its /metrics. */
+async function deliveries (adminOrigin: string): Promise<{ finished: number, delivered: number, failed: number, dropped: number, calls: number }> {
   const samples = await scrapeMetrics(adminOrigin)
-  const result = (r: string): number => sumOf(samples, 'sidecar_webhook_deliveries_total', { result: r })
-  const delivered = result('delivered')
-  const failed = result('failed')
-  const dropped = result('dropped')
+  const [delivered, failed, dropped] = ['delivered', 'failed', 'dropped'].map(result => sumOf(samples, 'sidecar_webhook_deliveries_total', { result })) as [number, number, number]
   return { finished: delivered + failed + dropped, delivered, failed, dropped, calls: sumOf(samples, 'sidecar_requests_total', { route: 'invoke' }) }
 }
 
@@ -59,16 +59,6 @@ async function drain (adminOrigin: string): Promise<number> {
   return (performance.now() - startedAt) / 1000
 }
 
-async function receivedIds (receiver: StartedServer): Promise<Map<string, number>> {
-  const text = await (await fetch(`${receiver.origin}/ids`)).text()
-  const counts = new Map<string, number>()
-  for (const line of text.split('\n')) {
-    const space = line.lastIndexOf(' ')
-    if (space > 0) counts.set(line.slice(0, space), Number(line.slice(space + 1)))
-  }
-  return counts
-}
-
 /**
  * The webhook target's phase: the warm-up's deliveries drained, the receiver reset, the load
  * (ids recorded), the deliveries drained, then every id accounted for (the figures in `extra`).
@@ -84,7 +74,11 @@ export async function webhookPhase (request: LoadRequest, settings: BenchSetting
   const drainSeconds = await drain(adminOrigin)
   const after = await deliveries(adminOrigin)
   const stats = await (await fetch(`${receiver.origin}/stats`)).json() as { deliveries: number, unique: number, malformed: number, connections: number }
-  const counts = await receivedIds(receiver)
+  const counts = new Map<string, number>() // the receiver's `<id> <deliveries>` lines
+  for (const line of (await (await fetch(`${receiver.origin}/ids`)).text()).split('\n')) {
+    const space = line.lastIndexOf(' ')
+    if (space > 0) counts.set(line.slice(0, space), Number(line.slice(space + 1)))
+  }
   let duplicates = 0
   let foreign = 0
   let inFlightDelivered = 0
@@ -99,81 +93,31 @@ export async function webhookPhase (request: LoadRequest, settings: BenchSetting
   return {
     ...measured,
     extra: {
-      answered: answered.size,
-      received: stats.deliveries,
-      duplicates,
-      missing,
-      foreign,
-      malformed: stats.malformed,
-      receiverConnections: stats.connections,
-      inFlightDelivered,
-      sidecarDelivered: after.delivered - before.delivered,
-      failed: after.failed - before.failed,
-      dropped: after.dropped - before.dropped,
-      drainSeconds
+      answered: answered.size, received: stats.deliveries, duplicates, missing, foreign, malformed: stats.malformed, receiverConnections: stats.connections,
+      inFlightDelivered, sidecarDelivered: after.delivered - before.delivered, failed: after.failed - before.failed, dropped: after.dropped - before.dropped, drainSeconds
     }
   }
 }
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
-  const app = await startExampleApp(ctx)
-  const receiver = await startBenchServer(ctx, 'webhook-receiver', 'webhook-receiver.ts')
-  const { jwks, token } = await benchAuth(PROJECT_ID)
-  const hook = encodeURIComponent(`${receiver.origin}/hook`)
-
-  const sidecarTarget = (withWebhooks: boolean): TargetDef => ({
+  const { servers: { app, receiver }, jwks, token, prepared } = await shareServers(ctx, { app: startExampleApp, receiver: c => startBenchServer(c, 'webhook-receiver') })
+  const hook = `?webhookEndpoint=${encodeURIComponent(`${receiver.origin}/hook`)}`
+  const sidecar = (withWebhooks: boolean) => sidecarTarget(ctx, {
     id: withWebhooks ? 'sidecar-webhooks' : 'sidecar',
     label: withWebhooks ? 'sidecar, webhookEndpoint on every call' : 'sidecar, no webhooks',
-    start: async (bin?: string): Promise<RunningTarget> => {
-      const sidecar = await startSidecarProcess(ctx, {
-        appOrigin: app.origin,
-        jwksUrl: jwks.url,
-        logLevel: 'info',
-        name: withWebhooks ? 'sidecar-webhooks' : 'sidecar',
-        env: { PROJECT_ID, APP_NAME, WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8' },
-        bin
-      })
-      const request: LoadRequest = {
-        url: `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/run${withWebhooks ? `?webhookEndpoint=${hook}` : ''}`,
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-        body: BODY
-      }
-      return {
-        request,
-        checkResponse: expectGreeting,
-        children: [sidecar.child],
-        runPhase: withWebhooks
-          ? async (_phase, settings) => await webhookPhase(request, settings, sidecar.adminOrigin, receiver)
-          : async (_phase, settings) => await loadWithIds(request, settings, { prefix: prefix() }),
-        ...(withWebhooks
-          ? { notes: ['CPU µs/req includes delivering the webhooks (the wait for the pending deliveries after the load is inside the phase\'s CPU accounting); the app column adds the receiver'] }
-          : {}),
-        stop: async () => { await sidecar.child.stop() }
-      }
-    }
+    appOrigin: app.origin,
+    jwksUrl: jwks.url,
+    env: { WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8' },
+    request: origin => runRequest(origin, token, withWebhooks ? hook : ''),
+    checkResponse: expectGreeting,
+    ...(withWebhooks ? { notes: ['CPU µs/req includes delivering the webhooks (the wait for the pending deliveries after the load is inside the phase\'s CPU accounting); the app column adds the receiver'] } : {}),
+    running: (started, request) => ({
+      runPhase: withWebhooks
+        ? async (_phase, settings) => await webhookPhase(request, settings, started.adminOrigin, receiver)
+        : async (_phase, settings) => await loadWithIds(request, settings, { prefix: prefix() })
+    })
   })
-
-  const floor: TargetDef = {
-    id: 'floor',
-    label: 'the Node floor (no webhooks)',
-    start: serverTarget(async () => await startFloorProxy(ctx, app.origin),
-      origin => ({ url: `${origin}/run`, method: 'POST', headers: { 'content-type': 'application/json' }, body: BODY }), expectRawGreeting)
-  }
-  return {
-    targets: [floor, sidecarTarget(false), sidecarTarget(true)],
-    children: [app.child, receiver.child],
-    close: async () => {
-      await app.child.stop()
-      await receiver.child.stop()
-      await jwks.close()
-    }
-  }
-}
-
-/** The example app's own answer (no envelope), through the floor. */
-function expectRawGreeting (status: number, body: string): void {
-  if (status !== 200 || (JSON.parse(body) as { greeting?: unknown }).greeting !== 'Hello, Ada!') throw new Error(`unexpected answer ${status}: ${body.slice(0, 200)}`)
+  return prepared([proxyTarget(ctx, 'floor', 'the Node floor (no webhooks)', app, appRunRequest, expectRawGreeting), sidecar(false), sidecar(true)])
 }
 
 /**
@@ -188,17 +132,14 @@ function deliveryCpu (withHooks: Measurement, without: Measurement): number {
 
 function evaluate (results: TargetResult[]): Evaluation {
   const withHooks = roundsOf(results, 'sidecar-webhooks', 'throughput')
-  const without = roundsOf(results, 'sidecar', 'throughput')
-  const floor = roundsOf(results, 'floor', 'throughput')
-  const cpu = (x: Measurement, y: Measurement): number => (x.cpu?.targetUsPerRequest ?? NaN) / (y.cpu?.targetUsPerRequest ?? NaN)
-  const delivery = pairedRatio('cpu/delivery/call', 'sidecar CPU per webhook delivery / its CPU per proxied call', '×', withHooks, without, deliveryCpu)
+  const delivery = pairedRatio('cpu/delivery/call', 'sidecar CPU per webhook delivery / its CPU per proxied call', '×', withHooks, roundsOf(results, 'sidecar', 'throughput'), deliveryCpu)
   const ratios = [
     delivery,
-    pairedRatio('webhooks/none', 'sidecar with webhooks / without, requests/s', '×', withHooks, without, (x, y) => x.rps / y.rps),
-    pairedRatio('sidecar/floor', 'sidecar without webhooks / the Node floor, requests/s', '×', without, floor, (x, y) => x.rps / y.rps),
-    pairedRatio('cpu/sidecar/floor', 'sidecar without webhooks / the Node floor, CPU per request', '×', without, floor, cpu)
+    ...pairRatios(results, 'throughput', '×', rps, [['webhooks/none', 'sidecar with webhooks / without, requests/s', 'sidecar-webhooks', 'sidecar'],
+      ['sidecar/floor', 'sidecar without webhooks / the Node floor, requests/s', 'sidecar', 'floor']]),
+    ...pairRatios(results, 'throughput', '×', cpuPerRequest, [['cpu/sidecar/floor', 'sidecar without webhooks / the Node floor, CPU per request', 'sidecar', 'floor']])
   ]
-  const checks: Check[] = [thresholdCheck(`sidecar CPU per delivery ≤ ${DELIVERY_CPU_TARGET}× its CPU per proxied call`, delivery, DELIVERY_CPU_TARGET + 1e-9, false)]
+  const checks: Check[] = [atMost(`sidecar CPU per delivery ≤ ${DELIVERY_CPU_TARGET}× its CPU per proxied call`, delivery, DELIVERY_CPU_TARGET)]
 
   const label = 'every webhook delivered exactly once (counted at the receiver by X-Request-Id)'
   const measured = withHooks.filter((m): m is Measurement => m?.extra !== undefined)
@@ -226,13 +167,7 @@ export const webhooksScenario: Scenario = {
     id: 'throughput',
     label: 'max throughput',
     run: async (request, settings) => await loadWithIds(request, settings, { prefix: prefix() }),
-    columns: [
-      { key: 'received', label: 'webhooks received', combine: 'sum' },
-      { key: 'duplicates', label: 'dupl.', combine: 'sum' },
-      { key: 'missing', label: 'missing', combine: 'sum' },
-      { key: 'receiverConnections', label: 'connections to the receiver' },
-      { key: 'drainSeconds', label: 'drain s', combine: 'max', digits: 1 }
-    ]
+    columns: [...WEBHOOK_COLUMNS, { key: 'receiverConnections', label: 'connections to the receiver' }, { key: 'drainSeconds', label: 'drain s', combine: 'max', digits: 1 }]
   }],
   method: settings =>
     `Max throughput: autocannon, ${settings.connections} connections, every call its own X-Request-Id (on both targets). ` +
