@@ -5,11 +5,9 @@ import type { ExtraColumn } from './aggregate.ts'
 import type { BenchSettings } from './settings.ts'
 
 /**
- * A scenario = a name, how to start its targets, and how to load them. `run.ts` walks every
- * scenario: prepare (shared processes such as the app), then, round after round, for each target
- * in turn: start it, check one request, warm it up, run every load phase, stop it; then combine
- * the rounds and evaluate (ratios, checks). Targets run one after another, never at once (the
- * bench machine has 2 cores).
+ * A scenario = a name, how to start its targets, and how to load them. run.ts: prepare (shared
+ * processes), then round after round, for each target in turn (never two at once: 2 cores): start,
+ * check one request, warm up, run every phase, stop; then combine the rounds and evaluate.
  */
 export interface Scenario {
   /** Short id, e.g. `json-post`; a key in latest.json. */
@@ -24,14 +22,11 @@ export interface Scenario {
   prepare: (ctx: BenchContext) => Promise<PreparedScenario>
   /** Ratios and target checks from the results of every target. */
   evaluate: (results: TargetResult[], settings: BenchSettings) => Evaluation
-  /** How the scenario loads its targets, one paragraph for the report (settings included). */
+  /** How the scenario loads its targets, one paragraph for the report. */
   method: (settings: BenchSettings) => string
-  /** Warm-up of a started target (default: autocannon on its request, see load.ts `warmUp`). */
+  /** Warm-up of a started target (default: load.ts `warmUp`, autocannon on its request). */
   warmUp?: (target: RunningTarget, settings: BenchSettings) => Promise<unknown>
-  /**
-   * Sidecar targets measured again on an older build when BENCH_BEFORE_BIN is set: run.ts adds
-   * `<id>-before` after each (its `start` given that bin) and the before/after ratios.
-   */
+  /** Sidecar targets measured again as `<id>-before` on BENCH_BEFORE_BIN (their `start` given that bin), with before/after ratios. */
   readonly beforeIds?: string[]
 }
 
@@ -51,11 +46,7 @@ export interface PreparedScenario {
   readonly children: BenchChild[]
   /** Stops what `prepare` started. */
   close: () => Promise<void>
-  /**
-   * Processes the bench did not start that work for the targets (the PostgreSQL backends serving
-   * a store): looked up before and after each phase and CPU-accounted with the shared processes,
-   * so their work is not mistaken for other load on the machine.
-   */
+  /** Processes the bench did not start that work for the targets (database backends, Redis): CPU-accounted with the shared ones. */
   outsideProcesses?: () => Promise<Record<string, number>>
 }
 
@@ -80,11 +71,7 @@ export interface RunningTarget {
   readonly children: BenchChild[]
   /** Free-form notes for the report (e.g. the log level). */
   readonly notes?: string[]
-  /**
-   * Runs one phase itself, when sending the request is not all of it (reset a counter before,
-   * wait for webhook deliveries after, read the app's own figures into `extra`). Default:
-   * `phase.run(request, settings)`. Its CPU is accounted like the phase's.
-   */
+  /** Runs a phase itself when sending the request is not all of it (default `phase.run(request, settings)`); CPU-accounted like the phase. */
   runPhase?: (phase: LoadPhase, settings: BenchSettings) => Promise<Measurement>
   stop: () => Promise<void>
 }
@@ -99,7 +86,7 @@ export interface LoadPhase {
   readonly rateUnit?: string
   /** The phase's own figures (`Measurement.extra`), shown as extra table columns. */
   readonly columns?: ExtraColumn[]
-  /** Run before the warm-up (an idle phase: the target as it started, before any load). */
+  /** Run before the warm-up (an idle phase: the target as it started). */
   readonly beforeWarmUp?: boolean
 }
 
@@ -139,6 +126,6 @@ export interface Check {
 export interface Evaluation {
   readonly ratios: Ratio[]
   readonly checks: Check[]
-  /** Scenario-level notes for the report (a half skipped, a caveat of a figure). */
+  /** Scenario-level notes for the report. */
   readonly notes?: string[]
 }

@@ -2,10 +2,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { setImmediate as nextTurn } from 'node:timers/promises'
 
 /**
- * The bench-only servers, each run as a process of its own by startBenchServer (bench/targets.ts):
- * `PORT=… node --import tsx bench/servers.ts <name>`, every one answering GET /health with 200.
- * The receivers are the test helpers' (test/helpers/), loaded only by the process that runs one:
- * the apps load nothing but Node's own modules (the large-body app's RSS is a figure).
+ * The bench-only servers, each its own process (startBenchServer): `PORT=… node --import tsx
+ * bench/servers.ts <name>`, each answering GET /health. The receivers are test/helpers' and loaded
+ * only by the process running one: the apps load nothing but Node's (the large-body app's RSS is a figure).
  */
 const port = Number(process.env.PORT)
 const host = process.env.HOST ?? '127.0.0.1'
@@ -72,15 +71,10 @@ async function ndjson (res: ServerResponse, intervalMs: number, durationMs: numb
 }
 
 /**
- * The sse and async scenarios' app: NDJSON streams whose every line carries the moment it was
- * written, so a client on the same machine can tell each event's latency.
- *
- *   GET /stream?interval_ms=10&duration_ms=5000&count=…  application/x-ndjson, one line per event:
- *       {"i": <0, 1, …>, "t": <epoch µs when written>}
- *     interval_ms > 0: one event every interval_ms (the first after a random part of it, so that
- *       many streams do not tick together); 0: as fast as the connection takes them, yielding to
- *       the event loop after each event, as a generator would.
- *     Ends after duration_ms or count events, whichever comes first (default: 10 events at once).
+ * The sse and async scenarios' app. `GET /stream?interval_ms=&duration_ms=&count=`: NDJSON lines
+ * `{"i": n, "t": <epoch µs when written>}`, one every interval_ms (the first after a random part of
+ * it) or, at 0, as fast as the connection takes them (yielding after each); until duration_ms or
+ * count events (default: 10 events at once).
  */
 async function streamApp (): Promise<void> {
   await listen(router({
@@ -92,13 +86,9 @@ async function streamApp (): Promise<void> {
 }
 
 /**
- * The gate and async scenarios' app: holds every call HOLD_MS (default 20) before answering, and
- * keeps its own time-weighted count of the calls in progress (busy from a request's arrival to its
- * response's close), so the bench can tell how busy the sidecar kept it.
- *
- *   any method /run  {"ok": true} after HOLD_MS
- *   GET  /stats      {"averageConcurrency", "maxConcurrency", "calls", "elapsedMs"} since the last reset
- *   POST /reset      starts a new measurement window
+ * The gate and async scenarios' app: `/run` answers {"ok": true} after HOLD_MS (default 20); it
+ * keeps a time-weighted count of the calls in progress (arrival to the response's close): `/stats`
+ * {"averageConcurrency", "maxConcurrency", "calls", "elapsedMs"} since `POST /reset`.
  */
 async function slowApp (): Promise<void> {
   const holdMs = Number(process.env.HOLD_MS ?? 20)
@@ -143,11 +133,8 @@ async function slowApp (): Promise<void> {
 }
 
 /**
- * The large-body scenario's app: big JSON answers, so the bench can watch what holding a body
- * costs a proxy in memory.
- *
- *   GET /body?bytes=N  200, `{"data":"xxx…"}` of exactly N bytes (11 ≤ N ≤ 10^9), Content-Length set;
- *                      built once per size and kept, written in 64 KiB pieces as the socket takes them
+ * The large-body scenario's app: `GET /body?bytes=N` → `{"data":"xxx…"}` of exactly N bytes (11 ≤
+ * N ≤ 10^9), built once per size and kept, written in 64 KiB pieces as the socket takes them.
  */
 async function largeBodyApp (): Promise<void> {
   const pieceBytes = 64 * 1024
@@ -181,13 +168,10 @@ async function largeBodyApp (): Promise<void> {
 }
 
 /**
- * The webhooks and recorded scenarios' receiver (test/helpers/webhook-receiver.ts, answering 200
- * at once): counts deliveries by X-Request-Id, so the bench can tell duplicates and missing ones.
- *
- *   POST /hook   a delivery (a body whose run_id differs, or that is not JSON, counts as malformed)
- *   GET  /ids    text, one `<id> <deliveries>` line per id received since the last reset
- *   GET  /stats  {"deliveries", "unique", "malformed", "connections"} (connections: TCP connections accepted)
- *   POST /reset  forgets everything
+ * The webhooks and recorded scenarios' receiver (test/helpers/webhook-receiver.ts, 200 at once),
+ * counting deliveries to `POST /hook` by X-Request-Id (malformed: not JSON, or another run_id):
+ * `/ids` one `<id> <deliveries>` line per id, `/stats` {"deliveries", "unique", "malformed",
+ * "connections"}, since `POST /reset`.
  */
 async function webhookReceiver (): Promise<void> {
   const { startWebhookReceiver } = await import('../test/helpers/webhook-receiver.ts')
@@ -232,13 +216,8 @@ async function webhookReceiver (): Promise<void> {
 }
 
 /**
- * The tracing scenario's collector (test/helpers/otlp-receiver.ts): takes OTLP/HTTP exports
- * (protobuf or JSON) whole and counts their spans (the protobuf message structure walked, not
- * every span decoded), answering 200.
- *
- *   POST /v1/traces  an export
- *   GET  /stats      {"exports", "spans"} since the last reset
- *   POST /reset      forgets everything
+ * The tracing scenario's collector (test/helpers/otlp-receiver.ts): counts the spans of each
+ * OTLP/HTTP export to `POST /v1/traces` (protobuf or JSON); `/stats` {"exports", "spans"} since `POST /reset`.
  */
 async function otlpReceiver (): Promise<void> {
   const [{ startOtlpReceiver }, { countSpans }] = await Promise.all([import('../test/helpers/otlp-receiver.ts'), import('../test/helpers/otlp-protobuf.ts')])

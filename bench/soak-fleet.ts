@@ -10,12 +10,11 @@ import { type ReceiverAction, startWebhookReceiver } from '../test/helpers/webho
 import { type BenchChild, freePort, guardAgainstOrphans, spawnChild, waitForHttp200 } from './child-processes.ts'
 
 /**
- * `SOAK_CASE=fleet npm run soak` (bench/soak.ts runs soakFleet): SOAK_SECONDS (default 600) of
- * async and idempotent traffic, with webhooks to a flaky receiver, through two sidecar processes
- * sharing one private redis-server; every SOAK_KILL_EVERY_S seconds (default 120) one of them is
- * SIGKILLed and started again. Fails (exit 1) when a webhook is lost, a delivery makes more
- * attempts than WEBHOOK_ATTEMPTS + 1, or an idempotent request reaches the app twice. Results in
- * bench/results/soak-fleet.json. Also home to what both soaks share (receiver, POST, ROOT).
+ * `SOAK_CASE=fleet npm run soak`: SOAK_SECONDS (default 600) of async and idempotent traffic, with
+ * webhooks to a flaky receiver, through two sidecars sharing a private redis-server, one SIGKILLed
+ * and restarted every SOAK_KILL_EVERY_S (default 120). Fails (exit 1) when a webhook is lost, a
+ * delivery makes more than WEBHOOK_ATTEMPTS + 1 attempts, or an idempotent request reaches the app
+ * twice; results in bench/results/soak-fleet.json. Also what both soaks share (receiver, POST, ROOT).
  */
 export const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 600)
@@ -78,10 +77,6 @@ export function post (url: string, headers: Record<string, string>, body = '{"so
 
 interface Sidecar { name: string, port: number, adminPort: number, child: BenchChild | undefined }
 
-async function waitUntilExited (child: BenchChild | undefined): Promise<void> {
-  while (child !== undefined && child.exited === null) await sleep(20)
-}
-
 /** The fleet soak; its exit code. */
 export async function soakFleet (): Promise<number> {
   guardAgainstOrphans(() => {})
@@ -93,10 +88,8 @@ export async function soakFleet (): Promise<number> {
     return roll < 0.2 ? 404 : roll < 0.25 ? 'reset' : roll < 0.28 ? 'hang' : 200
   })
   const app = await startCountingApp()
-  const sidecars: Sidecar[] = [
-    { name: 'sidecar-a', port: await freePort(), adminPort: await freePort(), child: undefined },
-    { name: 'sidecar-b', port: await freePort(), adminPort: await freePort(), child: undefined }
-  ]
+  const sidecars: Sidecar[] = []
+  for (const name of ['sidecar-a', 'sidecar-b']) sidecars.push({ name, port: await freePort(), adminPort: await freePort(), child: undefined })
   const start = async (sidecar: Sidecar): Promise<void> => {
     sidecar.child = spawnChild({
       name: sidecar.name,
@@ -130,7 +123,7 @@ export async function soakFleet (): Promise<number> {
       const sidecar = sidecars[victim % 2] as Sidecar
       victim++
       if (sidecar.child !== undefined) process.kill(sidecar.child.pid, 'SIGKILL')
-      await waitUntilExited(sidecar.child)
+      while (sidecar.child !== undefined && sidecar.child.exited === null) await sleep(20)
       counts.kills++
       await start(sidecar)
     }
@@ -183,10 +176,7 @@ export async function soakFleet (): Promise<number> {
     if (n > 1) { twice++; if (problems.length < 20) problems.push(`${key}: reached the app ${n} times`) }
   }
   const result = {
-    seconds: SECONDS,
-    killEverySeconds: KILL_EVERY_S,
-    concurrency: CONCURRENCY,
-    counts,
+    seconds: SECONDS, killEverySeconds: KILL_EVERY_S, concurrency: CONCURRENCY, counts,
     webhooks: { owed: owed.size, seen: [...owed].filter(id => receiver.deliveries.has(id)).length, delivered, lost, overAttempts },
     idempotentKeys: { reachedApp: app.byKey.size, twice },
     problems,

@@ -12,19 +12,16 @@ import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp
 import { post, ROOT, soakFleet, startFlakyReceiver } from './soak-fleet.ts'
 
 /**
- * `npm run soak`: (`SOAK_CASE=fleet`: bench/soak-fleet.ts instead) SOAK_SECONDS (default 600) of mixed traffic through a real sidecar process:
- * plain calls (a third with a webhook to a flaky receiver), NDJSON streams turned into SSE, and
- * WebSockets. The sidecar's RSS, open file descriptors and sockets are sampled every second, and
- * its live heap every LIVE_HEAP_EVERY_S seconds. Fails (exit 1) when memory keeps growing, sockets
- * leak, a call fails, or a webhook is lost or delivered more often than the retry table allows.
+ * `npm run soak` (`SOAK_CASE=fleet`: bench/soak-fleet.ts): SOAK_SECONDS (default 600) of mixed
+ * traffic through a sidecar process: plain calls (a third with a webhook to a flaky receiver),
+ * NDJSON streams turned into SSE, and WebSockets. Its RSS, fds and sockets are sampled every second,
+ * its live heap every LIVE_HEAP_EVERY_S. Fails (exit 1) when memory keeps growing, sockets leak, a
+ * call fails, or a webhook is lost or delivered more often than the retry table allows.
  *
- * Memory: RSS follows V8's heap *limit*, which V8 raises and lowers lazily, and the heap in use
- * between collections depends on when the collector last ran: both swing by tens of MB without a
- * leak. What a leak raises is the live heap, what is left after a full collection. The sidecar
- * runs with `--inspect` on loopback, and the soak forces that collection through the inspector
- * protocol (bench/live-heap.ts), then reads the heap in use. The verdict compares the live heap of
- * the last quarter of the run with the second quarter's (after warm-up), and RSS only for runaway
- * growth.
+ * RSS and the heap in use swing by tens of MB without a leak (V8 moves its heap limit lazily);
+ * what a leak raises is the live heap, left after a full collection forced through the inspector
+ * (bench/live-heap.ts). The verdict compares the last quarter's live heap with the second
+ * quarter's, and RSS only for runaway growth.
  */
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 600)
 const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 16)
@@ -38,11 +35,8 @@ interface LiveHeap { t: number, mb: number }
 
 function procStats (pid: number): Omit<Sample, 't'> {
   const fds = readdirSync(`/proc/${pid}/fd`)
-  let sockets = 0
-  for (const fd of fds) {
-    try { if (readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:')) sockets++ } catch {}
-  }
-  return { rssMb: rssMb(pid) ?? 0, fds: fds.length, sockets }
+  const socket = (fd: string): boolean => { try { return readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:') } catch { return false } }
+  return { rssMb: rssMb(pid) ?? 0, fds: fds.length, sockets: fds.filter(socket).length }
 }
 
 function stream (url: string, headers: Record<string, string>): Promise<number> {
@@ -178,10 +172,7 @@ async function main (): Promise<number> {
   const socketLeak = end.sockets > baseline.sockets + 2 * CONCURRENCY + 8
 
   const result = {
-    seconds: SECONDS,
-    concurrency: CONCURRENCY,
-    counts,
-    failures,
+    seconds: SECONDS, concurrency: CONCURRENCY, counts, failures,
     webhooks: { asked: counts.webhooks, seen: receiver.deliveries.size, delivered, problems: webhookProblems.slice(0, 20) },
     rssMb: { baseline: baseline.rssMb, early: earlyRss, late: lateRss, peak: Math.max(...samples.map(s => s.rssMb)) },
     liveHeapMb: { early: earlyHeap, late: lateHeap, readings: liveHeap },

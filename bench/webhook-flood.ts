@@ -11,28 +11,20 @@ import { peakRssMb, rssMb } from './process-memory.ts'
 
 /**
  * `npm run build && node --import tsx bench/webhook-flood.ts`: a measurement, not a test. Floods a
- * real sidecar process (dist/bin/app-sidecar.js, or FLOOD_SIDECAR_BIN) for FLOOD_SECONDS with calls
- * whose webhookEndpoint is a loopback receiver that accepts connections and never answers, then
- * watches FLOOD_SETTLE_SECONDS more while the attempts time out. Prints the peak number of
- * connections open at the receiver, the sidecar's peak open fds (/proc/<pid>/fd) and its peak RSS
- * (VmHWM), and what is still open at the end. Loopback only; every loop is bounded by the clock.
- *
- * Extra sidecar variables can be passed as FLOOD_ENV='WEBHOOK_MAX_PENDING=500 WEBHOOK_TIMEOUT_MS=2000'.
+ * sidecar process (FLOOD_SIDECAR_BIN, default this build's) for FLOOD_SECONDS with calls whose
+ * webhookEndpoint is a loopback receiver that never answers, then watches FLOOD_SETTLE_SECONDS
+ * more; prints the peak connections open at the receiver, the sidecar's peak fds and RSS, and what
+ * is still open at the end. FLOOD_ENV='WEBHOOK_MAX_PENDING=500 …' adds sidecar variables.
  */
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const SECONDS = Number(process.env.FLOOD_SECONDS ?? 30)
 const SETTLE_SECONDS = Number(process.env.FLOOD_SETTLE_SECONDS ?? 15)
 const CONCURRENCY = Number(process.env.FLOOD_CONCURRENCY ?? 64)
 const SIDECAR_BIN = process.env.FLOOD_SIDECAR_BIN ?? 'dist/bin/app-sidecar.js'
-const EXTRA_ENV = Object.fromEntries((process.env.FLOOD_ENV ?? '').split(/\s+/).filter(pair => pair.includes('=')).map(pair => {
-  const at = pair.indexOf('=')
-  return [pair.slice(0, at), pair.slice(at + 1)]
-}))
+const EXTRA_ENV = Object.fromEntries((process.env.FLOOD_ENV ?? '').split(/\s+/).filter(pair => pair.includes('=')).map(pair => pair.split(/=(.*)/s).slice(0, 2)))
 
 /** The flood's own client: one keep-alive connection per loop. */
 const keepAlive = new Agent({ keepAlive: true, maxSockets: CONCURRENCY })
-
-interface Peaks { receiverOpen: number, fds: number, rssMb: number }
 
 /** A TCP server that accepts every connection, reads and discards what arrives, and never answers. */
 async function startSilentReceiver (): Promise<{ port: number, open: () => number, accepted: () => number, close: () => Promise<void> }> {
@@ -49,15 +41,11 @@ async function startSilentReceiver (): Promise<{ port: number, open: () => numbe
   await new Promise<void>(resolve => server.listen({ port: 0, host: '127.0.0.1', backlog: 4096 }, resolve))
   const address = server.address()
   if (address === null || typeof address === 'string') throw new Error('receiver: no port')
-  return {
-    port: address.port,
-    open: () => sockets.size,
-    accepted: () => accepted,
-    close: async () => {
-      for (const socket of sockets) socket.destroy()
-      await new Promise(resolve => server.close(resolve))
-    }
+  const close = async (): Promise<void> => {
+    for (const socket of sockets) socket.destroy()
+    await new Promise(resolve => server.close(resolve))
   }
+  return { port: address.port, open: () => sockets.size, accepted: () => accepted, close }
 }
 
 function post (url: string): Promise<number> {
@@ -71,9 +59,7 @@ function post (url: string): Promise<number> {
   })
 }
 
-function openFds (pid: number): number {
-  try { return readdirSync(`/proc/${pid}/fd`).length } catch { return 0 }
-}
+const openFds = (pid: number): number => { try { return readdirSync(`/proc/${pid}/fd`).length } catch { return 0 } }
 
 /** The non-zero webhook counters from the sidecar's /metrics, as `attempts.<outcome>` / `deliveries.<result>`. */
 async function webhookMetrics (adminOrigin: string): Promise<Record<string, number>> {
@@ -110,13 +96,10 @@ async function main (): Promise<void> {
   await waitForHttp200(app, `http://127.0.0.1:${appPort}/health`)
   await waitForHttp200(sidecar, `${adminOrigin}/readyz`)
 
-  const peaks: Peaks = { receiverOpen: 0, fds: 0, rssMb: 0 }
-  const baseline = { fds: openFds(sidecar.pid), rssMb: rssMb(sidecar.pid) ?? 0 }
-  const sample = (): void => {
-    peaks.receiverOpen = Math.max(peaks.receiverOpen, receiver.open())
-    peaks.fds = Math.max(peaks.fds, openFds(sidecar.pid))
-    peaks.rssMb = Math.max(peaks.rssMb, rssMb(sidecar.pid) ?? 0)
-  }
+  const now = () => ({ receiverOpen: receiver.open(), fds: openFds(sidecar.pid), rssMb: rssMb(sidecar.pid) ?? 0 })
+  const baseline = now()
+  const peaks = { receiverOpen: 0, fds: 0, rssMb: 0 }
+  const sample = (): void => { for (const [key, value] of Object.entries(now()) as Array<[keyof typeof peaks, number]>) peaks[key] = Math.max(peaks[key], value) }
   const sampler = setInterval(sample, 200)
   const hook = encodeURIComponent(`http://127.0.0.1:${receiver.port}/hook`)
   const url = `http://127.0.0.1:${port}/v4/proj/app/run?webhookEndpoint=${hook}`
@@ -136,16 +119,13 @@ async function main (): Promise<void> {
   await Promise.all(Array.from({ length: CONCURRENCY }, worker))
   keepAlive.destroy()
   sample()
-  const atFloodEnd = { receiverOpen: receiver.open(), fds: openFds(sidecar.pid), rssMb: rssMb(sidecar.pid) ?? 0 }
+  const atFloodEnd = now()
   await sleep(SETTLE_SECONDS * 1000)
   clearInterval(sampler)
   sample()
-  const settled = { receiverOpen: receiver.open(), fds: openFds(sidecar.pid), rssMb: rssMb(sidecar.pid) ?? 0 }
+  const settled = now()
   const result = {
-    seconds: SECONDS,
-    settleSeconds: SETTLE_SECONDS,
-    concurrency: CONCURRENCY,
-    calls,
+    seconds: SECONDS, settleSeconds: SETTLE_SECONDS, concurrency: CONCURRENCY, calls,
     receiver: { accepted: receiver.accepted(), peakOpen: peaks.receiverOpen, openAtFloodEnd: atFloodEnd.receiverOpen, openAfterSettle: settled.receiverOpen },
     sidecarFds: { baseline: baseline.fds, peak: peaks.fds, atFloodEnd: atFloodEnd.fds, afterSettle: settled.fds },
     sidecarRssMb: { baseline: baseline.rssMb, peakSampled: peaks.rssMb, peakVmHWM: peakRssMb(sidecar.pid) ?? 0, afterSettle: settled.rssMb },
