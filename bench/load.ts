@@ -119,14 +119,8 @@ export async function runLoad (request: LoadRequest, options: LoadOptions): Prom
   })
   const statusCodes = Object.fromEntries(Object.entries(result.statusCodeStats ?? {}).map(([code, stat]) => [code, stat.count ?? 0]))
   return summarize(latencies, {
-    ok: result['2xx'],
-    errors: result.errors,
-    timeouts: result.timeouts,
-    non2xx: result.non2xx,
-    statusCodes,
-    durationSeconds: result.duration,
-    connections: options.connections,
-    ...(options.overallRate === undefined ? {} : { targetRate: options.overallRate })
+    ok: result['2xx'], errors: result.errors, timeouts: result.timeouts, non2xx: result.non2xx, statusCodes, durationSeconds: result.duration,
+    connections: options.connections, ...(options.overallRate === undefined ? {} : { targetRate: options.overallRate })
   })
 }
 
@@ -154,10 +148,7 @@ export function summarize (latencies: Float64Array | Latencies, counts: LoadCoun
   const at = (p: number): number => n === 0 ? NaN : sorted[Math.min(n, Math.max(1, Math.ceil(p / 100 * n))) - 1] as number
   return {
     rps: counts.durationSeconds > 0 ? counts.ok / counts.durationSeconds : 0,
-    p50Ms: at(50),
-    p90Ms: at(90),
-    p99Ms: at(99),
-    maxMs: at(100),
+    p50Ms: at(50), p90Ms: at(90), p99Ms: at(99), maxMs: at(100),
     meanMs: n === 0 ? NaN : sorted.reduce((total, v) => total + v, 0) / n,
     ...counts,
     valid: counts.ok > 0 && counts.errors === 0 && counts.timeouts === 0 && counts.non2xx === 0

@@ -35,29 +35,19 @@ export interface ScenarioReport extends Pick<Scenario, 'name' | 'description' | 
 export function environment (nginx: string | null) {
   const cpuList = cpus()
   return {
-    node: process.version,
-    platform: `${osType()} ${release()} ${process.arch}`,
-    cpuModel: cpuList[0]?.model.trim() ?? 'unknown',
-    cpuCount: cpuList.length,
-    memoryGiB: Math.round(totalmem() / 1024 ** 3 * 10) / 10,
-    loadAverageAtStart: loadavg().map(v => Math.round(v * 100) / 100),
-    nginx
+    node: process.version, platform: `${osType()} ${release()} ${process.arch}`, cpuModel: cpuList[0]?.model.trim() ?? 'unknown', cpuCount: cpuList.length,
+    memoryGiB: Math.round(totalmem() / 1024 ** 3 * 10) / 10, loadAverageAtStart: loadavg().map(v => Math.round(v * 100) / 100), nginx
   }
 }
 
 /** The ScenarioReport of a scenario's results and evaluation. */
 export function scenarioReport (scenario: Scenario, targets: TargetResult[], evaluation: Evaluation, settings: BenchSettings): ScenarioReport {
   const { name, description, baselineId } = scenario
+  const { ratios, checks, notes } = evaluation
   return {
-    name,
-    description,
-    method: scenario.method(settings),
-    baselineId,
+    name, description, method: scenario.method(settings), baselineId,
     phases: scenario.phases.map(({ id, label, rateUnit, columns }) => ({ id, label, rateUnit, columns })),
-    targets,
-    ratios: evaluation.ratios,
-    checks: evaluation.checks,
-    ...(evaluation.notes === undefined ? {} : { notes: evaluation.notes })
+    targets, ratios, checks, ...(notes === undefined ? {} : { notes })
   }
 }
 
@@ -163,9 +153,7 @@ function scenarioMarkdown (report: ScenarioReport, settings: BenchReport['settin
 /** latest.md: a header on the machine, then every scenario's section. */
 export function renderMarkdown (report: BenchReport): string {
   const env = report.environment
-  return [
-    '# app-sidecar benchmark',
-    '',
+  return ['# app-sidecar benchmark', '',
     `${report.date} · Node ${env.node} · ${env.cpuModel} × ${env.cpuCount} · ${env.platform} · ${env.nginx ?? 'no nginx'}`,
     '',
     'Everything on loopback; each server is its own process, measured one at a time (the app keeps running); ' +

@@ -92,7 +92,6 @@ async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchConte
   log(`${tag}: starting`)
   const target = await def.start()
   try {
-    const dead = (): string | undefined => [...shared, ...target.children].find(c => c.exited !== null)?.name
     const first = await sendOne(target.request)
     target.checkResponse(first.status, first.body)
     const all = scenario.phases.filter(phase => def.phases === undefined || def.phases.includes(phase.id))
@@ -107,7 +106,7 @@ async function measureRound (scenario: Scenario, def: TargetDef, ctx: BenchConte
       await ctx.quiet.wait([...shared, ...target.children].map(c => c.pid))
       phases[phase.id] = await runPhase(phase, target, prepared, ctx)
       log(`${tag}: ${phase.label}: ${summary(phases[phase.id] as Measurement, phase.rateUnit)}`)
-      const gone = dead()
+      const gone = [...shared, ...target.children].find(c => c.exited !== null)?.name
       if (gone !== undefined) throw new Error(`${gone} exited during ${phase.label}`)
     }
     return { phases, notes: target.notes }
@@ -131,16 +130,14 @@ async function runScenario (scenario: Scenario, ctx: BenchContext): Promise<Scen
         if (def.skipReason !== undefined) continue
         if (failures.has(def.id)) { rounds.get(def.id)?.push({}); continue }
         const tag = `${scenario.name}/${def.id} [round ${round}/${settings.rounds}]`
-        try {
-          const measured = await measureRound(scenario, def, ctx, prepared, tag)
-          rounds.get(def.id)?.push(measured.phases)
-          if (measured.notes !== undefined) notes.set(def.id, measured.notes)
-        } catch (error) {
+        const measured = await measureRound(scenario, def, ctx, prepared, tag).catch((error: unknown) => {
           const message = error instanceof Error ? error.message : String(error)
           log(`${tag}: FAILED: ${message}`)
           failures.set(def.id, message)
-          rounds.get(def.id)?.push({})
-        }
+          return { phases: {}, notes: undefined }
+        })
+        rounds.get(def.id)?.push(measured.phases)
+        if (measured.notes !== undefined) notes.set(def.id, measured.notes)
       }
     }
   } finally {
@@ -222,16 +219,12 @@ async function main (): Promise<number> {
     }
     removeTmp()
   }
-  const jsonFile = join(resultsDir, 'latest.json')
-  const markdownFile = join(resultsDir, 'latest.md')
+  const [jsonFile, markdownFile] = [join(resultsDir, 'latest.json'), join(resultsDir, 'latest.md')]
   const markdown = writeReport(report, jsonFile, markdownFile)
   log(`wrote ${relative(root, jsonFile)}, ${relative(root, markdownFile)} and its chart (.svg)`)
-  if (scenarios.length === SCENARIOS.length && settings.targets === undefined) {
-    const readme = join(root, 'README.md')
-    log(updateReadme(readme, report) ? 'updated the summary in README.md' : 'README.md has no bench-summary markers: not updated')
-  } else {
-    log('a partial run (BENCH_SCENARIOS or BENCH_TARGETS): README.md keeps the summary of the last full run')
-  }
+  log(scenarios.length !== SCENARIOS.length || settings.targets !== undefined
+    ? 'a partial run (BENCH_SCENARIOS or BENCH_TARGETS): README.md keeps the summary of the last full run'
+    : updateReadme(join(root, 'README.md'), report) ? 'updated the summary in README.md' : 'README.md has no bench-summary markers: not updated')
   process.stdout.write(markdown)
   return 0
 }

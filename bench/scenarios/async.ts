@@ -4,19 +4,17 @@ import { createParser } from 'eventsource-parser'
 import { scrapeMetrics, sumOf } from '../../test/helpers/admin-metrics.ts'
 import { ownFigure, pairRatios, type PhaseRounds, roundsOf, rps, thresholdCheck } from '../checks.ts'
 import { Latencies, type Measurement, runLoad, summarize } from '../load.ts'
-import type { BenchContext, Evaluation, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
+import type { BenchContext, Evaluation, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import {
   APP_NAME, expectGreeting, GREETING_BODY, PROJECT_ID, runRequest, shareServers, startBenchServer, startExampleApp, type StartedSidecar, startSidecarProcess
 } from '../targets.ts'
 import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
 
 /**
- * Issue 14: async runs. Submissions per second (202s) with the run store in memory and in Redis;
- * runs completed per second end to end by one sidecar and by two sharing Redis; the lag of a run's
- * events from the app's write to a reader of the events route (memory; Redis, the reader on the
- * sidecar running the run or on the other one); and a plain call's throughput with RUN_STORE_URL
- * unset and set. Targets: ≥ 2,000 submissions/s with Redis, event lag p99 ≤ 5 ms (memory) and
- * ≤ 10 ms (Redis), plain calls within 3%.
+ * Issue 14: async runs — submissions/s (store in memory, Redis), runs completed/s (one sidecar, two
+ * sharing Redis), event lag to a reader of the events route, plain calls with RUN_STORE_URL unset
+ * and set. Targets: ≥ 2,000 submissions/s with Redis, lag p99 ≤ 5 ms (memory) / ≤ 10 ms (Redis),
+ * plain calls within 3%.
  */
 const SUBMIT_TARGET = 2000
 const LAG_MEMORY_MS = 5
@@ -35,6 +33,8 @@ const expectQueued = (status: number, body: string): void => {
 }
 
 type Sidecar = StartedSidecar
+const first = (sidecars: Sidecar[]): Sidecar => sidecars[0] as Sidecar
+const runsUrl = (sidecar: Sidecar, path: string): string => `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/${path}`
 
 const succeededRuns = async (sidecars: Sidecar[]): Promise<number> => {
   let total = 0
@@ -68,7 +68,7 @@ async function completionPhase (sidecars: Sidecar[], runs: number, headers: Reco
   const latencies = new Latencies()
   const statusCodes: Record<string, number> = {}
   const agent = new http.Agent({ keepAlive: true, maxSockets: 20 })
-  const url = new URL(`${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/run?async=true`)
+  const url = new URL(runsUrl(first(sidecars), 'run?async=true'))
   const startedAt = performance.now()
   let next = 0
   const submitOne = async (): Promise<void> => {
@@ -144,14 +144,13 @@ async function lagPhase (sidecars: Sidecar[], durationSeconds: number, headers: 
   const followers: Array<Promise<{ events: number, failed: boolean }>> = []
   let rejected = 0
   for (let i = 0; i < LAG_STREAMS; i++) {
-    const submitted = await fetch(`${(sidecars[0] as Sidecar).origin}/v4/${PROJECT_ID}/${APP_NAME}/stream?interval_ms=${LAG_INTERVAL_MS}&duration_ms=${durationSeconds * 1000}&async=true`,
-      { headers })
+    const submitted = await fetch(runsUrl(first(sidecars), `stream?interval_ms=${LAG_INTERVAL_MS}&duration_ms=${durationSeconds * 1000}&async=true`), { headers })
     if (submitted.status !== 202) { rejected++; continue }
     const { run_id: runId } = await submitted.json() as { run_id: string }
     sidecars.forEach((sidecar, s) => {
       const latencies = perSidecar[s] as Latencies
       const both = { push: (v: number) => { latencies.push(v); all.push(v) } } as unknown as Latencies
-      followers.push(follow(`${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/_runs/${runId}/events`, headers, both))
+      followers.push(follow(runsUrl(sidecar, `_runs/${runId}/events`), headers, both))
     })
   }
   const outcomes = await Promise.all(followers)
@@ -159,13 +158,7 @@ async function lagPhase (sidecars: Sidecar[], durationSeconds: number, headers: 
   const p99 = (l: Latencies): number => summarize(l.values.subarray(0, l.count), { ok: l.count, errors: 0, timeouts: 0, non2xx: 0, statusCodes: {}, durationSeconds: 1, connections: 1 }).p99Ms
   const events = outcomes.reduce((sum, o) => sum + o.events, 0)
   const measured = summarize(all.values.subarray(0, all.count), {
-    ok: events,
-    errors: outcomes.filter(o => o.failed).length,
-    timeouts: 0,
-    non2xx: rejected,
-    statusCodes: { 202: LAG_STREAMS - rejected },
-    durationSeconds: seconds,
-    connections: followers.length
+    ok: events, errors: outcomes.filter(o => o.failed).length, timeouts: 0, non2xx: rejected, statusCodes: { 202: LAG_STREAMS - rejected }, durationSeconds: seconds, connections: followers.length
   })
   const extra: Record<string, number> = { readers: followers.length, eventsPerReader: events / Math.max(1, followers.length), p99RunnerSideMs: p99(perSidecar[0] as Latencies) }
   if (sidecars.length > 1) extra.p99OtherSidecarMs = p99(perSidecar[1] as Latencies)
@@ -204,7 +197,6 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       return { ...running(sidecars), children: sidecars.map(s => s.child), stop: async () => { for (const s of sidecars) await s.child.stop() } }
     }
   })
-  const first = (sidecars: Sidecar[]): Sidecar => sidecars[0] as Sidecar
   const submit = (sidecars: Sidecar[]) => ({ request: runRequest(first(sidecars).origin, token, '?async=true'), checkResponse: expectQueued })
   return prepared([
     // plain calls (the json-post request), the run store unset or Redis
@@ -216,7 +208,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     // event lag: the store in memory, or two sidecars sharing Redis (a reader on each), in front of the stream app
     ...[false, true].map(shared => target(shared ? 'lag-redis' : 'lag-memory', shared ? 'run events, two sidecars sharing Redis' : 'run events, run store in memory',
       'lag', shared ? 2 : 1, streamApp.origin, shared, {}, sidecars => ({
-        request: { url: `${first(sidecars).origin}/v4/${PROJECT_ID}/${APP_NAME}/stream?count=1&interval_ms=0&async=true`, method: 'GET', headers },
+        request: { url: runsUrl(first(sidecars), 'stream?count=1&interval_ms=0&async=true'), method: 'GET', headers },
         checkResponse: expectQueued,
         runPhase: async (_phase, settings) => await lagPhase(sidecars, settings.durationSeconds, headers)
       }))),
@@ -236,10 +228,12 @@ function evaluate (results: TargetResult[]): Evaluation {
     ...pairRatios(results, 'plain', '×', rps, [['plain-redis/plain', 'plain calls/s with RUN_STORE_URL=redis / without', 'plain-redis', 'plain']]),
     ...pairRatios(results, 'complete', '×', rps, [['fleet-2/fleet-1', 'runs completed/s, two sidecars sharing Redis / one', 'fleet-2', 'fleet-1']])
   ] as [Ratio, Ratio]
-  const submitRedis = ownFigure('submit-redis', '202s/s, two sidecars sharing Redis (submitted to one)', 'req/s', rounds('submit-redis', 'submit'), x => x.rps)
-  const submitMemory = ownFigure('submit-memory', '202s/s, run store in memory', 'req/s', rounds('submit-memory', 'submit'), x => x.rps)
-  const lagMemory = ownFigure('lag-memory', 'event lag p99, memory', 'ms', rounds('lag-memory', 'lag'), x => x.p99Ms)
-  const lagRedis = ownFigure('lag-redis', 'event lag p99, Redis (readers on both sidecars)', 'ms', rounds('lag-redis', 'lag'), x => x.p99Ms)
+  const figure = (id: string, label: string, phase: 'submit' | 'lag'): Ratio =>
+    ownFigure(id, label, phase === 'submit' ? 'req/s' : 'ms', rounds(id, phase), phase === 'submit' ? x => x.rps : x => x.p99Ms)
+  const submitRedis = figure('submit-redis', '202s/s, two sidecars sharing Redis (submitted to one)', 'submit')
+  const submitMemory = figure('submit-memory', '202s/s, run store in memory', 'submit')
+  const lagMemory = figure('lag-memory', 'event lag p99, memory', 'lag')
+  const lagRedis = figure('lag-redis', 'event lag p99, Redis (readers on both sidecars)', 'lag')
   const lagOther = ownFigure('lag-redis-other', 'event lag p99, Redis, reader on the sidecar the run was not submitted to', 'ms',
     rounds('lag-redis', 'lag'), x => x.extra?.p99OtherSidecarMs ?? NaN)
   return {
@@ -254,28 +248,22 @@ function evaluate (results: TargetResult[]): Evaluation {
   }
 }
 
+const maxLoad: LoadPhase['run'] = async (request, settings) => await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds })
+/** A phase measured by its targets' own `runPhase`. */
+const ownPhase = (id: string, label: string, rateUnit: string): LoadPhase =>
+  ({ id, label, rateUnit, run: async () => { throw new Error(`the ${id} phase runs through its target`) } })
+
 export const asyncScenario: Scenario = {
   name: 'async',
   baselineId: 'plain',
   description: 'async runs: submissions (202) per second, runs completed per second by one sidecar and by two sharing Redis, event lag from the app to a reader of the events route, and plain calls with and without RUN_STORE_URL',
   phases: [
-    { id: 'plain', label: 'plain calls, max throughput', run: async (request, settings) => await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds }) },
-    { id: 'submit', label: 'async submissions, max throughput', run: async (request, settings) => await runLoad(request, { connections: settings.connections, durationSeconds: settings.durationSeconds }) },
-    {
-      id: 'lag',
-      label: `event lag, ${LAG_STREAMS} streamed runs × ${1000 / LAG_INTERVAL_MS} events/s`,
-      rateUnit: 'events/s',
-      run: async () => { throw new Error('the lag phase runs through its target') },
+    { id: 'plain', label: 'plain calls, max throughput', run: maxLoad },
+    { id: 'submit', label: 'async submissions, max throughput', run: maxLoad },
+    { ...ownPhase('lag', `event lag, ${LAG_STREAMS} streamed runs × ${1000 / LAG_INTERVAL_MS} events/s`, 'events/s'),
       columns: [{ key: 'readers', label: 'readers' }, { key: 'p99RunnerSideMs', label: 'p99 ms, reader on the submitting sidecar', digits: 2 },
-        { key: 'p99OtherSidecarMs', label: 'p99 ms, reader on the other', digits: 2 }]
-    },
-    {
-      id: 'complete',
-      label: 'runs completed end to end',
-      rateUnit: 'runs/s',
-      run: async () => { throw new Error('the complete phase runs through its target') },
-      columns: [{ key: 'runs', label: 'runs', combine: 'sum' }, { key: 'completed', label: 'completed', combine: 'sum' }]
-    }
+        { key: 'p99OtherSidecarMs', label: 'p99 ms, reader on the other', digits: 2 }] },
+    { ...ownPhase('complete', 'runs completed end to end', 'runs/s'), columns: [{ key: 'runs', label: 'runs', combine: 'sum' }, { key: 'completed', label: 'completed', combine: 'sum' }] }
   ],
   method: settings =>
     `Plain calls and submissions: autocannon, ${settings.connections} connections, ${settings.durationSeconds} s, auth on (a cached token); ` +

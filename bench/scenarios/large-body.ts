@@ -7,10 +7,9 @@ import { LiveHeapProbe } from '../live-heap.ts'
 import { APP_NAME, PROJECT_ID, shareServers, sidecarBin, startBenchServer, type StartedServer, startSidecarProcess } from '../targets.ts'
 
 /**
- * Issue 13: memory bounded by design. The large-body app (bench/servers.ts) answers JSON bodies of
- * 1, 10 and 30 MB; the cortex sidecar must wrap each without holding it more than about twice:
- * its peak RSS while answering them, one at a time, ≤ its idle RSS + 3 × the body. The app
- * reached directly (its own process) and a RUNTIME=custom sidecar (passthrough) are for contrast.
+ * Issue 13: memory bounded by design. The cortex sidecar wraps the large-body app's 1, 10 and 30 MB
+ * JSON bodies, one at a time, with peak RSS ≤ idle RSS + 3 × the body; the app reached directly and
+ * a RUNTIME=custom sidecar (passthrough) are for contrast.
  */
 const MB = 1e6
 const SIZES_MB = [1, 10, 30]
@@ -61,10 +60,7 @@ async function runBodies (phase: Pick<BodyPhase, 'bytes' | 'requests' | 'restSec
   const url = request.url.replace(/bytes=\d+/, `bytes=${phase.bytes}`)
   const latencies = new Latencies()
   const statusCodes: Record<string, number> = {}
-  let ok = 0
-  let errors = 0
-  let timeouts = 0
-  let non2xx = 0
+  let [ok, errors, timeouts, non2xx] = [0, 0, 0, 0]
   let firstProblem: string | undefined
   const startedAt = performance.now()
   await sleep(phase.restSeconds * 1000)
@@ -95,9 +91,7 @@ async function runBodies (phase: Pick<BodyPhase, 'bytes' | 'requests' | 'restSec
 }
 
 function phaseById (id: string): BodyPhase {
-  const phase = [...PHASES, WARM_UP].find(p => p.id === id)
-  if (phase === undefined) throw new Error(`large-body: no phase ${id}`)
-  return phase
+  return [...PHASES, WARM_UP].find(p => p.id === id) ?? (() => { throw new Error(`large-body: no phase ${id}`) })()
 }
 
 function bodyTarget (server: StartedServer, url: string, headers: Record<string, string>, shape: Shape, notes: string[], heap?: LiveHeapProbe): RunningTarget {
@@ -132,18 +126,15 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       return bodyTarget(sidecar, `${sidecar.origin}/v4/${PROJECT_ID}/${APP_NAME}/body`, { authorization: `Bearer ${token}` }, runtime === 'cortex' ? 'envelope' : 'raw', notes, heap)
     }
   })
-  return prepared([
-    {
-      id: 'direct',
-      label: 'direct (the app, its own process)',
-      start: async () => {
-        const own = await startBenchServer(ctx, 'large-body-app', {}, 'large-body-app-direct')
-        return bodyTarget(own, `${own.origin}/body`, {}, 'raw', ['its peak RSS is the app\'s own: the bodies it keeps (1 + 10 + 30 MB by the last phase) and what sending them costs'])
-      }
-    },
-    sidecarTarget('cortex'),
-    sidecarTarget('custom')
-  ])
+  const direct: TargetDef = {
+    id: 'direct',
+    label: 'direct (the app, its own process)',
+    start: async () => {
+      const own = await startBenchServer(ctx, 'large-body-app', {}, 'large-body-app-direct')
+      return bodyTarget(own, `${own.origin}/body`, {}, 'raw', ['its peak RSS is the app\'s own: the bodies it keeps (1 + 10 + 30 MB by the last phase) and what sending them costs'])
+    }
+  }
+  return prepared([direct, sidecarTarget('cortex'), sidecarTarget('custom')])
 }
 
 function evaluate (results: TargetResult[]): Evaluation {
@@ -168,21 +159,18 @@ function evaluate (results: TargetResult[]): Evaluation {
       const failed = measured.reduce((total, m) => total + (m === undefined ? 0 : m.errors + m.non2xx), 0)
       const figures = `peak ${result.phases[phaseId]?.peakRssMb?.toFixed(1)} MB, idle ${result.phases.idle?.peakRssMb?.toFixed(1)} MB: ` +
         `growth ${withRounds(ratio, ratio.value)}; limit ${limit.toFixed(1)} MB, margin ${(limit - ratio.value).toFixed(1)} MB`
-      checks.push({
-        label,
-        status: ratio.value <= limit ? 'PASS' : 'FAIL',
-        detail: failed === 0 ? figures : `${figures}; the phase also had ${failed} failed requests (see its table)`
-      })
+      checks.push({ label, status: ratio.value <= limit ? 'PASS' : 'FAIL', detail: failed === 0 ? figures : `${figures}; the phase also had ${failed} failed requests (see its table)` })
     }
   }
-  const notes = [
-    'MB = 10⁶ bytes, bodies and RSS alike. Idle RSS = the peak of the idle phase (after the warm-up, at rest). ' +
+  return {
+    ratios,
+    checks,
+    notes: ['MB = 10⁶ bytes, bodies and RSS alike. Idle RSS = the peak of the idle phase (after the warm-up, at rest). ' +
       'The sidecars run with --inspect on loopback and get a full collection after every response (HeapProfiler.collectGarbage), ' +
       'so each response is measured from a collected heap: without it, V8 frees earlier responses\' socket buffers only at a ' +
       'collection that external memory triggers late, and ten back to back show their garbage, not what one response holds. ' +
-      'The app reached directly gets no collection.'
-  ]
-  return { ratios, checks, notes }
+      'The app reached directly gets no collection.']
+  }
 }
 
 export const largeBodyScenario: Scenario = {

@@ -10,10 +10,9 @@ import {
 } from '../targets.ts'
 
 /**
- * Issues 4 and 17: the sidecar with `webhookEndpoint` on every call vs without, and the Node floor
- * for the same call. Targets: the sidecar's CPU per delivery ≤ 1.0× its CPU per proxied call;
- * every webhook delivered exactly once, counted at the webhook receiver (bench/servers.ts) by the
- * unique X-Request-Id the load generator gives each call.
+ * Issues 4 and 17: the sidecar with `webhookEndpoint` on every call vs without, and the Node floor.
+ * Targets: CPU per delivery ≤ 1.0× CPU per proxied call; every webhook delivered exactly once
+ * (counted at the receiver by each call's unique X-Request-Id).
  */
 const DELIVERY_CPU_TARGET = 1.0
 /** The longest wait for the sidecar's pending deliveries after a phase. */
@@ -40,11 +39,7 @@ async function deliveries (adminOrigin: string): Promise<{ finished: number, del
   return { finished: delivered + failed + dropped, delivered, failed, dropped, calls: sumOf(samples, 'sidecar_requests_total', { route: 'invoke' }) }
 }
 
-/**
- * Waits until the sidecar has finished a delivery for every call so far (every call of this
- * target carries a webhookEndpoint), or nothing has moved for STALL_MS (calls the caller
- * abandoned before they reached the app have none). Returns the seconds waited.
- */
+/** Waits until the sidecar finished a delivery for every call so far, or nothing moved for STALL_MS; returns the seconds waited. */
 async function drain (adminOrigin: string): Promise<number> {
   const startedAt = performance.now()
   let last = -1
@@ -79,16 +74,13 @@ export async function webhookPhase (request: LoadRequest, settings: BenchSetting
     const space = line.lastIndexOf(' ')
     if (space > 0) counts.set(line.slice(0, space), Number(line.slice(space + 1)))
   }
-  let duplicates = 0
-  let foreign = 0
-  let inFlightDelivered = 0
+  let [duplicates, foreign, inFlightDelivered, missing] = [0, 0, 0, 0]
   for (const [id, n] of counts) {
     if (n > 1) duplicates += n - 1
     const index = id.startsWith(idPrefix) ? Number(id.slice(idPrefix.length)) : NaN
     if (!Number.isInteger(index) || index < 0 || index >= issued) foreign++
     else if (!answered.has(id)) inFlightDelivered++
   }
-  let missing = 0
   for (const id of answered) if (!counts.has(id)) missing++
   return {
     ...measured,
@@ -112,18 +104,13 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     checkResponse: expectGreeting,
     ...(withWebhooks ? { notes: ['CPU µs/req includes delivering the webhooks (the wait for the pending deliveries after the load is inside the phase\'s CPU accounting); the app column adds the receiver'] } : {}),
     running: (started, request) => ({
-      runPhase: withWebhooks
-        ? async (_phase, settings) => await webhookPhase(request, settings, started.adminOrigin, receiver)
-        : async (_phase, settings) => await loadWithIds(request, settings, { prefix: prefix() })
+      runPhase: async (_phase, settings) => withWebhooks ? await webhookPhase(request, settings, started.adminOrigin, receiver) : await loadWithIds(request, settings, { prefix: prefix() })
     })
   })
   return prepared([proxyTarget(ctx, 'floor', 'the Node floor (no webhooks)', app, appRunRequest, expectRawGreeting), sidecar(false), sidecar(true)])
 }
 
-/**
- * CPU per delivery / CPU per proxied call, within a round: the sidecar's CPU with webhooks less
- * its CPU per call without them times the calls, over the deliveries it made in the phase.
- */
+/** CPU per delivery / CPU per proxied call in a round: (CPU with webhooks − calls × CPU per call without) / deliveries, over CPU per call. */
 function deliveryCpu (withHooks: Measurement, without: Measurement): number {
   const perCall = without.cpu?.targetUsPerRequest ?? NaN
   const total = (withHooks.cpu?.targetUsPerRequest ?? NaN) * withHooks.ok
@@ -143,9 +130,8 @@ function evaluate (results: TargetResult[]): Evaluation {
 
   const label = 'every webhook delivered exactly once (counted at the receiver by X-Request-Id)'
   const measured = withHooks.filter((m): m is Measurement => m?.extra !== undefined)
-  if (measured.length === 0) {
-    checks.push({ label, status: 'INVALID', detail: 'no round of the webhook target was measured' })
-  } else {
+  if (measured.length === 0) checks.push({ label, status: 'INVALID', detail: 'no round of the webhook target was measured' })
+  else {
     const total = (key: string): number => measured.reduce((sum, m) => sum + (m.extra?.[key] ?? 0), 0)
     const problems = ['duplicates', 'missing', 'foreign', 'malformed', 'failed', 'dropped'].filter(key => total(key) > 0)
     const mismatch = measured.filter(m => m.extra?.received !== m.extra?.sidecarDelivered).length
