@@ -1,5 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs'
-import { type BenchReport, int, mainPhase, type ScenarioReport } from './report.ts'
+import type { BenchReport } from './report.ts'
 
 // The README shows the last run's figures between two markers, so they are always current.
 export const SUMMARY_START = '<!-- bench-summary:start (written by npm run bench from bench/results/latest.json; edits here are overwritten) -->'
@@ -7,22 +7,9 @@ export const SUMMARY_END = '<!-- bench-summary:end -->'
 
 const cell = (text: string): string => text.replace(/\s*\n\s*/g, ' ').replaceAll('|', '\\|').replaceAll('*', '\\*')
 
-/** One row a scenario: the sidecar's rate in its main phase (see mainPhase) as a ratio to the baseline, with its CPU and memory, and what was measured. */
-function ratioRow (scenario: ScenarioReport): string {
-  const phaseId = mainPhase(scenario)?.id ?? ''
-  const baseline = scenario.targets.find(t => t.id === scenario.baselineId)?.phases[phaseId]
-  const own = (scenario.targets.find(t => t.id === 'sidecar') ?? scenario.targets.find(t => t.id.startsWith('sidecar')))?.phases[phaseId]
-  const ratio = own === undefined || baseline === undefined || !own.valid || !baseline.valid || baseline.rps === 0
-    ? '–'
-    : `${(own.rps / baseline.rps).toFixed(2)}× ${scenario.baselineId}${own.disturbed === true ? ' †' : ''}`
-  const costs = [own?.cpu?.targetUsPerRequest == null ? undefined : `${int(own.cpu.targetUsPerRequest)} µs CPU each`,
-    own?.peakRssMb === undefined ? undefined : `${own.peakRssMb.toFixed(0)} MB peak RSS`].filter(p => p !== undefined)
-  return `| ${scenario.name} | ${ratio} | ${cell(scenario.description)}${costs.length === 0 ? '' : ` (sidecar: ${costs.join(', ')})`}. |`
-}
-
 /**
- * The README's short form of a bench report: one ratio a scenario with a sentence of context, a
- * count of the targets met and every target with its figure; every table stays in latest.md.
+ * The README's short form of a bench report: the count of targets met and every target with its
+ * figure (the median of the rounds); every table stays in latest.md.
  */
 export function renderSummary (report: BenchReport): string {
   const env = report.environment
@@ -32,10 +19,6 @@ export function renderSummary (report: BenchReport): string {
     `Last run: ${report.date.slice(0, 10)}, Node ${env.node}, ${env.cpuModel} × ${env.cpuCount}, every process on one machine over loopback; ` +
     `${report.settings.rounds} round${report.settings.rounds === 1 ? '' : 's'} of ${report.settings.durationSeconds} s per phase. ` +
     `${met} of ${checks.length} targets met; every table, target and profile: [\`bench/results/latest.md\`](bench/results/latest.md).`,
-    '',
-    '| scenario | sidecar rate | what was measured |',
-    '|---|---|---|',
-    ...report.scenarios.map(ratioRow),
     '',
     '| scenario | target | result | measured |',
     '|---|---|---|---|',
