@@ -3,8 +3,8 @@ import { setImmediate as nextTurn } from 'node:timers/promises'
 
 /**
  * The bench-only servers, each its own process (startBenchServer): `PORT=… node --import tsx
- * bench/servers.ts <name>`, each answering GET /health. The receivers are test/helpers' and loaded
- * only by the process running one: the apps load nothing but Node's (the large-body app's RSS is a figure).
+ * bench/servers.ts <name>`, each answering GET /health. The OTLP collector is test/helpers', loaded
+ * only by the process running it: the others load nothing but Node's (the large-body app's RSS is a figure).
  */
 const port = Number(process.env.PORT)
 const host = process.env.HOST ?? '127.0.0.1'
@@ -168,20 +168,18 @@ async function largeBodyApp (): Promise<void> {
 }
 
 /**
- * The webhooks and recorded scenarios' receiver (test/helpers/webhook-receiver.ts, 200 at once),
- * counting deliveries to `POST /hook` by X-Request-Id (malformed: not JSON, or another run_id):
- * `/ids` one `<id> <deliveries>` line per id, `/stats` {"deliveries", "unique", "malformed",
- * "connections"}, since `POST /reset`.
+ * The webhooks and recorded scenarios' receiver: 200 at once to `POST /hook`, each delivery counted
+ * by X-Request-Id (malformed: not JSON, or another run_id): `/ids` one `<id> <deliveries>` line per
+ * id, `/stats` {"deliveries", "unique", "malformed", "connections"}, since `POST /reset`. Its own
+ * few lines, not test/helpers' recording receiver: it shares the 2 cores with the sidecar it
+ * measures, and a slower receiver holds deliveries back until the sidecar's pending bound drops some.
  */
 async function webhookReceiver (): Promise<void> {
-  const { startWebhookReceiver } = await import('../test/helpers/webhook-receiver.ts')
   let counts = new Map<string, number>()
-  let deliveries = 0
-  let malformed = 0
-  let connectionsBefore = 0
-  const wellFormed = (id: string, body: Buffer): boolean => {
+  let [deliveries, malformed, connections] = [0, 0, 0]
+  const wellFormed = (id: string, body: string): boolean => {
     try {
-      const parsed = JSON.parse(body.toString('utf8')) as { run_id?: unknown, status_code?: unknown }
+      const parsed = JSON.parse(body) as { run_id?: unknown, status_code?: unknown }
       return parsed.run_id === id && typeof parsed.status_code === 'number'
     } catch {
       return false
@@ -189,30 +187,28 @@ async function webhookReceiver (): Promise<void> {
   }
   const control = router({
     '* /ids': (_req, res) => { res.writeHead(200, { 'content-type': 'text/plain' }).end([...counts].map(([id, n]) => `${id} ${n}`).join('\n')) },
-    '* /stats': (_req, res) => {
-      json(res, 200, JSON.stringify({ deliveries, unique: counts.size, malformed, connections: receiver.connections() - connectionsBefore }))
-    },
+    '* /stats': (_req, res) => { json(res, 200, JSON.stringify({ deliveries, unique: counts.size, malformed, connections })) },
     'POST /reset': (_req, res) => {
       counts = new Map()
-      deliveries = 0
-      malformed = 0
-      connectionsBefore = receiver.connections()
+      deliveries = malformed = connections = 0
       res.writeHead(204).end()
     }
   })
-  const receiver = await startWebhookReceiver([], 200, {
-    port,
-    host,
-    keepAliveMs: 60_000,
-    record: false,
-    onAttempt: ({ headers, body }) => {
-      const id = String(headers['x-request-id'] ?? '')
+  const server = createServer((req, res) => {
+    if (req.method !== 'POST' || pathOf(req) !== '/hook') { control(req, res); return }
+    const chunks: Buffer[] = []
+    req.on('data', (chunk: Buffer) => { chunks.push(chunk) })
+    req.on('end', () => {
+      const id = String(req.headers['x-request-id'] ?? '')
       deliveries++
       counts.set(id, (counts.get(id) ?? 0) + 1)
-      if (!wellFormed(id, body)) malformed++
-    },
-    other: (req, res) => !(req.method === 'POST' && pathOf(req) === '/hook') && control(req, res)
+      if (!wellFormed(id, Buffer.concat(chunks).toString('utf8'))) malformed++
+      res.writeHead(200, { 'content-length': '0' }).end()
+    })
   })
+  server.on('connection', () => { connections++ })
+  server.keepAliveTimeout = 60_000
+  await new Promise<void>(resolve => server.listen(port, host, resolve))
 }
 
 /**

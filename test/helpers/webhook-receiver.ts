@@ -1,4 +1,4 @@
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
+import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
 import { performance } from 'node:perf_hooks'
 
@@ -56,8 +56,6 @@ export interface WebhookReceiverOptions {
   onAttempt?: (attempt: ReceivedAttempt) => void
   /** false: `attempts` stays empty (a long run that only counts, through onAttempt; waitForAttempts never resolves). */
   record?: boolean
-  /** Answers a request itself (returns true) instead of taking it as an attempt, e.g. a control route. */
-  other?: (req: IncomingMessage, res: ServerResponse) => boolean
 }
 
 /**
@@ -81,7 +79,6 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
   }
 
   const server = createServer((req, res) => {
-    if (options.other?.(req, res) === true) return
     const arrivedAt = performance.now()
     const action = script[index] ?? (script.length > 0 ? script[script.length - 1] as ReceiverAction : typeof fallback === 'function' ? fallback() : fallback)
     index++
