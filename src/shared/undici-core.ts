@@ -1,5 +1,5 @@
-import { createRequire } from 'node:module'
 import type * as Undici from 'undici'
+import { requireCjs } from './require-cjs.ts'
 
 // undici's client core, without its index: the index also loads fetch, WebSocket, EventSource,
 // the cache and the mock agent, none of which the sidecar uses, and they hold about 8 MB of every
@@ -7,8 +7,6 @@ import type * as Undici from 'undici'
 // requires these modules at 52 MB). undici has no `exports` map, so these paths are public; the
 // types are the index's own. test/shared/undici-core.test.ts checks they are the index's classes.
 
-const require = createRequire(import.meta.url)
-
-export const Pool: typeof Undici.Pool = require('undici/lib/dispatcher/pool.js')
-export const Agent: typeof Undici.Agent = require('undici/lib/dispatcher/agent.js')
-export const buildConnector: typeof Undici.buildConnector = require('undici/lib/core/connect.js')
+export const Pool: typeof Undici.Pool = requireCjs('undici/lib/dispatcher/pool.js')
+export const Agent: typeof Undici.Agent = requireCjs('undici/lib/dispatcher/agent.js')
+export const buildConnector: typeof Undici.buildConnector = requireCjs('undici/lib/core/connect.js')
