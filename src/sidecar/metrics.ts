@@ -145,20 +145,12 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     })
   }
 
-  /** The duration histogram's cell per route, so the hot path does no lookup by label. */
-  readonly #durationCells = new Map<RouteLabel, HistogramCell>()
-
   /** Counts one answered request and its duration. */
   recordRequest (route: RouteLabel, code: number, seconds: number): void {
     const key = `${route}:${code}`
     const answered = this.#answered.get(key)
     if (answered === undefined) this.#answered.set(key, { route, code: String(code), count: 1 })
     else answered.count++
-    let cell = this.#durationCells.get(route)
-    if (cell === undefined) {
-      cell = this.#requestDuration.cell(route)
-      this.#durationCells.set(route, cell)
-    }
-    cell.observe(seconds)
+    this.#requestDuration.cell(route).observe(seconds)
   }
 }
