@@ -47,11 +47,6 @@ export interface WebhookReceiver {
 }
 
 export interface WebhookReceiverOptions {
-  /** Where to listen (default 127.0.0.1, port 0): a receiver run as a process of its own. */
-  port?: number
-  host?: string
-  /** The server's keepAliveTimeout (default Node's 5 s). */
-  keepAliveMs?: number
   /** Called with each attempt once its body was read. */
   onAttempt?: (attempt: ReceivedAttempt) => void
   /** false: `attempts` stays empty (a long run that only counts, through onAttempt; waitForAttempts never resolves). */
@@ -115,14 +110,12 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
     socket.on('error', () => {})
     socket.on('close', () => sockets.delete(socket))
   })
-  if (options.keepAliveMs !== undefined) server.keepAliveTimeout = options.keepAliveMs
-  const host = options.host ?? '127.0.0.1'
-  await new Promise<void>(resolve => server.listen(options.port ?? 0, host, resolve))
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   const port = (server.address() as AddressInfo).port
 
   return {
     port,
-    url: `http://${host}:${port}`,
+    url: `http://127.0.0.1:${port}`,
     attempts,
     connections: () => connections,
     openConnections: () => sockets.size,
