@@ -200,7 +200,7 @@ async function main (): Promise<number> {
     schema: 1,
     date: new Date().toISOString(),
     environment: environment(nginx === undefined ? null : nginxVersion(nginx)),
-    settings: { ...settings, targets: settings.targets === undefined ? null : [...settings.targets], databaseUrl: safeUrl(settings.databaseUrl) },
+    settings: { ...settings, targets: settings.targets === undefined ? null : [...settings.targets], databaseUrl: safeUrl(settings.databaseUrl), redisUrl: safeUrl(settings.redisUrl) },
     scenarios: []
   }
   try {

@@ -9,6 +9,8 @@ export interface BenchSettings {
   rateConnections: number
   /** Undefined: every target. */
   targets: Set<string> | undefined
+  /** BENCH_SIDECAR_BIN, or undefined (this checkout's build). */
+  sidecarBin: string | undefined
   /** BENCH_BEFORE_BIN, or undefined. */
   beforeBin: string | undefined
   cpuProf: boolean
@@ -26,6 +28,8 @@ export interface BenchSettings {
   /** May hold a password: never written to the report as is (see run.ts). */
   databaseUrl: string
   postgres: boolean
+  /** BENCH_REDIS_URL: the Redis of the async and recorded scenarios (flushed). */
+  redisUrl: string
 }
 
 /** A number from `env[name]` (`fallback` when unset) that must be > 0, or ≥ 0 when `orZero`. */
@@ -59,6 +63,7 @@ export function loadSettings (env: NodeJS.ProcessEnv = process.env): BenchSettin
     rate: int('BENCH_RATE', 1000),
     rateConnections: int('BENCH_RATE_CONNECTIONS', 20),
     targets: targets === undefined ? undefined : new Set(targets),
+    sidecarBin: env.BENCH_SIDECAR_BIN?.trim() || undefined,
     beforeBin: env.BENCH_BEFORE_BIN?.trim() || undefined,
     cpuProf: flag(env, 'BENCH_CPU_PROF', false),
     keepTmp: flag(env, 'BENCH_KEEP_TMP', false),
@@ -72,6 +77,7 @@ export function loadSettings (env: NodeJS.ProcessEnv = process.env): BenchSettin
     gateHoldMs: number(env, 'BENCH_GATE_HOLD_MS', 20),
     gateCallers: int('BENCH_GATE_CALLERS', 200),
     databaseUrl: env.BENCH_DATABASE_URL?.trim() || env.TEST_DATABASE_URL?.trim() || 'postgres://postgres@127.0.0.1:5432/test',
-    postgres: flag(env, 'BENCH_POSTGRES', true)
+    postgres: flag(env, 'BENCH_POSTGRES', true),
+    redisUrl: env.BENCH_REDIS_URL?.trim() || 'redis://127.0.0.1:6379/11'
   }
 }

@@ -216,7 +216,7 @@ export type StartedSidecar = StartedServer & { adminOrigin: string }
 
 /** The sidecar bin the bench starts: `BENCH_SIDECAR_BIN` when set (another build), else this checkout's. */
 export function sidecarBin (ctx: BenchContext): string {
-  return process.env.BENCH_SIDECAR_BIN?.trim() || join(ctx.root, 'dist/bin/app-sidecar.js')
+  return ctx.settings.sidecarBin ?? join(ctx.root, 'dist/bin/app-sidecar.js')
 }
 
 /** The sidecar bin (see `sidecarBin`), ready when its admin `/readyz` answers 200. */

@@ -8,7 +8,8 @@ import type { BenchContext, Evaluation, LoadPhase, PreparedScenario, Ratio, Runn
 import {
   APP_NAME, expectGreeting, GREETING_BODY, PROJECT_ID, runRequest, shareServers, startBenchServer, startExampleApp, type StartedSidecar, startSidecarProcess
 } from '../targets.ts'
-import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
+import { flushRedis } from '../../test/helpers/redis-server.ts'
+import { findRedis } from './bench-redis.ts'
 
 /**
  * Issue 14: async runs — submissions/s (store in memory, Redis), runs completed/s (one sidecar, two
@@ -170,7 +171,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     app: startExampleApp, streamApp: c => startBenchServer(c, 'stream-app'), slowApp: c => startBenchServer(c, 'slow-app', { HOLD_MS: String(HOLD_MS) })
   })
   const headers = runRequest('', token).headers
-  const redis = await findRedis()
+  const redis = await findRedis(ctx.settings.redisUrl)
 
   /**
    * A target of `count` sidecars in front of `appOrigin` (the run store in memory, or Redis, flushed
@@ -183,7 +184,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
     phases: [phase],
     ...(shared && 'skip' in redis ? { skipReason: redis.skip } : {}),
     start: async (): Promise<RunningTarget> => {
-      if (shared) await flushRedis()
+      if (shared) await flushRedis(ctx.settings.redisUrl)
       const sidecars: Sidecar[] = []
       for (let i = 0; i < count; i++) {
         sidecars.push(await startSidecarProcess(ctx, {
@@ -191,7 +192,7 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
           jwksUrl: jwks.url,
           logLevel: 'warn',
           name: count === 1 ? id.replace('plain', 'sidecar') : `${id}-${i + 1}`,
-          env: { PROJECT_ID, APP_NAME, ASYNC_QUEUE_DEPTH: '10000000', ...(shared ? { RUN_STORE_URL: redisUrl() } : {}), ...env }
+          env: { PROJECT_ID, APP_NAME, ASYNC_QUEUE_DEPTH: '10000000', ...(shared ? { RUN_STORE_URL: ctx.settings.redisUrl } : {}), ...env }
         }))
       }
       return { ...running(sidecars), children: sidecars.map(s => s.child), stop: async () => { for (const s of sidecars) await s.child.stop() } }

@@ -2,7 +2,8 @@ import { atMost, type Compare, pairRatios, rps, thresholdCheck } from '../checks
 import { runLoad } from '../load.ts'
 import type { BenchContext, Evaluation, PreparedScenario, Ratio, Scenario, TargetResult } from '../scenario.ts'
 import { expectGreeting, runRequest, shareServers, sidecarTarget, startBenchServer, startExampleApp } from '../targets.ts'
-import { findRedis, flushRedis, redisUrl } from './bench-redis.ts'
+import { flushRedis } from '../../test/helpers/redis-server.ts'
+import { findRedis } from './bench-redis.ts'
 import { loadWithIds, prefix, WEBHOOK_COLUMNS, webhookPhase } from './webhooks.ts'
 
 /**
@@ -16,18 +17,18 @@ const DELIVERY_CPU_TARGET = 1
 
 async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const { servers: { app, receiver }, jwks, token, prepared } = await shareServers(ctx, { app: startExampleApp, receiver: c => startBenchServer(c, 'webhook-receiver') })
-  const redis = await findRedis()
+  const redis = await findRedis(ctx.settings.redisUrl)
   const hook = `?webhookEndpoint=${encodeURIComponent(`${receiver.origin}/hook`)}`
   const target = (id: string, label: string, withRedis: boolean, kind: 'plain' | 'idempotent' | 'webhook') => sidecarTarget(ctx, {
     id,
     label,
     ...(withRedis && 'skip' in redis ? { skipReason: redis.skip } : {}),
-    ...(withRedis ? { beforeStart: async () => { await flushRedis() } } : {}),
+    ...(withRedis ? { beforeStart: async () => { await flushRedis(ctx.settings.redisUrl) } } : {}),
     logLevel: 'warn',
     appOrigin: app.origin,
     jwksUrl: jwks.url,
     // no webhook is dropped for the bounds (WEBHOOK_MAX_PENDING): every one is delivered, so its whole cost is measured
-    env: { WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', WEBHOOK_MAX_PENDING: '100000', ...(withRedis ? { RUN_STORE_URL: redisUrl() } : {}) },
+    env: { WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', WEBHOOK_MAX_PENDING: '100000', ...(withRedis ? { RUN_STORE_URL: ctx.settings.redisUrl } : {}) },
     request: origin => runRequest(origin, token, kind === 'webhook' ? hook : ''),
     checkResponse: expectGreeting,
     running: (sidecar, request) => ({
