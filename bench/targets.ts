@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { createTokenIssuer, type JwksServer, serveJwks } from '../src/demo/demo-token-issuer.ts'
+import { createTokenIssuer, type JwksServer, serveJwks } from '../test/helpers/demo-token-issuer.ts'
 import { type BenchChild, freePort, spawnChild, waitForHttp200, waitForPort } from './child-processes.ts'
 import { findNginx, nginxConfig } from './nginx-config.ts'
 import type { LoadRequest } from './load.ts'

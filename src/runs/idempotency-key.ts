@@ -1,6 +1,6 @@
 import { hash } from 'node:crypto'
 import { MalformedRequestError } from '../errors.ts'
-import type { RunScope } from './run-store.ts'
+import type { RunScope } from './store/run-store.ts'
 
 // SPEC, Runs → Idempotency: `Idempotency-Key: <1 to 255 visible ASCII characters>` on a POST,
 // per project, app and path; a repeat is compared with the first by a digest of its body.

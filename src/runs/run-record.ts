@@ -1,4 +1,4 @@
-import type { NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './run-store.ts'
+import type { NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './store/run-store.ts'
 
 /** The last time formatted (toISOString is dear, and calls come in bursts within one millisecond). */
 let lastMs = Number.NaN

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { decodeJwt, generateKeyPair, SignJWT } from 'jose'
 import { ACCEPTED_ALGORITHMS, TokenVerifier, type TokenVerifierOptions } from '../../src/auth/token-verifier.ts'
-import { createTokenIssuer, serveJwks, type JwksServer, type TokenIssuer } from '../../src/demo/demo-token-issuer.ts'
+import { createTokenIssuer, serveJwks, type JwksServer, type TokenIssuer } from '../helpers/demo-token-issuer.ts'
 import {
   ForbiddenProjectError, InvalidTokenError, type SidecarError, StoreUnreachableError
 } from '../../src/errors.ts'

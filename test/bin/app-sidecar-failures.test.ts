@@ -1,5 +1,5 @@
 import t from 'tap'
-import { createTokenIssuer } from '../../src/demo/demo-token-issuer.ts'
+import { createTokenIssuer } from '../helpers/demo-token-issuer.ts'
 import { runBin } from '../helpers/child-process.ts'
 import { freePort, startTestServer } from '../helpers/sidecar-harness.ts'
 

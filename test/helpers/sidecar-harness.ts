@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { loadSidecarConfig, type SidecarConfig } from '../../src/config/sidecar-config.ts'
-import { createTokenIssuer, serveJwks, type JwksServer, type TokenIssuer } from '../../src/demo/demo-token-issuer.ts'
+import { createTokenIssuer, serveJwks, type JwksServer, type TokenIssuer } from './demo-token-issuer.ts'
 import { type RunningSidecar, type SidecarOptions, startSidecar } from '../../src/sidecar/sidecar.ts'
 import { sleep } from './timing.ts'
 

@@ -3,9 +3,9 @@ import type { AddressInfo } from 'node:net'
 import pino from 'pino'
 import t from 'tap'
 import { InflightTracker } from '../../src/lifecycle/inflight-tracker.ts'
-import { SIDECAR_INTERNAL } from '../../src/sidecar/call-record.ts'
-import { HttpCall } from '../../src/sidecar/http-call.ts'
-import { SidecarMetrics } from '../../src/sidecar/metrics.ts'
+import { SIDECAR_INTERNAL } from '../../src/sidecar/call/call-record.ts'
+import { HttpCall } from '../../src/sidecar/call/http-call.ts'
+import { SidecarMetrics } from '../../src/sidecar/metrics/metrics.ts'
 import { MethodNotAllowedError } from '../../src/errors.ts'
 
 // An exception nobody expected is answered 500 {"message":"internal error"} with the run id,

@@ -66,7 +66,7 @@ t.test('auth: 401 for missing, malformed, expired or foreign-key tokens; 403 for
   const app = await startTestServer((req, res) => { res.writeHead(200).end('ok') })
   const h = await startHarness(app.url)
   t.teardown(async () => { await h.close(); await app.close() })
-  const { createTokenIssuer } = await import('../../src/demo/demo-token-issuer.ts')
+  const { createTokenIssuer } = await import('../helpers/demo-token-issuer.ts')
   const stranger = await createTokenIssuer()
   const cases: Array<[string, Record<string, string>, number, string]> = [
     ['missing', {}, 401, 'missing bearer token'],

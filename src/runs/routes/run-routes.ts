@@ -1,0 +1,119 @@
+import { once } from 'node:events'
+import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError, SidecarError } from '../../errors.ts'
+import { recordJson } from '../run-record.ts'
+import type { RunScope, RunStatus, RunStore } from '../store/run-store.ts'
+import { sendJson } from '../../shared/http-answers.ts'
+import type { LabelledCounter, StreamMetrics } from '../../shared/metric-contracts.ts'
+import { isRunId } from '../../shared/run-id-rule.ts'
+import { frameSseError, frameSseEvent } from '../../stream/sse-frame.ts'
+import { SseWriter } from '../../stream/sse-writer.ts'
+import type { HttpCall } from '../../sidecar/call/http-call.ts'
+import type { CallRoute } from '../../sidecar/call/match-route.ts'
+
+/** A request for one of the sidecar's own `_runs` routes. */
+export interface RunRoute {
+  readonly scope: RunScope
+  readonly runId: string
+  readonly action: 'record' | 'events' | 'cancel'
+  /** The query, for `?after=`. */
+  readonly query: string
+}
+
+const RUNS_PREFIX = '/_runs'
+const UNDERSCORE = 0x5f
+
+/**
+ * The runs stage: undefined when the app path does not start with `_` (the call goes to the app);
+ * else the `_runs` route it names. 400 for a malformed run id, 404 for any other shape and any
+ * other `_` path (reserved, never forwarded).
+ */
+export function matchRunRoute (route: CallRoute): RunRoute | undefined {
+  const path = route.appPath
+  if (path.charCodeAt(1) !== UNDERSCORE) return undefined
+  // app paths starting with `_` are reserved for the sidecar: only `_runs` is one of its routes yet
+  if (!path.startsWith(RUNS_PREFIX) || (path.length > RUNS_PREFIX.length && path[RUNS_PREFIX.length] !== '/')) throw new RouteNotFoundError()
+  const parts = path.slice(RUNS_PREFIX.length + 1).split('/')
+  const runId = parts[0] as string
+  if (runId === '' || parts.length > 2) throw new RouteNotFoundError()
+  if (!isRunId(runId)) throw new MalformedRequestError('malformed run id: run ids match [A-Za-z0-9_-]{1,128}')
+  const action = parts.length === 1 ? 'record' : parts[1] === 'events' ? 'events' : parts[1] === 'cancel' ? 'cancel' : undefined
+  if (action === undefined) throw new RouteNotFoundError()
+  return { scope: { projectId: route.projectId, appName: route.appName }, runId, action, query: route.forwardedQuery }
+}
+
+export interface RunRoutesDeps {
+  readonly store: RunStore
+  readonly heartbeatMs: number
+  readonly metrics: StreamMetrics
+  readonly runsTotal: LabelledCounter<RunStatus>
+}
+
+/** `GET …/_runs/{id}` (the record), `GET …/_runs/{id}/events` (SSE), `POST …/_runs/{id}/cancel`. */
+export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: RunRoute) => Promise<void> {
+  const { store } = deps
+
+  async function record (call: HttpCall, route: RunRoute): Promise<void> {
+    const view = await store.get(route.scope, route.runId)
+    if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
+  }
+
+  async function cancel (call: HttpCall, route: RunRoute): Promise<void> {
+    const view = await store.cancel(route.scope, route.runId)
+    // a run canceled before it started is counted here; a running one by the sidecar that ran it
+    if (view.record.started_at === undefined) deps.runsTotal.labels('canceled').inc()
+    if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
+  }
+
+  async function events (call: HttpCall, route: RunRoute): Promise<void> {
+    const after = startAfter(call.req.headers['last-event-id'], route.query)
+    const items = await store.follow(route.scope, route.runId, after, call.signal)
+    if (call.settled) return
+    const { res } = call
+    const writer = new SseWriter(res, call.runId, deps.heartbeatMs, deps.metrics)
+    // the stream answers from here on: past DEADLINE_SECONDS it ends with an error event, not a cut connection
+    call.forwarded = true
+    call.onAbort({ abortFor: reason => { if (reason instanceof SidecarError) writer.fail(reason.message) } })
+    for await (const item of items) {
+      if (res.writableEnded) return
+      let writable: boolean
+      if (item.type === 'event') {
+        writable = writer.framed(frameSseEvent(item.data, undefined, item.n), 1)
+      } else if (item.type === 'gap') {
+        writable = writer.framed(frameSseError(`events before ${item.first} are no longer kept`), 1)
+      } else {
+        writer.framed(frameSseEvent(recordJson(item.view), 'done'), 1)
+        break
+      }
+      // a slow reader is not buffered for: the store keeps the events until it catches up
+      if (!writable && !res.destroyed) await once(res, 'drain', { signal: call.signal }).catch(() => {})
+      if (res.destroyed) return
+    }
+    writer.end()
+  }
+
+  const METHODS = { record: ['GET', 'HEAD'], events: ['GET'], cancel: ['POST'] } as const
+  const serve = { record, events, cancel }
+
+  return async function serveRunRoute (call, route) {
+    const allowed: readonly string[] = METHODS[route.action]
+    if (!allowed.includes(call.req.method as string)) throw new MethodNotAllowedError(allowed.join(', '))
+    await serve[route.action](call, route)
+  }
+}
+
+/** Where a reader starts: `Last-Event-ID` (an EventSource reconnecting), else `?after=`, else the first event (-1). */
+function startAfter (lastEventId: string | string[] | undefined, query: string): number {
+  if (typeof lastEventId === 'string') return eventNumber(lastEventId, 'Last-Event-ID')
+  if (query !== '') {
+    const after = new URLSearchParams(query).get('after')
+    if (after !== null) return eventNumber(after, 'after')
+  }
+  return -1
+}
+
+function eventNumber (text: string, name: string): number {
+  const trimmed = text.trim()
+  const n = Number(trimmed)
+  if (!/^\d{1,15}$/.test(trimmed) || !Number.isSafeInteger(n)) throw new MalformedRequestError(`${name} must be an event number (0, 1, 2, …)`)
+  return n
+}

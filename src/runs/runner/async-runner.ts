@@ -1,0 +1,279 @@
+import pRetry from 'p-retry'
+import type { Logger } from 'pino'
+import type { Pool } from 'undici'
+import { DeadlineExceededError, RunStoreUnavailableError } from '../../errors.ts'
+import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.ts'
+import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
+import type { RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
+import type { LabelledCounter } from '../../shared/metric-contracts.ts'
+import type { TraceContext, Tracer } from '../../shared/trace-contracts.ts'
+import { runWebhookBody } from '../../webhook/webhook-capture.ts'
+import type { WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
+import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
+import { ReplicaStoppedError, RunCanceledError, RunRelay } from './run-relay.ts'
+
+export interface AsyncRunnerDeps {
+  readonly store: RunStore
+  readonly gate: ConcurrencyGate
+  readonly app: Pool
+  /** APP_URL, as a failure's log reason names it. */
+  readonly appUrl: string
+  readonly webhooks: WebhookSubmitter
+  readonly webhookMaxBodyBytes: number
+  /** ENVELOPE_MAX_BODY_BYTES: the largest body kept as a result. */
+  readonly maxResultBytes: number
+  readonly deadlineSeconds: number
+  /** REPLICA_CONCURRENCY (0: no limit, and then at most UNLIMITED_PARALLEL async runs at once). */
+  readonly replicaConcurrency: number
+  readonly runsTotal: LabelledCounter<RunStatus>
+  readonly logger: Logger
+  readonly inflight: InflightTracker
+  /** Makes the app request's client span, under the submitter's trace (tracing on). */
+  readonly tracer?: Tracer | undefined
+}
+
+/** Most async runs one sidecar runs at once when REPLICA_CONCURRENCY sets no limit: the rest stay queued for other replicas. */
+export const UNLIMITED_PARALLEL = 100
+
+/** A store write retried while the run store cannot be reached (about two minutes). */
+async function whileUnavailable<T> (write: () => Promise<T>): Promise<T> {
+  return await pRetry(write, {
+    retries: 120,
+    minTimeout: 250,
+    maxTimeout: 1000,
+    factor: 2,
+    shouldRetry: ({ error }) => error instanceof RunStoreUnavailableError
+  })
+}
+
+/** How long cut runs may take to record their end after the grace period. */
+const CUT_SETTLE_MS = 5000
+
+/**
+ * Runs queued async runs: takes the oldest one from the run store whenever this sidecar has a
+ * slot nobody waits for (calls waiting for a slot go first), sends the stored request to the app,
+ * records its events and result, and sends its webhook. Acts on cancels, lost runs and the
+ * store's outages as the store reports them.
+ */
+export class AsyncRunner implements RunStoreListener {
+  readonly #deps: AsyncRunnerDeps
+  readonly #maxParallel: number
+  /** Started runs, by scope and run id, for cancels. */
+  readonly #running = new Map<string, RunRelay>()
+  /** Runs taken and not yet ended. */
+  #active = 0
+  readonly #loop = new AbortController()
+  #wake: Array<() => void> = []
+  #stopped: Promise<void> | undefined
+
+  constructor (deps: AsyncRunnerDeps) {
+    this.#deps = deps
+    this.#maxParallel = deps.replicaConcurrency > 0 ? deps.replicaConcurrency : UNLIMITED_PARALLEL
+  }
+
+  /** Runs taken and not yet ended. */
+  get active (): number { return this.#active }
+
+  /** Starts taking runs. */
+  start (): void {
+    this.#stopped = this.#takeLoop(this.#loop.signal)
+  }
+
+  canceled (scope: RunScope, runId: string): void {
+    this.#running.get(runKey(scope, runId))?.abort(new RunCanceledError())
+  }
+
+  lost (run: TakenRun, view: RunView): void {
+    this.#deps.runsTotal.labels(view.record.status).inc()
+    this.#deps.logger.warn({ runId: run.runId, projectId: run.scope.projectId, appName: run.scope.appName }, 'run failed: replica lost')
+    this.#sendWebhook(run, view)
+  }
+
+  availability (available: boolean): void {
+    if (available) this.#changed()
+  }
+
+  /**
+   * SIGTERM. With a shared store: no new run is taken, so runs still queued stay for the other
+   * replicas. In memory: queued runs go on running like in-flight
+   * calls. Either way the runs under way get until `graceOver`; then they fail with "replica
+   * stopped". True when nothing was cut.
+   */
+  async drain (graceOver: Promise<unknown>): Promise<boolean> {
+    let over = false
+    void graceOver.then(() => { over = true; this.#changed() })
+    if (this.#deps.store.shared) this.#stopTaking()
+    while (!over) {
+      if (this.active === 0 && (this.#deps.store.shared || await this.#queueEmpty())) break
+      await this.#change()
+    }
+    this.#stopTaking()
+    if (this.#running.size === 0) return true
+    this.#deps.logger.warn({ runs: this.#running.size }, 'grace period over; failing the async runs left')
+    for (const relay of this.#running.values()) relay.abort(new ReplicaStoppedError())
+    const settled = AbortSignal.timeout(CUT_SETTLE_MS)
+    while (this.active > 0 && !settled.aborted) await this.#change(settled)
+    return false
+  }
+
+  /** Stops taking runs and waits for the loop to end. */
+  async close (): Promise<void> {
+    this.#stopTaking()
+    await this.#stopped
+  }
+
+  #stopTaking (): void {
+    this.#loop.abort(new Error('sidecar stopping'))
+  }
+
+  async #takeLoop (signal: AbortSignal): Promise<void> {
+    const { store, gate, logger } = this.#deps
+    let failing = false
+    while (!signal.aborted) {
+      try {
+        while (this.#active >= this.#maxParallel) await this.#change(signal)
+        await gate.whenSlotFree(signal)
+        const run = await store.take(signal)
+        failing = false
+        void this.#execute(run)
+      } catch (error) {
+        if (signal.aborted) return
+        if (!failing) logger.warn({ err: error }, error instanceof RunStoreUnavailableError ? 'async runs wait for the run store' : 'taking an async run failed')
+        failing = true
+        await Promise.race([this.#change(signal), delay(1000)])
+      }
+    }
+  }
+
+  async #execute (run: TakenRun): Promise<void> {
+    const { store, logger, inflight, gate } = this.#deps
+    let release: Release | undefined = gate.tryAcquire()
+    if (release === undefined) {
+      // a call took the slot while the run was being taken: the call goes first, and the run goes
+      // back to the queue (not held here, where no other replica could take it)
+      await whileUnavailable(async () => { await store.release(run) })
+        .catch((error: unknown) => { logger.error({ err: error, runId: run.runId }, 'async run could not be given back') })
+      return
+    }
+    this.#active++
+    inflight.begin()
+    try {
+      let started: boolean
+      try {
+        started = await whileUnavailable(async () => await store.start(run, Date.now()))
+      } catch (error) {
+        await store.release(run).catch(() => {}) // not started: it stays queued, for whichever replica reaches the store
+        throw error
+      }
+      if (!started) return // canceled while it waited
+      const outcome = await this.#dispatch(run)
+      release()
+      release = undefined
+      const view = await whileUnavailable(async () => await store.finish(run, outcome))
+      this.#deps.runsTotal.labels(view.record.status).inc()
+      this.#sendWebhook(run, view)
+    } catch (error) {
+      logger.error({ err: error, runId: run.runId }, 'async run could not be recorded')
+    } finally {
+      release?.()
+      this.#active--
+      inflight.end()
+      this.#changed()
+    }
+  }
+
+  async #dispatch (run: TakenRun): Promise<RunPayload> {
+    const { store, app, deadlineSeconds } = this.#deps
+    const { request } = run
+    const relay = new RunRelay({
+      method: request.method,
+      accept: headerValue(request.headers, 'accept'),
+      maxResultBytes: this.#deps.maxResultBytes,
+      appUrl: this.#deps.appUrl,
+      onEvent: (n, data) => { store.appendEvent(run, n, data) }
+    })
+    const key = runKey(run.scope, run.runId)
+    this.#running.set(key, relay)
+    const deadline = deadlineSeconds > 0
+      ? setTimeout(() => { relay.abort(new DeadlineExceededError(deadlineSeconds)) }, deadlineSeconds * 1000)
+      : undefined
+    const span = this.#deps.tracer?.startClient(request.method, storedTrace(request.headers), {
+      'http.request.method': request.method, run_id: run.runId
+    })
+    app.dispatch({ method: request.method, path: request.path, headers: withTraceContext(request.headers, span?.context), body: request.body }, relay)
+    try {
+      const outcome = await relay.outcome
+      span?.end(outcome.statusCode, outcome.status === 'succeeded' ? undefined : outcome.error)
+      return outcome
+    } finally {
+      clearTimeout(deadline)
+      this.#running.delete(key)
+    }
+  }
+
+  #sendWebhook (run: TakenRun, view: RunView): void {
+    if (run.webhook === undefined) return
+    const { store, logger } = this.#deps
+    const record = view.record
+    const body = runWebhookBody(run.runId, record.status_code ?? 0, view.resultJson ?? 'null', record.run_time_ms ?? 0,
+      record.completed_at ?? new Date().toISOString(), this.#deps.webhookMaxBodyBytes)
+    this.#deps.webhooks.submit({
+      url: new URL(run.webhook.url),
+      runId: run.runId,
+      body,
+      secret: run.webhook.secret,
+      scope: run.scope,
+      trace: storedTrace(run.request.headers),
+      onEnd: (result, attempts) => {
+        store.webhookDone(run.scope, run.runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
+          logger.warn({ err: error, runId: run.runId }, 'webhook result not recorded')
+        })
+      }
+    })
+  }
+
+  async #queueEmpty (): Promise<boolean> {
+    try {
+      return await this.#deps.store.queuedCount() === 0
+    } catch {
+      return true
+    }
+  }
+
+  #changed (): void {
+    const waiters = this.#wake
+    this.#wake = []
+    for (const wake of waiters) wake()
+  }
+
+  /** Resolves at the next run taken or ended, availability change, or abort. */
+  #change (signal?: AbortSignal): Promise<void> {
+    return new Promise(resolve => {
+      const done = (): void => {
+        signal?.removeEventListener('abort', done)
+        resolve()
+      }
+      this.#wake.push(done)
+      signal?.addEventListener('abort', done, { once: true })
+    })
+  }
+}
+
+type RunPayload = Awaited<RunRelay['outcome']>
+
+const runKey = (scope: RunScope, runId: string): string => `${scope.projectId}/${scope.appName}/${runId}`
+
+/** The trace context a stored request carries (its submitter's). */
+function storedTrace (headers: readonly string[]): TraceContext | undefined {
+  const traceparent = headerValue(headers, 'traceparent')
+  return traceparent === undefined ? undefined : { traceparent, tracestate: headerValue(headers, 'tracestate') }
+}
+
+function headerValue (headers: readonly string[], name: string): string | undefined {
+  for (let i = 0; i < headers.length; i += 2) {
+    if ((headers[i] as string).toLowerCase() === name) return headers[i + 1]
+  }
+  return undefined
+}
+
+const delay = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms).unref()) }

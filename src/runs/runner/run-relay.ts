@@ -1,0 +1,128 @@
+import type { IncomingHttpHeaders } from 'node:http'
+import { performance } from 'node:perf_hooks'
+import type { Dispatcher } from 'undici'
+import { AppUnreachableError, SidecarError } from '../../errors.ts'
+import { CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS, REPLICA_STOPPED } from '../run-record.ts'
+import type { RunOutcome } from '../store/run-store.ts'
+import { describeNetworkError } from '../../shared/network-errors.ts'
+import { createEventSplitter, type EventSplitter } from '../../stream/event-splitter.ts'
+import { WebhookCapture } from '../../webhook/webhook-capture.ts'
+import { hasReadableBody, streamKind } from '../../sidecar/respond/response-table.ts'
+
+/** Why a running async run was cut before the app's answer ended. */
+export class RunCanceledError extends SidecarError {
+  constructor () { super(CANCELED_STATUS, 'SIDECAR_RUN_CANCELED', CANCELED_MESSAGE) }
+}
+
+export class ReplicaStoppedError extends SidecarError {
+  constructor () { super(REPLICA_STOPPED.statusCode, 'SIDECAR_REPLICA_STOPPED', REPLICA_STOPPED.message) }
+}
+
+/** What a run relay needs to know of the run it carries. */
+export interface RunRelayOptions {
+  readonly method: string
+  /** The caller's Accept, as stored: it picks the chunked stream row. */
+  readonly accept: string | undefined
+  /** Most bytes of a result kept (ENVELOPE_MAX_BODY_BYTES): a larger body fails the run with 502; a larger stream keeps `null`. */
+  readonly maxResultBytes: number
+  /** Each event of a streamed answer, numbered from 0, as it arrives. */
+  readonly onEvent: (n: number, data: string) => void
+  /** APP_URL, as a failure's log reason names it. */
+  readonly appUrl: string
+}
+
+/**
+ * An undici dispatch handler that consumes the app's answer to an async run (nobody is connected
+ * to it): the body, or the events of the SPEC's stream rows, become the run's result; it resolves
+ * `outcome` once, however the request ends (its end, the app failing, a cancel, the deadline, the
+ * end of the grace period).
+ */
+export class RunRelay implements Dispatcher.DispatchHandler {
+  readonly outcome: Promise<RunOutcome>
+  readonly #options: RunRelayOptions
+  readonly #capture: WebhookCapture
+  readonly #forwardedAt = performance.now()
+  #resolve!: (outcome: RunOutcome) => void
+  #controller: Dispatcher.DispatchController | undefined
+  #cut: SidecarError | undefined
+  #status = 0
+  #splitter: EventSplitter | undefined
+  #events = 0
+  #settled = false
+
+  constructor (options: RunRelayOptions) {
+    this.#options = options
+    this.#capture = new WebhookCapture(options.maxResultBytes)
+    this.outcome = new Promise(resolve => { this.#resolve = resolve })
+  }
+
+  /** Cuts the app request; the run ends with `reason` (a cancel, the deadline, the grace period's end). */
+  abort (reason: SidecarError): void {
+    if (this.#settled || this.#cut !== undefined) return
+    this.#cut = reason
+    this.#controller?.abort(reason)
+  }
+
+  onRequestStart (controller: Dispatcher.DispatchController): void {
+    this.#controller = controller
+    if (this.#cut !== undefined) controller.abort(this.#cut)
+  }
+
+  onResponseStart (_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    this.#status = status
+    this.#capture.status = status
+    if (!hasReadableBody(this.#options.method, status, headers)) return
+    const kind = streamKind(headers, this.#options.accept)
+    if (kind === undefined) return
+    this.#capture.status = 200
+    this.#splitter = createEventSplitter(kind, data => {
+      this.#capture.event(data)
+      this.#options.onEvent(this.#events++, data)
+    })
+  }
+
+  onResponseData (controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#splitter !== undefined) {
+      this.#splitter.push(chunk)
+      return
+    }
+    this.#capture.body(chunk)
+    if (this.#capture.truncated) {
+      controller.abort(new AppUnreachableError(`response body over ENVELOPE_MAX_BODY_BYTES (${this.#options.maxResultBytes} bytes)`))
+    }
+  }
+
+  onResponseEnd (): void {
+    this.#splitter?.end()
+    const status = this.#capture.status
+    const failed = status < 200 || status >= 300
+    this.#settle(failed ? 'failed' : 'succeeded', status, this.#capture.resultJson(), failed ? `app answered ${this.#status}` : undefined)
+  }
+
+  /**
+   * | why the app request ended early    | the run                                              |
+   * | canceled                           | canceled, 499 `{"message": "run canceled"}`          |
+   * | the deadline, the grace period end | failed, 504 / 503 with the sidecar's error           |
+   * | a stream that had begun failed     | failed, 502; its result the events so far            |
+   * | anything else                      | failed, 502 app unreachable (or a body too large)    |
+   */
+  onResponseError (_controller: Dispatcher.DispatchController, cause: Error): void {
+    const cut = this.#cut
+    if (cut instanceof RunCanceledError) {
+      this.#settle('canceled', CANCELED_STATUS, CANCELED_RESULT, CANCELED_MESSAGE)
+      return
+    }
+    const error = cut ?? (cause instanceof SidecarError
+      ? cause
+      : new AppUnreachableError(this.#splitter === undefined ? describeNetworkError(cause) : `app failed mid-stream: ${describeNetworkError(cause)}`, this.#options.appUrl))
+    const resultJson = this.#splitter !== undefined && cut === undefined ? this.#capture.resultJson() : error.body()
+    this.#settle('failed', error.status, resultJson, error.message)
+  }
+
+  #settle (status: RunOutcome['status'], statusCode: number, resultJson: string, error: string | undefined): void {
+    if (this.#settled) return
+    this.#settled = true
+    const runTimeMs = performance.now() - this.#forwardedAt
+    this.#resolve({ status, statusCode, resultJson, runTimeMs, error, completedAt: Date.now() })
+  }
+}

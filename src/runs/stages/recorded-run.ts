@@ -1,0 +1,110 @@
+import { performance } from 'node:perf_hooks'
+import type { Logger } from 'pino'
+import type { KeptAnswer, RunStatus, RunStore, TakenRun } from '../store/run-store.ts'
+import type { LabelledCounter } from '../../shared/metric-contracts.ts'
+import type { AnswerTee, ResponseCapture } from '../../shared/response-sink.ts'
+import { WebhookCapture } from '../../webhook/webhook-capture.ts'
+import type { WebhookTee } from '../../webhook/webhook-tee.ts'
+
+/** A sync call recorded in the run store as it claimed its Idempotency-Key, ready to be followed. */
+export interface RecordedCall {
+  readonly store: RunStore
+  readonly run: TakenRun
+  readonly logger: Logger
+  /** sidecar_runs_total: the run's final status, counted once it is written. */
+  readonly runsTotal: LabelledCounter<RunStatus>
+  /** Its Idempotency-Key's slot: the answer is kept in it with the run's end, in one step. */
+  readonly slot: string
+  /** The answer the caller got, handed over as it ends (keepSyncAnswer), before the run's end is written. */
+  answer?: KeptAnswer
+  /** The run's end, written with the answer: settles once both are kept. */
+  kept?: Promise<void>
+}
+
+/**
+ * Follows a recorded call's answer: each event the caller gets is appended to the run as it goes
+ * (readers of `…/events` see it live), the end finishes the record with the status and result the
+ * caller got, and the call's webhook (when it asked for one) reports its delivery on the record.
+ */
+export class RecordedRunTee implements AnswerTee, ResponseCapture {
+  /** The tee is its own capture: the sinks feed it, it feeds the result (shared with the webhook's) and the run's events. */
+  readonly capture: ResponseCapture = this
+  readonly #recorded: RecordedCall
+  readonly #webhook: WebhookTee | undefined
+  readonly #result: WebhookCapture
+  #forwardedAt = performance.now()
+  #startedAt = Date.now()
+  #events = 0
+  #done = false
+
+  constructor (recorded: RecordedCall, webhook: WebhookTee | undefined, maxResultBytes: number) {
+    this.#recorded = recorded
+    this.#webhook = webhook
+    this.#result = webhook?.capture ?? new WebhookCapture(maxResultBytes)
+    if (webhook !== undefined) {
+      const { store, run } = recorded
+      webhook.onEnd = (delivery, attempts) => {
+        store.webhookDone(run.scope, run.runId, delivery === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
+          recorded.logger.warn({ err: error, runId: run.runId }, 'webhook result not recorded')
+        })
+      }
+    }
+  }
+
+  get status (): number { return this.#result.status }
+  set status (status: number) { this.#result.status = status }
+
+  body (chunk: Buffer): void { this.#result.body(chunk) }
+
+  event (data: string): void {
+    this.#result.event(data)
+    this.#recorded.store.appendEvent(this.#recorded.run, this.#events++, data)
+  }
+
+  forwarded (): void {
+    this.#forwardedAt = performance.now()
+    this.#startedAt = Date.now()
+    this.#webhook?.forwarded()
+  }
+
+  // the webhook first: a durable one is written down before the run's end and its answer, so a
+  // caller holding the answer knows its webhook is written down too (the store runs commands in order)
+  finish (): void {
+    const status = this.#result.status
+    const failed = status < 200 || status >= 300
+    this.#webhook?.finish()
+    this.#end(status, this.#result.resultJson(), failed ? `app answered ${status}` : undefined)
+  }
+
+  finishWith (status: number, body: string): void {
+    this.#result.replace(status, body)
+    this.#webhook?.finishWith(status, body)
+    this.#end(status, this.#result.resultJson(), messageOf(body))
+  }
+
+  cancel (): void {
+    this.#end(413, 'null', 'request body refused')
+    this.#webhook?.cancel()
+  }
+
+  #end (statusCode: number, resultJson: string, error: string | undefined): void {
+    if (this.#done) return
+    this.#done = true
+    const recorded = this.#recorded
+    const { store, run, logger, runsTotal } = recorded
+    const runTimeMs = performance.now() - this.#forwardedAt
+    const keep = recorded.answer === undefined ? undefined : { slot: recorded.slot, answer: recorded.answer }
+    const finishing = store.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
+      .then(view => { runsTotal.labels(view.record.status).inc() }, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
+    if (keep !== undefined) recorded.kept = finishing
+  }
+}
+
+function messageOf (body: string): string {
+  try {
+    const message = (JSON.parse(body) as { message?: unknown }).message
+    return typeof message === 'string' ? message : body
+  } catch {
+    return body
+  }
+}

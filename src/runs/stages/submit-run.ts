@@ -1,0 +1,75 @@
+import type { IncomingHttpHeaders } from 'node:http'
+import type { RunStore, StoredRequest } from '../store/run-store.ts'
+import { sendJson } from '../../shared/http-answers.ts'
+import { appRequestHeaders, type RequestHeaderRules } from '../../sidecar/call/forward-headers.ts'
+import type { HttpCall } from '../../sidecar/call/http-call.ts'
+import type { CallRoute } from '../../sidecar/call/match-route.ts'
+import { keepAsyncAnswer, type HeldKey } from './claim-key.ts'
+import { type RequestBody, wholeRequestBody } from '../../sidecar/call/request-body.ts'
+import type { WebhookRequest } from '../../sidecar/call/webhook-target.ts'
+
+const RESPOND_ASYNC = /(^|,)\s*respond-async\s*(,|;|$)/i
+
+/** `?async=true`, or `Prefer: respond-async` (RFC 7240). */
+export function wantsAsync (route: CallRoute, headers: IncomingHttpHeaders): boolean {
+  if (route.async) return true
+  const prefer = headers.prefer
+  if (prefer === undefined) return false
+  return RESPOND_ASYNC.test(Array.isArray(prefer) ? prefer.join(',') : prefer)
+}
+
+export interface RunSubmitDeps {
+  readonly store: RunStore
+  /** APP_URL's path, without a trailing slash ('' for none). */
+  readonly basePath: string
+  readonly headerRules: RequestHeaderRules
+}
+
+/**
+ * The async stage (202; 503 queue full or run store unavailable): the request as it would have
+ * been forwarded is recorded and queued, and the caller is answered at once with the run's id
+ * and where to read it.
+ */
+export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined, key?: HeldKey) => Promise<void> {
+  return async function submitRun (call, route, body, webhook, key) {
+    const query = route.forwardedQuery
+    const request: StoredRequest = {
+      method: call.req.method as string,
+      path: deps.basePath + route.appPath + (query === '' ? '' : '?' + query),
+      // the run keeps its submitter's trace: the call's server span (tracing on), else the caller's context as sent
+      headers: withoutRespondAsync(appRequestHeaders(call.req, call.runId, deps.headerRules, call.trace?.context)),
+      body: await wholeRequestBody(body)
+    }
+    const scope = { projectId: route.projectId, appName: route.appName }
+    const submitted = deps.store.submit({
+      scope,
+      runId: call.runId,
+      request,
+      webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: webhook.secret },
+      createdAt: Date.now()
+    })
+    // with an Idempotency-Key, the 202 is kept for repeats before the caller has it; a refused run frees the key
+    await (key === undefined ? submitted : keepAsyncAnswer(deps.store, key, submitted))
+    if (call.settled) return
+    sendJson(call.res, 202, `{"run_id":${JSON.stringify(call.runId)},"status":"queued"}`, {
+      'x-request-id': call.runId,
+      location: `/v4/${route.projectId}/${route.appName}/_runs/${call.runId}`
+    })
+  }
+}
+
+
+/** The `Prefer` header without `respond-async`, which asked the sidecar, not the app (dropped when nothing is left). */
+function withoutRespondAsync (headers: string[]): string[] {
+  const out: string[] = []
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i] as string
+    let value = headers[i + 1] as string
+    if (name.toLowerCase() === 'prefer') {
+      value = value.split(',').map(part => part.trim()).filter(part => !/^respond-async\s*(;|$)/i.test(part)).join(', ')
+      if (value === '') continue
+    }
+    out.push(name, value)
+  }
+  return out
+}

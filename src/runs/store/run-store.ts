@@ -1,0 +1,262 @@
+// The run store's contract: what the sidecar asks of it, whichever backend holds the runs
+// (memory: this sidecar only; Redis: every sidecar given the same RUN_STORE_URL).
+
+import type { TraceContext } from '../../shared/trace-contracts.ts'
+
+/** Which app a run belongs to: every key is namespaced by it, and a run is only found in its own scope. */
+export interface RunScope {
+  readonly projectId: string
+  readonly appName: string
+}
+
+export type RunStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled'
+export type WebhookStatus = 'pending' | 'delivered' | 'failed'
+
+/**
+ * The SPEC's run record without its `result` (kept as JSON text beside it, see RunView): a field
+ * that does not apply yet is absent. Times are ISO 8601 UTC.
+ */
+export interface RunRecord {
+  run_id: string
+  status: RunStatus
+  created_at: string
+  started_at?: string
+  completed_at?: string
+  queue_time_ms?: number
+  run_time_ms?: number
+  status_code?: number
+  error?: { message: string }
+  webhook?: { status: WebhookStatus, attempts: number }
+}
+
+/** A record as the store holds it: the record, its result as JSON text, and whether the run is async. */
+export interface RunView {
+  readonly record: RunRecord
+  /** `result`, as JSON text (present once the run has ended with one). */
+  readonly resultJson: string | undefined
+  /** An async run (only those can be canceled). */
+  readonly async: boolean
+}
+
+/** A request kept to run later exactly as the sync call would have run. */
+export interface StoredRequest {
+  readonly method: string
+  /** Path and query as sent to the app (APP_URL's base path included, `async=true` and `webhookEndpoint` removed). */
+  readonly path: string
+  /** The headers as they are forwarded to the app: a flat [name, value, …] list. */
+  readonly headers: readonly string[]
+  readonly body: Buffer | null
+}
+
+/** Where a run's webhook goes; the secret is kept only until the delivery ends, never in a record. */
+export interface StoredWebhook {
+  readonly url: string
+  readonly secret: string | undefined
+}
+
+/** An async run as it is submitted. */
+export interface NewRun {
+  readonly scope: RunScope
+  readonly runId: string
+  readonly request: StoredRequest
+  readonly webhook: StoredWebhook | undefined
+  /** When it was submitted (epoch ms): `created_at`, and the start of `queue_time_ms`. */
+  readonly createdAt: number
+}
+
+/** A queued run this sidecar took from the queue: no other sidecar takes it unless this one is lost. */
+export interface TakenRun extends NewRun {
+  /** The backend's handle on the queue entry (Redis: the stream entry id; memory: ''). */
+  readonly entry: string
+  /** A sync call recorded with its key (claimKey): the record as written then, which finish expects to find. */
+  readonly running?: RunRecord
+  /** `running` as JSON (written with the claim, compared at the end). */
+  readonly runningJson?: string
+}
+
+/** How a started run ended, as its owner saw it. */
+export interface RunOutcome {
+  readonly status: 'succeeded' | 'failed' | 'canceled'
+  /** The app's status, or the sidecar's (502 unreachable, 503 replica stopped, 504 deadline, 499 canceled). */
+  readonly statusCode: number
+  /** `result`, as JSON text. */
+  readonly resultJson: string
+  readonly runTimeMs: number
+  /** `error.message`, for failed and canceled runs. */
+  readonly error: string | undefined
+  /** Epoch ms. */
+  readonly completedAt: number
+  /** A recorded sync call: when its request went to the app (epoch ms), its `started_at` (it was recorded as its key was claimed). */
+  readonly startedAt?: number
+}
+
+/** One item of a run's event stream, as a reader of `…/_runs/{id}/events` gets them. */
+export type RunEventItem =
+  | { readonly type: 'event', readonly n: number, readonly data: string }
+  /** The events before `first` (and after the reader's start) are no longer kept (RUN_MAX_EVENTS). */
+  | { readonly type: 'gap', readonly first: number }
+  /** The run has ended: the last item. */
+  | { readonly type: 'done', readonly view: RunView }
+
+/** The first request with an Idempotency-Key, as it claims the key's slot. */
+export interface KeyClaim {
+  /** The first request's run id: a repeat is answered with it. */
+  readonly runId: string
+  /** bodyDigest of the first request's body: a repeat with another body is refused (422). */
+  readonly digest: string
+  readonly async: boolean
+}
+
+/** The answer a key's first request got, kept to answer its repeats. */
+export interface KeptAnswer {
+  readonly status: number
+  readonly contentType: string | undefined
+  /** The body as the caller got it (a stream: its SSE frames). */
+  readonly body: Buffer
+}
+
+/** An answer to keep in a key's slot. */
+export interface KeyAnswer {
+  readonly slot: string
+  readonly answer: KeptAnswer
+}
+
+/** What a key's slot holds: the first request's claim, and its answer once it has one. */
+export interface KeyEntry extends KeyClaim {
+  /** Undefined while the first request runs. */
+  readonly answer: KeptAnswer | undefined
+}
+
+/** A webhook delivery as it is written down before its first attempt (durable delivery). */
+export interface NewDelivery {
+  readonly scope: RunScope
+  readonly runId: string
+  readonly url: string
+  /** The JSON body every attempt sends. */
+  readonly body: string
+  /** Kept only until the delivery ends. */
+  readonly secret: string | undefined
+  /** The trace its attempts continue (the call's or the run's), so a sidecar that takes it over continues it too. */
+  readonly trace?: TraceContext | undefined
+}
+
+/** A delivery held by this sidecar in a shared store: if it dies, another makes the remaining attempts. */
+export interface HeldDelivery extends NewDelivery {
+  /** Attempts already made, by any sidecar (a fresh one: 0; its first attempt is counted as it is held). */
+  readonly attempts: number
+  /** The backend's handle (Redis: the entry id in the app's deliveries stream and the delivery's id). */
+  readonly entry: string
+}
+
+/** What the store needs to know besides where it lives. */
+export interface RunStoreSettings {
+  /** RUN_RETENTION_SECONDS: how long a finished run's record, result and events stay readable. */
+  readonly retentionSeconds: number
+  /** RUN_MAX_EVENTS: most events kept per run; the oldest go first. */
+  readonly maxEvents: number
+  /** ASYNC_QUEUE_DEPTH: most async runs waiting per app. */
+  readonly queueDepth: number
+  /** The one app this sidecar serves (PROJECT_ID and APP_NAME); undefined: take runs of every app in the store. */
+  readonly scope: RunScope | undefined
+}
+
+/** Told of runs the sidecar must act on although it did not start them. */
+export interface RunStoreListener {
+  /** A run this sidecar runs was canceled (by a cancel on any sidecar): abort its app request. */
+  canceled: (scope: RunScope, runId: string) => void
+  /** A run whose sidecar was lost was failed ("replica lost") by this one: send its webhook. */
+  lost: (run: TakenRun, view: RunView) => void
+  /** The backend became reachable (true) or unreachable (false). */
+  availability: (available: boolean) => void
+  /** A delivery whose sidecar was lost (or stopped) is now this one's: make its remaining attempts. */
+  deliveryLost?: (delivery: HeldDelivery) => void
+}
+
+/**
+ * Where recorded runs live. Every method that reaches the backend rejects with
+ * RunStoreUnavailableError while it cannot be reached; the ones naming a run reject with
+ * RunNotFoundError when the scope holds no such run.
+ */
+export interface RunStore {
+  /** Shared by every sidecar with the same RUN_STORE_URL (queued runs stay for the others on SIGTERM). */
+  readonly shared: boolean
+  /** False while the backend cannot be reached. */
+  readonly available: boolean
+
+  /** Records a queued async run and queues it. Rejects with AsyncQueueFullError, RunIdTakenError. */
+  submit: (run: NewRun) => Promise<RunView>
+  /** The run's record. */
+  get: (scope: RunScope, runId: string) => Promise<RunView>
+  /**
+   * Cancels an async run: a queued one never runs; a running one is marked canceled at once and
+   * its owner is told (listener.canceled, on whichever sidecar runs it). Resolves with the record.
+   * Rejects with RunFinishedError, RunNotAsyncError.
+   */
+  cancel: (scope: RunScope, runId: string) => Promise<RunView>
+
+  /** The oldest queued run of the served scope(s), once there is one; rejects with `signal.reason` when aborted. */
+  take: (signal: AbortSignal) => Promise<TakenRun>
+  /** queued → running; false when the run was canceled meanwhile (it must not run). */
+  start: (run: TakenRun, startedAt: number) => Promise<boolean>
+  /** Gives a taken run that has not started back to the queue (SIGTERM), for other sidecars. */
+  release: (run: TakenRun) => Promise<void>
+  /** Appends event `n` (0, 1, 2, … in order) of a running run; never waits, never throws. */
+  appendEvent: (run: TakenRun, n: number, data: string) => void
+  /**
+   * running → its final status; resolves with the final record (a cancel that came first wins).
+   * `keep`: a recorded sync call's answer, kept for its key's repeats in the same step (as keepAnswer).
+   */
+  finish: (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer) => Promise<RunView>
+  /** The webhook's delivery ended (or is pending, attempts 0): recorded; the secret is dropped when it ended. */
+  webhookDone: (scope: RunScope, runId: string, status: WebhookStatus, attempts: number) => Promise<void>
+
+  /**
+   * The run's events after event `after` (-1: from the first), then live ones, then `done`.
+   * Rejects with EventBeyondLastError when `after` is past the run's last event. A reader that
+   * does not pull is never buffered without bound: it catches up from the kept events.
+   */
+  follow: (scope: RunScope, runId: string, after: number, signal: AbortSignal) => Promise<AsyncIterable<RunEventItem>>
+
+  /**
+   * Claims an Idempotency-Key's slot (idempotency-key.ts) for `claim`, atomically across every
+   * sidecar sharing the store: undefined when this request now holds it (it runs), else what holds
+   * it. A claim is held until its answer is kept (then for RUN_RETENTION_SECONDS) or it is dropped;
+   * in Redis, also until its sidecar is lost (the claim is a lease renewed by the heartbeat).
+   * With `run` (a sync call's recordedRun), the same step records it as a run already running (never queued;
+   * not async, so it cannot be canceled; its events and end are recorded as an async run's, through
+   * that handle): one round trip for both. Rejects with RunIdTakenError (the key
+   * is not claimed then).
+   */
+  claimKey: (scope: RunScope, slot: string, claim: KeyClaim, run?: TakenRun) => Promise<KeyEntry | undefined>
+  /** Keeps the answer of the claim of `runId` for its repeats (RUN_RETENTION_SECONDS from now); nothing when the slot is not its. */
+  keepAnswer: (scope: RunScope, slot: string, runId: string, answer: KeptAnswer) => Promise<void>
+  /**
+   * Frees the slot the claim of `runId` holds (its request failed before the app, or its caller
+   * left): a retry runs. `forgetRun`: the run recorded with the claim never reached the app, and
+   * its record goes too (it was never run).
+   */
+  dropKey: (scope: RunScope, slot: string, runId: string, forgetRun?: boolean) => Promise<void>
+
+  /**
+   * Durable webhook delivery (a shared store): writes the delivery down before its first attempt
+   * and holds it (heartbeats, as for runs). Undefined in memory, where nothing changes.
+   */
+  holdDelivery: (delivery: NewDelivery) => Promise<HeldDelivery | undefined>
+  /** An attempt of a held delivery begins, other than a fresh one's first (counted first: a sidecar dying mid-attempt has used it). */
+  deliveryAttempt: (delivery: HeldDelivery) => Promise<void>
+  /** A held delivery ended (delivered, or failed for good): forgotten, its secret with it. */
+  deliveryDone: (delivery: HeldDelivery) => Promise<void>
+  /**
+   * The delivery is left for whichever sidecar looks next (it is idle as a lost one's): SIGTERM's
+   * grace period is over (`stopping`: this store takes none over from then on), or this sidecar's
+   * bounds are full (it may take it back itself at its next heartbeat).
+   */
+  leaveDelivery: (delivery: HeldDelivery, stopping: boolean) => Promise<void>
+
+  /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
+  queuedCount: () => Promise<number>
+  /** Where the store tells the sidecar of cancels, lost runs and its availability. */
+  listen: (listener: RunStoreListener) => void
+  /** Stops background work and closes connections; pending take() calls reject. */
+  close: () => Promise<void>
+}

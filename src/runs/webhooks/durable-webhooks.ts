@@ -1,0 +1,69 @@
+import type { Logger } from 'pino'
+import type { HeldDelivery, RunStore } from '../store/run-store.ts'
+import type { DeliveryLedger, WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
+
+/**
+ * Durable webhook delivery (SPEC: Runs → Durable webhook delivery). With a shared run store each
+ * delivery is written down before its first attempt, each attempt counted, and forgotten when it
+ * ends; a sidecar that dies (or stops before its deliveries end) leaves them to another, which
+ * makes the remaining attempts. In memory, or for a job with no app, jobs go straight to the sender.
+ */
+export class DurableWebhooks implements WebhookSubmitter {
+  readonly #store: RunStore
+  readonly #sender: WebhookSubmitter
+  readonly #logger: Logger
+
+  constructor (store: RunStore, sender: WebhookSubmitter, logger: Logger) {
+    this.#store = store
+    this.#sender = sender
+    this.#logger = logger
+  }
+
+  submit (job: WebhookJob): boolean {
+    const scope = job.scope
+    if (!this.#store.shared || scope === undefined) return this.#sender.submit(job)
+    this.#store.holdDelivery({ scope, runId: job.runId, url: job.url.href, body: job.body, secret: job.secret, trace: job.trace }).then(
+      held => { this.#sender.submit(held === undefined ? job : { ...job, ledger: this.#ledger(held) }) },
+      (error: unknown) => {
+        // the store is unreachable: delivered all the same, from this sidecar's memory only
+        this.#logger.warn({ err: error, runId: job.runId }, 'webhook not written down; delivering it from memory')
+        this.#sender.submit(job)
+      })
+    return true
+  }
+
+  /** A delivery taken over from a lost or stopped sidecar: its remaining attempts, its end on the run's record (when it has one). */
+  resume (held: HeldDelivery): void {
+    const { scope, runId } = held
+    this.#logger.info({ runId, attempts: held.attempts }, 'webhook taken over from another replica')
+    this.#sender.submit({
+      url: new URL(held.url),
+      runId,
+      body: held.body,
+      secret: held.secret,
+      scope,
+      trace: held.trace,
+      ledger: this.#ledger(held),
+      onEnd: (result, attempts) => {
+        // a plain call's delivery has no record: nothing to update
+        this.#store.webhookDone(scope, runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch(() => {})
+      }
+    })
+  }
+
+  #ledger (held: HeldDelivery): DeliveryLedger {
+    const store = this.#store
+    const quietly = async (step: Promise<void>): Promise<void> => { await step.catch(() => {}) }
+    // a fresh delivery's first attempt was counted as it was held
+    let counted = held.attempts === 0
+    return {
+      attemptsMade: held.attempts,
+      attempt: async () => {
+        if (counted) { counted = false; return }
+        await quietly(store.deliveryAttempt(held))
+      },
+      done: async () => { await quietly(store.deliveryDone(held)) },
+      leave: async stopping => { await quietly(store.leaveDelivery(held, stopping)) }
+    }
+  }
+}

@@ -1,0 +1,151 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { performance } from 'node:perf_hooks'
+import type { Duplex } from 'node:stream'
+import type { Logger } from 'pino'
+import { SidecarError } from '../../errors.ts'
+import type { CallTrace } from '../../shared/trace-contracts.ts'
+import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
+import type { RouteLabel, SidecarMetrics } from '../metrics/metrics.ts'
+import { runIdFor } from './run-id.ts'
+
+/** What every finished request leaves behind: one log line, its metrics, and its drain slot freed. */
+export interface CallRecorder {
+  readonly logger: Logger
+  readonly metrics: SidecarMetrics
+  readonly inflight: InflightTracker
+}
+
+/** Whoever acts on a call's abort once it holds the call (the app request's relay). */
+export interface AbortTaker {
+  abortFor: (reason: Error) => void
+}
+
+/** The request's log line. */
+interface AccessLine {
+  method: string | undefined
+  path: string
+  status: number
+  duration: number
+  runId: string
+  aborted?: true
+  error?: string
+  reason?: string
+}
+
+/** The reason a call aborts when its caller goes away before the answer is complete. */
+export class CallerGoneError extends Error {
+  constructor () { super('caller disconnected') }
+}
+
+/** The sidecar's answer to an exception nobody expected (it is logged once, with its stack). */
+export const SIDECAR_INTERNAL = new SidecarError(500, 'SIDECAR_INTERNAL', 'internal error')
+
+/**
+ * One request from arrival to close: its run id, an abort (caller gone, deadline) that whoever
+ * holds the call at that moment acts on, and what to free when it closes. On close it logs one
+ * line (method, path without query, status, duration in ms, run id) and counts the request.
+ */
+export abstract class RecordedCall {
+  readonly req: IncomingMessage
+  readonly runId: string
+  /** The app has the request: its relay answers from now on. */
+  forwarded = false
+  /** How long it waited for its slot, in ms (Server-Timing's `queue`): 0 when one was free. */
+  queueMs = 0
+  /** Its spans (tracing on): ended as it closes. */
+  trace: CallTrace | undefined
+  /** The sidecar's own answer, when it gave one: its code and reason go in the log line. */
+  protected refusal: SidecarError | undefined
+  #controller: AbortController | undefined
+  #reason: Error | undefined
+  #onAbort: AbortTaker | undefined
+  /** One cleanup, or several (most calls have one: the slot). */
+  #onClose: (() => void) | Array<() => void> | undefined
+  #closed = false
+  readonly #metrics: SidecarMetrics
+
+  constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, closes: Duplex | ServerResponse) {
+    this.req = req
+    this.#metrics = recorder.metrics
+    this.runId = runIdFor(req.headers['x-request-id'])
+    const startedAt = performance.now()
+    const url = req.url as string // before a forward step rewrites it
+    recorder.inflight.begin()
+    closes.once('close', () => {
+      this.#closed = true
+      if (!this.finished) this.abort(new CallerGoneError())
+      const cleanups = this.#onClose
+      if (typeof cleanups === 'function') cleanups()
+      else if (cleanups !== undefined) for (const free of cleanups) free()
+      recorder.inflight.end()
+      const seconds = (performance.now() - startedAt) / 1000
+      const status = this.status
+      this.trace?.end(status, this.runId)
+      recorder.metrics.recordRequest(route, status, seconds)
+      if (!recorder.logger.isLevelEnabled('info')) return
+      const queryAt = url.indexOf('?')
+      const line: AccessLine = {
+        method: req.method,
+        path: queryAt === -1 ? url : url.slice(0, queryAt),
+        status,
+        duration: Math.round(seconds * 1e6) / 1e3,
+        runId: this.runId
+      }
+      if (!this.finished && route !== 'websocket') line.aborted = true
+      if (this.refusal !== undefined) {
+        line.error = this.refusal.code
+        line.reason = this.refusal.reason
+      }
+      recorder.logger.info(line, route === 'websocket' ? 'websocket' : 'request')
+    })
+  }
+
+  /** The status to log and count (499: the caller left before any answer). */
+  abstract get status (): number
+  /** The answer went out whole. */
+  abstract get finished (): boolean
+  /** The caller can no longer be answered (it left, or an answer was sent). */
+  abstract get settled (): boolean
+  /** Answers with the sidecar's own JSON error; an unexpected exception is logged and answered 500. */
+  abstract answer (error: unknown): void
+
+  /** Aborts when the caller leaves or the deadline passes (for waits that take a signal). */
+  get signal (): AbortSignal {
+    this.#controller ??= new AbortController()
+    if (this.#reason !== undefined && !this.#controller.signal.aborted) this.#controller.abort(this.#reason)
+    return this.#controller.signal
+  }
+
+  /** Ends whatever the call is doing; the first reason wins. */
+  abort (reason: Error): void {
+    if (this.#reason !== undefined) return
+    this.#reason = reason
+    this.#controller?.abort(reason)
+    this.#onAbort?.abortFor(reason)
+  }
+
+  /** The one party that acts on an abort from now on (the app request's relay). */
+  onAbort (taker: AbortTaker): void {
+    this.#onAbort = taker
+    if (this.#reason !== undefined) taker.abortFor(this.#reason)
+  }
+
+  /** It got its slot after waiting `ms` (0: at once). */
+  waited (ms: number): void {
+    this.queueMs = ms
+    this.#metrics.queueDuration.observe(ms / 1000)
+    if (this.trace !== undefined) {
+      const now = performance.timeOrigin + performance.now()
+      this.trace.queued(now - ms, now)
+    }
+  }
+
+  /** Runs `free` when the call closes (finished or cut), or at once when it already has. */
+  onClose (free: () => void): void {
+    const cleanups = this.#onClose
+    if (this.#closed) free()
+    else if (cleanups === undefined) this.#onClose = free
+    else if (typeof cleanups === 'function') this.#onClose = [cleanups, free]
+    else cleanups.push(free)
+  }
+}

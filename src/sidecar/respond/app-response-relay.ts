@@ -1,0 +1,138 @@
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
+import { performance } from 'node:perf_hooks'
+import type { Dispatcher } from 'undici'
+import { DeadlineExceededError, SidecarError } from '../../errors.ts'
+import { describeNetworkError } from '../../shared/network-errors.ts'
+import type { AnswerTee, ResponseCapture, ResponseSink, SinkContext } from '../../shared/response-sink.ts'
+import type { TraceSpan } from '../../shared/trace-contracts.ts'
+import { type AbortTaker, CallerGoneError } from '../call/call-record.ts'
+import type { HttpCall } from '../call/http-call.ts'
+import type { SinkChooser } from './response-table.ts'
+
+/** What a webhook reports for a call whose caller left before a plain answer was complete. */
+const CALLER_GONE = new SidecarError(499, 'SIDECAR_CALLER_GONE', 'caller disconnected')
+
+/**
+ * An undici dispatch handler that relays one upstream response to one caller: it picks a sink
+ * when headers arrive, pauses the upstream when the caller cannot keep up, and aborts the
+ * upstream when the caller disconnects or the deadline passes.
+ */
+export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext, AbortTaker {
+  readonly res: ServerResponse
+  readonly runId: string
+  readonly capture: ResponseCapture | undefined
+  /** When the request was forwarded (run_time_ms counts from here). */
+  readonly forwardedAt = performance.now()
+  readonly queueMs: number
+  readonly #call: HttpCall
+  readonly #tee: AnswerTee | undefined
+  /** The app request's client span (tracing on). */
+  readonly #span: TraceSpan | undefined
+  #status = 0
+  #controller: Dispatcher.DispatchController | undefined
+  #sink: ResponseSink | undefined
+  #callerGone = false
+  #expired: SidecarError | undefined
+  readonly #choose: SinkChooser
+  readonly #unreachable: (detail: string) => SidecarError
+  readonly #resume = (): void => { this.#controller?.resume() }
+
+  constructor (call: HttpCall, choose: SinkChooser,
+    unreachable: (detail: string) => SidecarError, tee?: AnswerTee, span?: TraceSpan) {
+    this.#call = call
+    this.res = call.res
+    this.runId = call.runId
+    this.queueMs = call.queueMs
+    this.#tee = tee
+    this.#span = span
+    this.capture = tee?.capture
+    this.#choose = choose
+    this.#unreachable = unreachable
+    tee?.forwarded()
+  }
+
+  answer (error: SidecarError): void { this.#call.answer(error) }
+
+  cut (error: SidecarError): void {
+    this.answer(error)
+    this.#controller?.abort(error)
+  }
+
+  /** The call aborted: its deadline passed, or its caller left. */
+  abortFor (reason: Error): void {
+    if (reason instanceof DeadlineExceededError) this.expire(reason)
+    else this.callerGone()
+  }
+
+  /** The caller disconnected before the response was complete. */
+  callerGone (): void {
+    this.#callerGone = true
+    this.#controller?.abort(new CallerGoneError())
+  }
+
+  /** The call's deadline passed: cut the app request; the caller gets 504 (or an error event on a stream). */
+  expire (error: SidecarError): void {
+    this.#expired = error
+    this.#controller?.abort(error)
+  }
+
+  onRequestStart (controller: Dispatcher.DispatchController): void {
+    this.#controller = controller
+    if (this.#callerGone) controller.abort(new CallerGoneError())
+    else if (this.#expired !== undefined) controller.abort(this.#expired)
+  }
+
+  onResponseStart (_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    this.#status = status
+    this.#sink = this.#choose(this, status, headers)
+  }
+
+  onResponseData (controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!(this.#sink as ResponseSink).write(chunk) && !this.#callerGone) {
+      controller.pause()
+      this.res.once('drain', this.#resume)
+    }
+  }
+
+  onResponseEnd (): void {
+    (this.#sink as ResponseSink).end()
+    this.#span?.end(this.#status)
+    this.#tee?.finish()
+  }
+
+  /**
+   * | why the app request failed        | the caller gets                                   | the webhook reports        |
+   * | the deadline passed               | 504 (a begun response: the sink's failure)        | the 504                    |
+   * | the caller left                   | nothing more: the connection is cut               | 499                        |
+   * | the app failed mid-response       | the sink's failure (an error event, a 502, a cut) | a 502                      |
+   * | the sink refused the body (too large to wrap) | its 502, already sent                 | that 502                   |
+   * | the request body was refused (413) | that error, and the connection closes            | nothing (app never answered) |
+   * | the app could not be reached      | 502                                               | the 502                    |
+   * A stream's webhook reports the events sent instead, with status 200.
+   */
+  onResponseError (_controller: Dispatcher.DispatchController, cause: Error): void {
+    this.#span?.end(this.#status, describeNetworkError(cause))
+    const sink = this.#sink
+    let reported: SidecarError
+    if (this.#expired !== undefined && !this.#callerGone) {
+      reported = this.#expired
+      if (sink === undefined) this.answer(reported)
+      else sink.fail(reported)
+    } else if (this.#callerGone || cause instanceof CallerGoneError) {
+      reported = CALLER_GONE
+      this.res.destroy()
+    } else if (sink !== undefined) {
+      reported = cause instanceof SidecarError ? cause : this.#unreachable(describeNetworkError(cause))
+      sink.fail(cause)
+    } else if (cause instanceof SidecarError) {
+      this.answer(cause)
+      this.#tee?.cancel()
+      return
+    } else {
+      reported = this.#unreachable(describeNetworkError(cause))
+      this.answer(reported)
+    }
+    if (sink?.streaming === true) this.#tee?.finish()
+    else this.#tee?.finishWith(reported.status, reported.body())
+  }
+}

@@ -1,0 +1,202 @@
+import { Redis } from 'ioredis'
+import t from 'tap'
+import { RunStoreUnavailableError } from '../../../src/errors.ts'
+import { RedisRunStore } from '../../../src/runs/store/redis-run-store.ts'
+import type { HeldDelivery, NewRun, RunStoreListener, RunStoreSettings, RunView, TakenRun } from '../../../src/runs/store/run-store.ts'
+import { flushRedis, redisOrSkip, startPrivateRedis, TEST_REDIS_URL } from '../../helpers/redis-server.ts'
+import { eventually, freePort } from '../../helpers/sidecar-harness.ts'
+import { runStoreSuite } from './run-store-suite.ts'
+
+const SCOPE = { projectId: 'proj', appName: 'app' }
+const SETTINGS: RunStoreSettings = { retentionSeconds: 60, maxEvents: 100, queueDepth: 100, scope: SCOPE }
+let counter = 0
+const newRun = (): NewRun => ({
+  scope: SCOPE, runId: `r${++counter}`, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: { url: 'https://h.example/', secret: 'k' }, createdAt: Date.now()
+})
+const rejectAfter = async (ms: number): Promise<never> => await new Promise((_resolve, reject) => setTimeout(() => { reject(new Error(`nothing within ${ms} ms`)) }, ms).unref())
+const listener = (overrides: Partial<RunStoreListener>): RunStoreListener => ({ canceled: () => {}, lost: () => {}, availability: () => {}, ...overrides })
+
+t.test('redis run store', async t => {
+  if (!await redisOrSkip(t, TEST_REDIS_URL)) return
+  runStoreSuite(t, async settings => {
+    await flushRedis(TEST_REDIS_URL)
+    const store = new RedisRunStore(TEST_REDIS_URL, settings)
+    await store.reachable(5000)
+    return store
+  })
+
+  t.test('two sidecars share runs: read, follow and cancel on the other; takes spread', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const canceledOnA: string[] = []
+    const a = new RedisRunStore(TEST_REDIS_URL, SETTINGS)
+    const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS)
+    t.teardown(async () => { await a.close(); await b.close() })
+    await Promise.all([a.reachable(5000), b.reachable(5000)])
+    a.listen(listener({ canceled: (_scope, runId) => { canceledOnA.push(runId) } }))
+    const run = newRun()
+    await a.submit(run)
+    t.equal((await b.get(SCOPE, run.runId)).record.status, 'queued')
+    const taken = await a.take(AbortSignal.timeout(5000))
+    await a.start(taken, Date.now())
+    const follower = (await b.follow(SCOPE, run.runId, -1, AbortSignal.timeout(5000)))[Symbol.asyncIterator]()
+    const first = follower.next()
+    a.appendEvent(taken, 0, 'from a')
+    t.same((await first).value, { type: 'event', n: 0, data: 'from a' })
+    const canceledAt = Date.now()
+    t.equal((await b.cancel(SCOPE, run.runId)).record.status, 'canceled')
+    await eventually(() => canceledOnA.length === 1, 1000)
+    t.ok(Date.now() - canceledAt < 1000, 'the owner hears of the cancel within 1 s')
+    t.equal((await follower.next()).value?.type, 'done')
+    for (let i = 0; i < 10; i++) await a.submit(newRun())
+    const byStore = { a: 0, b: 0 }
+    const takes: Array<Promise<unknown>> = []
+    for (let i = 0; i < 5; i++) {
+      takes.push(a.take(AbortSignal.timeout(5000)).then(() => { byStore.a++ }))
+      takes.push(b.take(AbortSignal.timeout(5000)).then(() => { byStore.b++ }))
+    }
+    await Promise.all(takes)
+    t.same(byStore, { a: 5, b: 5 })
+    t.equal(await a.queuedCount(), 0)
+  })
+
+  t.test('a lost sidecar: its running run fails "replica lost" once; its unstarted run runs elsewhere; a live one is left alone', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const timing = { heartbeatMs: 200, lostAfterMs: 1000 }
+    const dead = new RedisRunStore(TEST_REDIS_URL, SETTINGS, timing)
+    const alive = new RedisRunStore(TEST_REDIS_URL, SETTINGS, timing)
+    const survivor = new RedisRunStore(TEST_REDIS_URL, SETTINGS, timing)
+    const lost: Array<{ run: TakenRun, view: RunView }> = []
+    // either live store may take over the lost one's runs: both report
+    for (const store of [alive, survivor]) store.listen(listener({ lost: (run, view) => { lost.push({ run, view }) } }))
+    t.teardown(async () => { await alive.close(); await survivor.close() })
+    await Promise.all([dead.reachable(5000), alive.reachable(5000), survivor.reachable(5000)])
+    const running = newRun()
+    const unstarted = newRun()
+    const kept = newRun()
+    await dead.submit(running)
+    await dead.submit(unstarted)
+    await dead.submit(kept)
+    const r1 = await dead.take(AbortSignal.timeout(5000))
+    await dead.start(r1, Date.now())
+    await dead.take(AbortSignal.timeout(5000))
+    const k = await alive.take(AbortSignal.timeout(5000))
+    await alive.start(k, Date.now())
+    await dead.close() // no finish, no heartbeat: as if killed
+    const taking = new AbortController()
+    const reclaimed = await Promise.race([survivor.take(taking.signal), alive.take(taking.signal), rejectAfter(10_000)])
+    taking.abort(new Error('done'))
+    t.equal(reclaimed.runId, unstarted.runId, 'the run the lost sidecar had not started is taken over')
+    await eventually(() => lost.length === 1, 5000)
+    const failed = lost[0] as { run: TakenRun, view: RunView }
+    t.equal(failed.run.runId, running.runId)
+    t.same(failed.run.webhook, { url: 'https://h.example/', secret: 'k' })
+    t.equal(failed.view.record.status, 'failed')
+    t.equal(failed.view.record.status_code, 502)
+    t.same(failed.view.record.error, { message: 'replica lost' })
+    t.equal(failed.view.resultJson, '{"message":"replica lost"}')
+    t.equal((await survivor.get(SCOPE, running.runId)).record.status, 'failed')
+    await new Promise(resolve => setTimeout(resolve, 1500)) // two more reaper rounds: nothing else happens
+    t.equal(lost.length, 1, 'failed once')
+    t.equal((await survivor.get(SCOPE, kept.runId)).record.status, 'running', 'a run whose sidecar beats is left alone')
+  })
+
+  t.test('durable deliveries: held before the first attempt; a lost sidecar\'s and a left one go to another with their attempts; done ones are gone', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const timing = { heartbeatMs: 200, lostAfterMs: 1500 }
+    const lost: HeldDelivery[] = []
+    const a = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'a' })
+    const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'b' })
+    t.teardown(async () => { await a.close(); await b.close() })
+    await Promise.all([a.reachable(5000), b.reachable(5000)])
+    b.listen(listener({ deliveryLost: delivery => { lost.push(delivery) } }))
+    const delivery = { scope: SCOPE, runId: 'hooked', url: 'https://hooks.example/x', body: '{"run_id":"hooked"}', secret: 'whsec' }
+    const kept = await a.holdDelivery(delivery) as HeldDelivery
+    t.match(kept, { ...delivery, attempts: 0 })
+    await a.deliveryAttempt(kept)
+    const done = await a.holdDelivery({ ...delivery, runId: 'done' }) as HeldDelivery
+    await a.deliveryDone(done)
+    const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', tracestate: 'vendor=abc' }
+    await a.holdDelivery({ ...delivery, runId: 'kept-alive', secret: undefined, trace })
+    // a keeps its deliveries alive past lostAfterMs: b takes none of them
+    await new Promise(resolve => setTimeout(resolve, 2000))
+    t.same(lost, [], 'a live sidecar keeps its deliveries')
+
+    await a.leaveDelivery(kept, true) // SIGTERM: left for another at once
+    await eventually(() => lost.some(d => d.runId === 'hooked'), 3000)
+    t.match(lost.find(d => d.runId === 'hooked'), { ...delivery, attempts: 2 }, 'taken over with the attempts made (the first counted as it was held), the body and the secret')
+    await a.close() // a is gone: its other delivery goes to b once it has been idle lostAfterMs
+    await eventually(() => lost.some(d => d.runId === 'kept-alive'), 5000)
+    t.equal(lost.length, 2, 'each taken over once')
+    t.match(lost.find(d => d.runId === 'kept-alive'), { runId: 'kept-alive', attempts: 1 })
+    t.equal(lost.find(d => d.runId === 'kept-alive')?.secret, undefined)
+    t.same(lost.find(d => d.runId === 'kept-alive')?.trace, trace, 'the trace it continues goes with it')
+    t.equal(lost.find(d => d.runId === 'hooked')?.trace, undefined, 'one without trace context has none')
+    t.equal(lost.filter(d => d.runId === 'done').length, 0, 'a finished delivery is never taken over')
+    for (const taken of lost) await b.deliveryDone(taken)
+    const probe = new Redis(TEST_REDIS_URL)
+    t.teardown(() => probe.disconnect())
+    t.equal(await probe.xlen('as:{proj/app}:deliveries'), 0, 'nothing left in the stream')
+    t.same(await probe.keys('as:{proj/app}:delivery:*'), [], 'no delivery kept, no secret')
+  })
+
+  t.test('a delivery left because this sidecar\'s bounds were full comes back to it at its next heartbeat', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const back: HeldDelivery[] = []
+    const store = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { heartbeatMs: 200, lostAfterMs: 1500, consumer: 'busy' })
+    t.teardown(async () => { await store.close() })
+    await store.reachable(5000)
+    store.listen(listener({ deliveryLost: delivery => { back.push(delivery) } }))
+    const held = await store.holdDelivery({ scope: SCOPE, runId: 'deferred', url: 'https://hooks.example/x', body: '{}', secret: undefined }) as HeldDelivery
+    await store.leaveDelivery(held, false)
+    await eventually(() => back.length === 1, 3000)
+    t.match(back[0], { runId: 'deferred', attempts: 1 }, 'taken back by the same sidecar, its first attempt counted')
+    await store.deliveryDone(back[0] as HeldDelivery)
+  })
+
+  t.test('an Idempotency-Key claim is a lease its sidecar renews: held while it lives, free soon after it dies', async t => {
+    await flushRedis(TEST_REDIS_URL)
+    const timing = { heartbeatMs: 200, lostAfterMs: 1000 } // a lease of 1.2 s
+    const a = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'claimer' })
+    const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'other' })
+    t.teardown(async () => { await a.close(); await b.close() })
+    await Promise.all([a.reachable(5000), b.reachable(5000)])
+    t.equal(await a.claimKey(SCOPE, 'leased', { runId: 'first', digest: 'd', async: false }), undefined)
+    t.equal(await a.claimKey(SCOPE, 'answered', { runId: 'done', digest: 'd', async: false }), undefined)
+    await a.keepAnswer(SCOPE, 'answered', 'done', { status: 200, contentType: undefined, body: Buffer.from('ok') })
+    await new Promise(resolve => setTimeout(resolve, 2500)) // twice the lease: the heartbeat renewed it
+    t.equal((await b.claimKey(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }))?.runId, 'first', 'still held while its sidecar lives')
+    await a.close()
+    const closedAt = Date.now()
+    await eventually(async () => await b.claimKey(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }) === undefined, 5000)
+    t.ok(Date.now() - closedAt < 3000, 'free within about a lease of its sidecar\'s end: the retry runs')
+    t.equal((await b.claimKey(SCOPE, 'answered', { runId: 'x', digest: 'd', async: false }))?.answer?.body.toString(), 'ok', 'an answered key is kept RUN_RETENTION_SECONDS, lease or not')
+  })
+
+  t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {
+    const nowhere = `redis://127.0.0.1:${await freePort()}/0`
+    const down = new RedisRunStore(nowhere, SETTINGS)
+    t.teardown(() => down.close())
+    t.equal(down.available, false)
+    const asked = Date.now()
+    await t.rejects(down.get(SCOPE, 'x'), RunStoreUnavailableError)
+    await t.rejects(down.submit(newRun()), RunStoreUnavailableError)
+    t.ok(Date.now() - asked < 1000, 'refused at once')
+
+    const redis = await startPrivateRedis(t)
+    const availability: boolean[] = []
+    const store = new RedisRunStore(redis.url, SETTINGS)
+    t.teardown(() => store.close())
+    store.listen(listener({ availability: up => { availability.push(up) } }))
+    t.equal(await store.reachable(5000), true)
+    await redis.stop()
+    await eventually(() => !store.available, 5000)
+    await t.rejects(store.get(SCOPE, 'x'), RunStoreUnavailableError)
+    const blocked = store.take(AbortSignal.timeout(20_000))
+    await redis.start()
+    await eventually(() => store.available, 10_000)
+    const run = newRun()
+    await eventually(async () => await store.submit(run).then(() => true, () => false), 5000)
+    t.equal((await blocked).runId, run.runId, 'a take waiting through the outage gets the run submitted after it')
+    t.same(availability.slice(-2), [false, true])
+  })
+})
