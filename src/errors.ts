@@ -81,6 +81,45 @@ export class QueueFullError extends SidecarError {
   }
 }
 
+/** The sidecar's answer to an exception nobody expected (it is logged once, with its stack). */
+export class SidecarInternalError extends SidecarError {
+  constructor () { super(500, 'SIDECAR_INTERNAL', 'internal error') }
+}
+
+/** One instance serves every such answer: it carries nothing of the failure. */
+export const SIDECAR_INTERNAL = new SidecarInternalError()
+
+/**
+ * Never sent: what the log line, `sidecar_requests_total` and a webhook record (499) for a caller
+ * that left before a plain answer was complete.
+ */
+export class CallerDisconnectedError extends SidecarError {
+  constructor () { super(499, 'SIDECAR_CALLER_GONE', 'caller disconnected') }
+}
+
+/**
+ * The reason a call aborts when its caller goes away before the answer is complete: an abort
+ * reason, never an answer (what is recorded then is CallerDisconnectedError).
+ */
+export class CallerGoneError extends Error {
+  constructor () { super('caller disconnected') }
+}
+
+/** Node's HTTP parser refused the headers as too large (Node's own 431). */
+export class HeadersTooLargeError extends SidecarError {
+  constructor () { super(431, 'HTTP_HEADERS_TOO_LARGE', 'request headers too large') }
+}
+
+/** The headers were not complete within the headers timeout (Node's own 408). */
+export class HeadersTimeoutError extends SidecarError {
+  constructor () { super(408, 'HTTP_HEADERS_TIMEOUT', 'request headers timed out') }
+}
+
+/** Anything else Node's HTTP parser refused (smuggling attempts, bad framing). */
+export class MalformedHttpError extends SidecarError {
+  constructor () { super(400, 'HTTP_MALFORMED_REQUEST', 'malformed request') }
+}
+
 export class DeadlineExceededError extends SidecarError {
   constructor (seconds: number) {
     super(504, 'SIDECAR_DEADLINE_EXCEEDED', `request exceeded its deadline of ${seconds}s`)
@@ -219,4 +258,14 @@ export class EventBeyondLastError extends SidecarError {
       ? `event ${after} does not exist: the run has no events yet`
       : `event ${after} does not exist: the last event is ${last}`)
   }
+}
+
+/** A running async run canceled (through `_runs/{id}/cancel` on any replica): recorded on the run, 499. */
+export class RunCanceledError extends SidecarError {
+  constructor () { super(499, 'SIDECAR_RUN_CANCELED', 'run canceled') }
+}
+
+/** An async run still at the app when SIGTERM's grace period ended: recorded on the run, 503. */
+export class ReplicaStoppedError extends SidecarError {
+  constructor () { super(503, 'SIDECAR_REPLICA_STOPPED', 'replica stopped') }
 }

@@ -1,3 +1,4 @@
+import { ReplicaStoppedError, RunCanceledError } from '../errors.ts'
 import type { NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './store/run-store.ts'
 
 /** The last time formatted (toISOString is dear, and calls come in bursts within one millisecond). */
@@ -62,10 +63,11 @@ export function withWebhook (record: RunRecord, webhook: NonNullable<RunRecord['
   return changed
 }
 
+const CANCELED = new RunCanceledError()
 /** The message of a canceled run (its error, and its webhook's result). */
-export const CANCELED_MESSAGE = 'run canceled'
+export const CANCELED_MESSAGE = CANCELED.message
 /** The status a canceled run's webhook reports. */
-export const CANCELED_STATUS = 499
+export const CANCELED_STATUS = CANCELED.status
 export const CANCELED_RESULT = JSON.stringify({ message: CANCELED_MESSAGE })
 
 /**
@@ -101,8 +103,9 @@ export function isFinished (record: RunRecord): boolean {
 
 /** The failure of a running run whose sidecar died (SPEC: replica lost). */
 export const REPLICA_LOST = { statusCode: 502, message: 'replica lost' } as const
+const STOPPED = new ReplicaStoppedError()
 /** The failure of a run cut by the end of its sidecar's grace period. */
-export const REPLICA_STOPPED = { statusCode: 503, message: 'replica stopped' } as const
+export const REPLICA_STOPPED = { statusCode: STOPPED.status, message: STOPPED.message } as const
 
 /**
  * The record as JSON, fields in the SPEC's order, `result` spliced in as kept (never parsed and

@@ -1,7 +1,7 @@
 import { type IncomingMessage, type ServerResponse, STATUS_CODES } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
-import { SidecarError } from '../errors.ts'
+import { HeadersTimeoutError, HeadersTooLargeError, MalformedHttpError, SidecarError } from '../errors.ts'
 
 // Every status and JSON error the sidecar and the build store answer themselves is written here.
 
@@ -97,10 +97,10 @@ export function closeOnceAnswered (socket: Duplex): void {
 
 /** What Node's HTTP parser or headers timer refused, answered as Node would (431, 408), else 400. */
 const CLIENT_ERRORS: Readonly<Record<string, SidecarError>> = {
-  HPE_HEADER_OVERFLOW: new SidecarError(431, 'HTTP_HEADERS_TOO_LARGE', 'request headers too large'),
-  ERR_HTTP_REQUEST_TIMEOUT: new SidecarError(408, 'HTTP_HEADERS_TIMEOUT', 'request headers timed out')
+  HPE_HEADER_OVERFLOW: new HeadersTooLargeError(),
+  ERR_HTTP_REQUEST_TIMEOUT: new HeadersTimeoutError()
 }
-const MALFORMED = new SidecarError(400, 'HTTP_MALFORMED_REQUEST', 'malformed request')
+const MALFORMED = new MalformedHttpError()
 
 /**
  * The server's `clientError`: a request its parser refused gets a JSON error and the connection

@@ -7,7 +7,7 @@ import { AppResponseRelay } from './respond/app-response-relay.ts'
 import type { HttpCall } from './call/http-call.ts'
 import { appRequestHeaders, type RequestHeaderRules } from './call/forward-headers.ts'
 import type { CallRoute } from './call/match-route.ts'
-import { type RecordedCall, RecordedRunTee } from '../runs/stages/recorded-run.ts'
+import { type RecordedRun, RecordedRunTee } from '../runs/stages/recorded-run.ts'
 import type { RequestBody } from './call/request-body.ts'
 import type { SinkChooser } from './respond/response-table.ts'
 import type { WebhookRequest } from './call/webhook-target.ts'
@@ -31,7 +31,7 @@ export interface AppForwardDeps {
  * The forward stage (502): the request goes to the app; its answer comes back through the
  * response table, teed to the webhook sender when the call asked for one.
  */
-export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined, recorded?: RecordedCall) => void {
+export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined, recorded?: RecordedRun) => void {
   const headerRules = deps.headerRules
   const unreachable = (detail: string): AppUnreachableError => new AppUnreachableError(detail, deps.appUrl)
   return function forwardToApp (call, route, body, webhook, recorded) {

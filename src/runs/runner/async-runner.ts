@@ -1,7 +1,7 @@
 import pRetry from 'p-retry'
 import type { Logger } from 'pino'
 import type { Pool } from 'undici'
-import { DeadlineExceededError, RunStoreUnavailableError } from '../../errors.ts'
+import { DeadlineExceededError, ReplicaStoppedError, RunCanceledError, RunStoreUnavailableError } from '../../errors.ts'
 import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
@@ -10,7 +10,7 @@ import type { TraceContext, Tracer } from '../../shared/trace-contracts.ts'
 import { runWebhookBody } from '../../webhook/webhook-capture.ts'
 import type { WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
-import { ReplicaStoppedError, RunCanceledError, RunRelay } from './run-relay.ts'
+import { RunRelay } from './run-relay.ts'
 
 export interface AsyncRunnerDeps {
   readonly store: RunStore

@@ -1,22 +1,13 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
-import { AppUnreachableError, SidecarError } from '../../errors.ts'
-import { CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS, REPLICA_STOPPED } from '../run-record.ts'
+import { AppUnreachableError, RunCanceledError, SidecarError } from '../../errors.ts'
+import { CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS } from '../run-record.ts'
 import type { RunOutcome } from '../store/run-store.ts'
 import { describeNetworkError } from '../../shared/network-errors.ts'
 import { createEventSplitter, type EventSplitter } from '../../stream/event-splitter.ts'
 import { WebhookCapture } from '../../webhook/webhook-capture.ts'
 import { hasReadableBody, streamKind } from '../../sidecar/respond/response-table.ts'
-
-/** Why a running async run was cut before the app's answer ended. */
-export class RunCanceledError extends SidecarError {
-  constructor () { super(CANCELED_STATUS, 'SIDECAR_RUN_CANCELED', CANCELED_MESSAGE) }
-}
-
-export class ReplicaStoppedError extends SidecarError {
-  constructor () { super(REPLICA_STOPPED.statusCode, 'SIDECAR_REPLICA_STOPPED', REPLICA_STOPPED.message) }
-}
 
 /** What a run relay needs to know of the run it carries. */
 export interface RunRelayOptions {

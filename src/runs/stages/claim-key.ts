@@ -8,7 +8,7 @@ import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import { sendJson } from '../../shared/http-answers.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import type { CallRoute } from '../../sidecar/call/match-route.ts'
-import type { RecordedCall } from './recorded-run.ts'
+import type { RecordedRun } from './recorded-run.ts'
 import { type RequestBody, wholeRequestBody } from '../../sidecar/call/request-body.ts'
 import type { WebhookRequest } from '../../sidecar/call/webhook-target.ts'
 
@@ -22,7 +22,7 @@ export interface HeldKey {
   /** When the key was claimed (epoch ms): the run's created_at. */
   readonly claimedAt: number
   /** A sync call: its run, recorded running as the key was claimed. */
-  readonly recorded: RecordedCall | undefined
+  readonly recorded: RecordedRun | undefined
 }
 
 /** The Idempotency-Key of a POST (other methods are idempotent already, or not the SPEC's): 400 when malformed. */

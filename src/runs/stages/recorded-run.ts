@@ -7,7 +7,7 @@ import { WebhookCapture } from '../../webhook/webhook-capture.ts'
 import type { WebhookTee } from '../../webhook/webhook-tee.ts'
 
 /** A sync call recorded in the run store as it claimed its Idempotency-Key, ready to be followed. */
-export interface RecordedCall {
+export interface RecordedRun {
   readonly store: RunStore
   readonly run: TakenRun
   readonly logger: Logger
@@ -29,7 +29,7 @@ export interface RecordedCall {
 export class RecordedRunTee implements AnswerTee, ResponseCapture {
   /** The tee is its own capture: the sinks feed it, it feeds the result (shared with the webhook's) and the run's events. */
   readonly capture: ResponseCapture = this
-  readonly #recorded: RecordedCall
+  readonly #recorded: RecordedRun
   readonly #webhook: WebhookTee | undefined
   readonly #result: WebhookCapture
   #forwardedAt = performance.now()
@@ -37,7 +37,7 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
   #events = 0
   #done = false
 
-  constructor (recorded: RecordedCall, webhook: WebhookTee | undefined, maxResultBytes: number) {
+  constructor (recorded: RecordedRun, webhook: WebhookTee | undefined, maxResultBytes: number) {
     this.#recorded = recorded
     this.#webhook = webhook
     this.#result = webhook?.capture ?? new WebhookCapture(maxResultBytes)

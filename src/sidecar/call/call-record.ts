@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
-import { SidecarError } from '../../errors.ts'
+import { CallerGoneError, SidecarError } from '../../errors.ts'
 import type { CallTrace } from '../../shared/trace-contracts.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { RouteLabel, SidecarMetrics } from '../metrics/metrics.ts'
@@ -32,20 +32,12 @@ interface AccessLine {
   reason?: string
 }
 
-/** The reason a call aborts when its caller goes away before the answer is complete. */
-export class CallerGoneError extends Error {
-  constructor () { super('caller disconnected') }
-}
-
-/** The sidecar's answer to an exception nobody expected (it is logged once, with its stack). */
-export const SIDECAR_INTERNAL = new SidecarError(500, 'SIDECAR_INTERNAL', 'internal error')
-
 /**
  * One request from arrival to close: its run id, an abort (caller gone, deadline) that whoever
  * holds the call at that moment acts on, and what to free when it closes. On close it logs one
  * line (method, path without query, status, duration in ms, run id) and counts the request.
  */
-export abstract class RecordedCall {
+export abstract class CallRecord {
   readonly req: IncomingMessage
   readonly runId: string
   /** The app has the request: its relay answers from now on. */

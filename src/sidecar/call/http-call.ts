@@ -1,11 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
 import { knownError, sendError } from '../../shared/http-answers.ts'
-import { type CallRecorder, RecordedCall, SIDECAR_INTERNAL } from './call-record.ts'
+import { SIDECAR_INTERNAL } from '../../errors.ts'
+import { type CallRecorder, CallRecord } from './call-record.ts'
 import type { RouteLabel } from '../metrics/metrics.ts'
 
 /** An HTTP request and its response. */
-export class HttpCall extends RecordedCall {
+export class HttpCall extends CallRecord {
   readonly res: ServerResponse
   readonly #logger: Logger
 

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.ts'
 import { roundedMs } from '../../shared/run-result.ts'
-import type { RecordedCall } from './call-record.ts'
+import type { CallRecord } from './call-record.ts'
 
 /**
  * The gate stage (503 queue full): a concurrency slot, at once when one is free, else after a
@@ -9,7 +9,7 @@ import type { RecordedCall } from './call-record.ts'
  * (Server-Timing, sidecar_queue_duration_seconds). The slot is freed when the call closes; the
  * release is returned for a caller that can free it sooner.
  */
-export function takeSlot (gate: ConcurrencyGate, call: RecordedCall): Release | Promise<Release> {
+export function takeSlot (gate: ConcurrencyGate, call: CallRecord): Release | Promise<Release> {
   if (call.settled) throw call.signal.reason ?? new Error('call already answered')
   const free = gate.tryAcquire() // the fast path allocates no promise
   if (free !== undefined) {
@@ -23,7 +23,7 @@ export function takeSlot (gate: ConcurrencyGate, call: RecordedCall): Release | 
   })
 }
 
-function hold (call: RecordedCall, release: Release): Release {
+function hold (call: CallRecord, release: Release): Release {
   call.onClose(release)
   return release
 }

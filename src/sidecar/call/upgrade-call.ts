@@ -2,10 +2,11 @@ import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
 import { knownError, writeRawError } from '../../shared/http-answers.ts'
-import { type CallRecorder, RecordedCall, SIDECAR_INTERNAL } from './call-record.ts'
+import { SIDECAR_INTERNAL } from '../../errors.ts'
+import { type CallRecorder, CallRecord } from './call-record.ts'
 
 /** A WebSocket upgrade: its answer is the app's 101 (or refusal), or the sidecar's error on the raw socket. */
-export class UpgradeCall extends RecordedCall {
+export class UpgradeCall extends CallRecord {
   readonly socket: Duplex
   /** The status of the answer the caller got (0: none yet). */
   answered = 0

@@ -1,16 +1,16 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
-import { DeadlineExceededError, SidecarError } from '../../errors.ts'
+import { CallerDisconnectedError, CallerGoneError, DeadlineExceededError, SidecarError } from '../../errors.ts'
 import { describeNetworkError } from '../../shared/network-errors.ts'
 import type { AnswerTee, ResponseCapture, ResponseSink, SinkContext } from '../../shared/response-sink.ts'
 import type { TraceSpan } from '../../shared/trace-contracts.ts'
-import { type AbortTaker, CallerGoneError } from '../call/call-record.ts'
+import type { AbortTaker } from '../call/call-record.ts'
 import type { HttpCall } from '../call/http-call.ts'
 import type { SinkChooser } from './response-table.ts'
 
 /** What a webhook reports for a call whose caller left before a plain answer was complete. */
-const CALLER_GONE = new SidecarError(499, 'SIDECAR_CALLER_GONE', 'caller disconnected')
+const CALLER_GONE = new CallerDisconnectedError()
 
 /**
  * An undici dispatch handler that relays one upstream response to one caller: it picks a sink

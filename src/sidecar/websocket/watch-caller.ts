@@ -1,4 +1,4 @@
-import { CallerGoneError } from '../call/call-record.ts'
+import { CallerGoneError } from '../../errors.ts'
 import type { UpgradeCall } from '../call/upgrade-call.ts'
 
 /** Most bytes a caller may send before its upgrade is answered; beyond it the connection is cut. */
