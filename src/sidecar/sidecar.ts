@@ -1,4 +1,3 @@
-import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { JWTVerifyGetKey } from 'jose'
 import type { DestinationStream, Logger } from 'pino'
@@ -7,23 +6,23 @@ import { RevocationList } from '../auth/revocation-list.ts'
 import { TokenVerifier } from '../auth/token-verifier.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
 import { pathPrefix, underUrl } from '../config/env-table.ts'
-import { RouteNotFoundError, SIDECAR_INTERNAL } from '../errors.ts'
 import { AppProbe } from '../lifecycle/app-probe.ts'
 import { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import { ConcurrencyStats } from '../lifecycle/concurrency-stats.ts'
 import { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import { createLogger } from './logger.ts'
 import { createAdminServer } from './admin-server.ts'
+import { drainSidecar } from './drain.ts'
+import { closeServer, listen } from './listeners.ts'
+import { createPublicServer } from './public-routes.ts'
 import { AsyncRunner } from '../runs/runner/async-runner.ts'
 import { DurableWebhooks } from '../runs/webhooks/durable-webhooks.ts'
 
 import { createInvokeHandler, createUpgradeHandler } from './invoke-pipeline.ts'
 import { createManagementHandler } from './management-forward.ts'
 import { SidecarMetrics } from './metrics/metrics.ts'
-import { runIdFor } from './call/run-id.ts'
 import { openRunStore } from '../runs/store/open-run-store.ts'
 import type { RunStore } from '../runs/store/run-store.ts'
-import { answerClientError, sendError, writeRawError } from '../shared/http-answers.ts'
 import { openTracer, traceSettingsOf } from '../tracing/trace-settings.ts'
 import { AddressGuard } from '../webhook/address-guard.ts'
 import { WebhookDelivery } from '../webhook/webhook-delivery.ts'
@@ -154,25 +153,9 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl), storeUrl: config.storeUrl.href })
   const websockets = createUpgradeHandler({ ...recorder, config, verifier, gate })
 
-  const headersTimeout = options.headersTimeoutMs ?? 60_000
-  // Node checks the headers timer every connectionsCheckingInterval (30 s by default): check a short one more often
-  const server = createServer({
-    keepAliveTimeout: 65_000, headersTimeout, requestTimeout: 0, connectionsCheckingInterval: Math.min(30_000, Math.max(50, headersTimeout / 4))
-  }, (req, res) => {
-    const url = req.url as string
-    if (url.startsWith('/v4/')) invoke(req, res)
-    else if (url.startsWith('/v2/') || url === '/v2' || url.startsWith('/v2?')) management(req, res)
-    else sendError(res, new RouteNotFoundError(), { runId: runIdFor(req.headers['x-request-id']), logger, internal: SIDECAR_INTERNAL })
+  const server = createPublicServer({
+    invoke, management, upgrade: websockets.handleUpgrade, logger, headersTimeoutMs: options.headersTimeoutMs ?? 60_000
   })
-  server.on('upgrade', (req, socket, head) => {
-    if ((req.url as string).startsWith('/v4/')) {
-      websockets.handleUpgrade(req, socket, head)
-    } else {
-      socket.on('error', () => {})
-      writeRawError(socket, new RouteNotFoundError(), runIdFor(req.headers['x-request-id']))
-    }
-  })
-  server.on('clientError', answerClientError)
   const admin = createAdminServer({ metrics, readiness, health, draining: () => draining, tokenKeysMissing: () => verifier?.keysMissing })
 
   await listen(server, config.port, config.host)
@@ -207,41 +190,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
 
   async function drain (graceSeconds: number): Promise<boolean> {
     draining = true
-    logger.info({ inflight: inflight.count, webhooks: webhooks.pending, graceSeconds }, 'draining')
-    let timer: NodeJS.Timeout | undefined
-    const graceOver = new Promise<false>(resolve => { timer = setTimeout(resolve, graceSeconds * 1000, false) })
-    // async runs: with a shared store, queued ones stay for the other replicas; in memory they run now
-    const runsDone = runner.drain(graceOver)
-    // nothing left at the end of the grace period counts as done too
-    const requestsDone = (await Promise.race([quiet(graceOver), graceOver]) || inflight.count === 0) && await runsDone
-    if (!requestsDone) logger.warn({ inflight: inflight.count }, 'grace period over; cutting what is left')
-    // the last calls' webhooks were handed over as they ended; they get what is left of the grace period
-    const webhooksDone = await webhooks.drain(requestsDone ? graceOver : Promise.resolve())
-    clearTimeout(timer)
-    await close()
-    return requestsDone && webhooksDone
-  }
-
-  /**
-   * New calls are still served while the platform stops routing: a drain ends once nothing is in
-   * flight and no call has arrived for DRAIN_QUIET_MS (not the first instant the count touches 0,
-   * which under steady load happens between two calls). Then the public listener stops accepting
-   * and the calls that slipped in on kept-alive connections meanwhile may finish. False if
-   * `graceOver` comes first.
-   */
-  async function quiet (graceOver: Promise<false>): Promise<boolean> {
-    let over = false
-    void graceOver.then(() => { over = true })
-    while (!over) {
-      await inflight.idle()
-      const began = inflight.began
-      await Promise.race([delay(DRAIN_QUIET_MS), graceOver])
-      if (over || inflight.count > 0 || inflight.began !== began) continue
-      server.close() // stops accepting; idle kept-alive connections are closed with it
-      await inflight.idle()
-      return true
-    }
-    return false
+    return await drainSidecar({ logger, server, inflight, webhooks, drainRuns: async graceOver => await runner.drain(graceOver), close }, graceSeconds)
   }
 
   return { port, adminPort, logger, metrics, inflight, webhooks, runs, drain, close }
@@ -255,30 +204,3 @@ const NOT_READY_WARNING_MS = 10_000
 
 /** Longest wait for the build store's answer to a /v2 read (then 502). */
 const STORE_TIMEOUT_MS = 30_000
-
-/** How long a drain waits for a call to arrive, once nothing is in flight, before it ends. */
-const DRAIN_QUIET_MS = 500
-
-const delay = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms)) }
-
-/**
- * Connections the kernel may hold for a listener before it accepts them. Node's default, 511,
- * overflows when a thousand callers connect at once: the dropped SYNs are retried only after 1, 3,
- * 7 s, and some callers then wait seconds for their first byte. The kernel caps this at
- * net.core.somaxconn (4096 on current Linux).
- */
-export const LISTEN_BACKLOG = 4096
-
-function listen (server: Server, port: number, host: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject)
-    server.listen({ port, host, backlog: LISTEN_BACKLOG }, () => {
-      server.off('error', reject)
-      resolve()
-    })
-  })
-}
-
-function closeServer (server: Server): Promise<void> {
-  return new Promise(resolve => { server.close(() => { resolve() }) })
-}

@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { LISTEN_BACKLOG } from '../../src/sidecar/sidecar.ts'
+import { LISTEN_BACKLOG } from '../../src/sidecar/listeners.ts'
 import { startHarness, startTestServer } from '../helpers/sidecar-harness.ts'
 
 /** The accept-queue size of the TCP listener on `port` (`ss` shows it as Send-Q), or undefined without `ss`. */
