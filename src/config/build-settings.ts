@@ -1,7 +1,7 @@
 import pRetry, { AbortError } from 'p-retry'
 import { boundedGet } from '../shared/bounded-get.ts'
 import { ConfigError } from '../errors.ts'
-import { underUrl } from './env-table.ts'
+import { underUrl } from '../shared/url-paths.ts'
 import { loadSidecarConfig, type SidecarConfig } from './sidecar-config.ts'
 
 /** The Build fields a sidecar takes its app settings from (the rest of the Build is not its business). */

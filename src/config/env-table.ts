@@ -34,9 +34,3 @@ export function loadEnvTable<C> (table: ReadonlyArray<EnvVariable<C, keyof C>>, 
 export function envHelpRows<C> (table: ReadonlyArray<EnvVariable<C, keyof C>>, nameWidth: number, defaultWidth: number): string[] {
   return table.map(v => `  ${v.name.padEnd(nameWidth)}${(v.defaultText ?? 'unset').padEnd(defaultWidth)}${v.meaning}`)
 }
-
-/** `relative` resolved under `url`'s path (`STORE_URL` http://h/base + `v2/x` → http://h/base/v2/x). */
-export const underUrl = (url: URL, relative: string): URL => new URL(`${pathPrefix(url)}/${relative}`, url)
-
-/** A URL's path as a prefix to put before `/…` paths: without its trailing slash ('' for the root). */
-export const pathPrefix = (url: URL): string => url.pathname.endsWith('/') ? url.pathname.slice(0, -1) : url.pathname

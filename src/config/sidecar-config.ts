@@ -1,5 +1,6 @@
 import { ConfigError } from '../errors.ts'
-import { type EnvVariable, envHelpRows, envVariable, loadEnvTable, underUrl } from './env-table.ts'
+import { type EnvVariable, envHelpRows, envVariable, loadEnvTable } from './env-table.ts'
+import { underUrl } from '../shared/url-paths.ts'
 import {
   type Cidr, type EnvParser, integerIn, numberUpTo, oneOf, parseBoolean, parseCidrList,
   parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort, parseRedisUrl, LOG_LEVELS, type LogLevel

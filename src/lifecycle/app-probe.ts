@@ -1,7 +1,7 @@
 import { request } from 'node:http'
 import { request as requestTls } from 'node:https'
 import { connect } from 'node:net'
-import { pathPrefix } from '../config/env-table.ts'
+import { pathPrefix } from '../shared/url-paths.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 
 export interface AppProbeOptions {

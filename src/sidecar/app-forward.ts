@@ -6,11 +6,8 @@ import { WebhookTee } from '../webhook/webhook-tee.ts'
 import { AppResponseRelay } from './respond/app-response-relay.ts'
 import type { HttpCall } from './call/http-call.ts'
 import { appRequestHeaders, type RequestHeaderRules } from './call/forward-headers.ts'
-import type { CallRoute } from './call/match-route.ts'
-import { type RecordedRun, RecordedRunTee } from '../runs/stages/recorded-run.ts'
-import type { RequestBody } from './call/request-body.ts'
+import { appRequestPath } from './call/match-route.ts'
 import type { SinkChooser } from './respond/response-table.ts'
-import type { WebhookRequest } from './call/webhook-target.ts'
 
 export interface AppForwardDeps {
   readonly app: Pool
@@ -21,38 +18,37 @@ export interface AppForwardDeps {
   readonly chooseSink: SinkChooser
   readonly webhooks: WebhookSubmitter
   readonly webhookMaxBodyBytes: number
-  /** ENVELOPE_MAX_BODY_BYTES: the largest result a recorded call keeps on its record. */
-  readonly maxResultBytes: number
   /** Which headers the app gets (Authorization when the sidecar checked it, Accept-Encoding for the envelope). */
   readonly headerRules: RequestHeaderRules
 }
 
 /**
  * The forward stage (502): the request goes to the app; its answer comes back through the
- * response table, teed to the webhook sender when the call asked for one.
+ * response table, teed to the webhook sender when the call asked for one, and recorded on its run
+ * when the call is one.
  */
-export function createAppForward (deps: AppForwardDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined, recorded?: RecordedRun) => void {
+export function createAppForward (deps: AppForwardDeps): (call: HttpCall) => void {
   const headerRules = deps.headerRules
   const unreachable = (detail: string): AppUnreachableError => new AppUnreachableError(detail, deps.appUrl)
-  return function forwardToApp (call, route, body, webhook, recorded) {
+  return function forwardToApp (call) {
     if (call.settled) return // the caller left, or the deadline answered, while the call waited (a recorded run is forgotten with its key)
+    const { route, webhook } = call
     const method = call.req.method as string
     // the webhook continues the call's trace: its server span's, or (tracing off) the caller's context as sent
     const webhookTee = webhook === undefined
       ? undefined
-      : new WebhookTee(webhook.url, call.runId, webhook.secret, deps.webhookMaxBodyBytes, deps.webhooks,
+      : new WebhookTee(webhook, call.runId, deps.webhookMaxBodyBytes, deps.webhooks,
         { projectId: route.projectId, appName: route.appName }, call.trace?.context ?? traceContextOf(call.req.headers))
-    const tee = recorded === undefined ? webhookTee : new RecordedRunTee(recorded, webhookTee, deps.maxResultBytes)
+    const tee = call.recording === undefined ? webhookTee : call.recording(webhookTee)
     const span = call.trace?.appRequest(method)
     const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee, span)
     call.forwarded = true
     call.onAbort(relay)
-    const query = route.forwardedQuery
     deps.app.dispatch({
       method,
-      path: deps.basePath + route.appPath + (query === '' ? '' : '?' + query),
+      path: appRequestPath(route, deps.basePath),
       headers: appRequestHeaders(call.req, call.runId, headerRules, span?.context),
-      body
+      body: call.body
     }, relay)
   }
 }

@@ -3,28 +3,28 @@ import type { Duplex } from 'node:stream'
 import type { Pool } from 'undici'
 import type { TokenVerifier } from '../auth/token-verifier.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
-import { pathPrefix } from '../config/env-table.ts'
+import { pathPrefix } from '../shared/url-paths.ts'
 import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import type { RunStore } from '../runs/store/run-store.ts'
 import type { Tracer } from '../shared/trace-contracts.ts'
 import { createStreamSinks } from '../stream/stream-sinks.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
+import { createRunRoutes, matchRunRoute } from '../runs/routes/run-routes.ts'
+import { createIdempotency, idempotencyKeyOf } from '../runs/stages/claim-key.ts'
+import { createRunSubmit, wantsAsync } from '../runs/stages/submit-run.ts'
 import { createAppForward } from './app-forward.ts'
 import { authorizeCall } from './call/authorize-call.ts'
 import { startDeadline } from './call/call-deadline.ts'
 import type { CallRecorder } from './call/call-record.ts'
 import { HttpCall } from './call/http-call.ts'
-import { createIdempotency, idempotencyKeyOf, keepSyncAnswer } from '../runs/stages/claim-key.ts'
-import { UpgradeCall } from './call/upgrade-call.ts'
 import { matchRoute } from './call/match-route.ts'
 import { readRequestBody } from './call/request-body.ts'
-import { responseTable } from './respond/response-table.ts'
-import { createRunRoutes, matchRunRoute } from '../runs/routes/run-routes.ts'
-import { createRunSubmit, wantsAsync } from '../runs/stages/submit-run.ts'
 import { takeSlot } from './call/take-slot.ts'
+import { UpgradeCall } from './call/upgrade-call.ts'
+import { webhookTarget } from './call/webhook-target.ts'
+import { responseTable } from './respond/response-table.ts'
 import { watchCaller } from './websocket/watch-caller.ts'
 import { createWebSocketForward, type WebSocketForward } from './websocket/websocket-forward.ts'
-import { webhookRequest } from './call/webhook-target.ts'
 
 export interface InvokeDeps extends CallRecorder {
   readonly config: SidecarConfig
@@ -56,29 +56,25 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     chooseSink: responseTable(streams, config.runtime, config.envelopeMaxBodyBytes),
     webhooks: deps.webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
-    maxResultBytes: config.envelopeMaxBodyBytes,
     headerRules
   })
   const serveRunRoute = createRunRoutes({ store: deps.runs, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
   const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
-  const idempotency = { store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal }
-  const claimKey = createIdempotency(idempotency)
+  const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal })
 
   async function invoke (call: HttpCall): Promise<void> {
-    const route = matchRoute(call.req.url as string, config)               // 404 unknown route, project or app
-    await authorizeCall(verifier, call.req.headers, route)                 // 401 bad token, 403 another project
-    const runRoute = matchRunRoute(route)                                  // 400 malformed run id; _runs never reaches the app
+    call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
+    await authorizeCall(call, verifier)                                    // 401 bad token, 403 another project
+    const runRoute = matchRunRoute(call.route)                             // 400 malformed run id; _runs never reaches the app
     if (runRoute !== undefined) return await serveRunRoute(call, runRoute) // 404 no such run, 409, 503 run store unavailable
-    const webhook = webhookRequest(route, call.req.headers)                // 400 malformed webhookEndpoint
-    const key = idempotencyKeyOf(call.req)                                 // 400 malformed Idempotency-Key (POSTs)
-    const body = await readRequestBody(call.req, config.maxBodyBytes)      // 400 bad Content-Length, 413 too large
-    const async = wantsAsync(route, call.req.headers)
-    const held = key === undefined ? undefined : await claimKey(call, route, key, body, async, webhook) // 409 in progress, 422 other body, a repeat gets the kept answer; a sync call's run recorded (409 id taken, 503 store down)
-    if (held === 'answered') return
-    if (async) return await submitRun(call, route, held?.body ?? body, webhook, held) // 202; 503 async queue full
-    if (held !== undefined) keepSyncAnswer(idempotency, call, held)       // the answer kept for repeats; no answer from the app frees the key
+    call.webhook = webhookTarget(call)                                     // 400 malformed webhookEndpoint
+    call.idempotencyKey = idempotencyKeyOf(call)                           // 400 malformed Idempotency-Key (POSTs)
+    call.body = await readRequestBody(call, config.maxBodyBytes)           // 400 bad Content-Length, 413 too large
+    call.async = wantsAsync(call)                                          // ?async=true, Prefer: respond-async
+    if (call.idempotencyKey !== undefined && await claimKey(call)) return  // 409 in progress, 422 other body, a repeat's kept answer; a sync call recorded as a run (409 id taken, 503 store down)
+    if (call.async) return await submitRun(call)                           // 202; 503 async queue full
     await takeSlot(gate, call)                                             // 503 queue full; waits for first readiness
-    forwardToApp(call, route, held?.body ?? body, webhook, held?.recorded) // 502 app unreachable; the response table
+    forwardToApp(call)                                                     // 502 app unreachable; the response table
   }
 
   return function handleInvoke (req, res) {
@@ -100,10 +96,10 @@ export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' 
   const forward = createWebSocketForward(deps)
 
   async function upgrade (call: UpgradeCall, head: Buffer, caller: ReturnType<typeof watchCaller>): Promise<void> {
-    const route = matchRoute(call.req.url as string, config)               // 404 unknown route, project or app
-    await authorizeCall(verifier, call.req.headers, route)                 // 401 bad token, 403 another project
+    call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
+    await authorizeCall(call, verifier)                                    // 401 bad token, 403 another project
     const slot = await takeSlot(gate, call)                                // 503 queue full; held until the socket closes
-    forward.toApp(call, route, slot, caller.stop(head))                    // 502; the app's 101 or its refusal
+    forward.toApp(call, slot, caller.stop(head))                           // 502; the app's 101 or its refusal
   }
 
   return {

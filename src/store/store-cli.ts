@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import { parseArgs } from 'node:util'
 import { ConfigError } from '../errors.ts'
-import { pathPrefix } from '../config/env-table.ts'
+import { pathPrefix } from '../shared/url-paths.ts'
 import { ID_PATTERN_SOURCE } from './build-schema.ts'
 import { loadStoreClientConfig } from './store-config.ts'
 

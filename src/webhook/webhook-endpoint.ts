@@ -2,6 +2,12 @@ import { MalformedRequestError } from '../errors.ts'
 
 export const MAX_WEBHOOK_URL_LENGTH = 2048
 
+/** Where a webhook goes, and the secret it is signed with (kept only until its delivery ends, never in a record). */
+export interface WebhookTarget {
+  readonly url: URL
+  readonly secret: string | undefined
+}
+
 /**
  * Validates a decoded `webhookEndpoint`: an absolute http(s) URL of at most 2048 characters,
  * with a host and without user-info. Anything else is a 400 before the app is called.

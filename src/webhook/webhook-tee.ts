@@ -3,30 +3,29 @@ import type { AnswerTee } from '../shared/response-sink.ts'
 import { roundedMs } from '../shared/run-result.ts'
 import type { TraceContext } from '../shared/trace-contracts.ts'
 import type { DeliveryResult, WebhookJob, WebhookSubmitter } from './webhook-delivery.ts'
-import { WebhookCapture, webhookBody } from './webhook-capture.ts'
+import { ResultCapture, webhookBody } from './result-capture.ts'
+import type { WebhookTarget } from './webhook-endpoint.ts'
 
 /**
  * The webhook side of one call: sinks feed it the body or the events as they go to the caller
  * (never slowing them), and when the call ends it hands one delivery to the sender.
  */
 export class WebhookTee implements AnswerTee {
-  readonly capture: WebhookCapture
+  readonly capture: ResultCapture
   /** Told how the delivery ended (a recorded run keeps it on its record). */
   onEnd: ((result: DeliveryResult | 'dropped', attempts: number) => void) | undefined
-  readonly #url: URL
+  readonly #target: WebhookTarget
   readonly #runId: string
-  readonly #secret: string | undefined
   readonly #sender: WebhookSubmitter
   readonly #scope: WebhookJob['scope']
   readonly #trace: TraceContext | undefined
   #forwardedAt = 0
   #done = false
 
-  constructor (url: URL, runId: string, secret: string | undefined, maxBytes: number, sender: WebhookSubmitter, scope?: WebhookJob['scope'], trace?: TraceContext) {
-    this.capture = new WebhookCapture(maxBytes)
-    this.#url = url
+  constructor (target: WebhookTarget, runId: string, maxBytes: number, sender: WebhookSubmitter, scope?: WebhookJob['scope'], trace?: TraceContext) {
+    this.capture = new ResultCapture(maxBytes)
+    this.#target = target
     this.#runId = runId
-    this.#secret = secret
     this.#sender = sender
     this.#scope = scope
     this.#trace = trace
@@ -41,7 +40,8 @@ export class WebhookTee implements AnswerTee {
     this.#done = true
     const runTimeMs = roundedMs(performance.now() - this.#forwardedAt)
     const body = webhookBody(this.#runId, this.capture, runTimeMs, new Date().toISOString())
-    this.#sender.submit({ url: this.#url, runId: this.#runId, body, secret: this.#secret, onEnd: this.onEnd, scope: this.#scope, trace: this.#trace })
+    const target = this.#target
+    this.#sender.submit({ url: target.url, runId: this.#runId, body, secret: target.secret, onEnd: this.onEnd, scope: this.#scope, trace: this.#trace })
   }
 
   /** The caller got the sidecar's own answer instead (a 502, a 504): deliver that. */

@@ -6,7 +6,7 @@ import { CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS } from '../run-recor
 import type { RunOutcome } from '../store/run-store.ts'
 import { describeNetworkError } from '../../shared/network-errors.ts'
 import { createEventSplitter, type EventSplitter } from '../../stream/event-splitter.ts'
-import { WebhookCapture } from '../../webhook/webhook-capture.ts'
+import { ResultCapture } from '../../webhook/result-capture.ts'
 import { hasReadableBody, streamKind } from '../../sidecar/respond/response-table.ts'
 
 /** What a run relay needs to know of the run it carries. */
@@ -31,7 +31,7 @@ export interface RunRelayOptions {
 export class RunRelay implements Dispatcher.DispatchHandler {
   readonly outcome: Promise<RunOutcome>
   readonly #options: RunRelayOptions
-  readonly #capture: WebhookCapture
+  readonly #capture: ResultCapture
   readonly #forwardedAt = performance.now()
   #resolve!: (outcome: RunOutcome) => void
   #controller: Dispatcher.DispatchController | undefined
@@ -43,7 +43,7 @@ export class RunRelay implements Dispatcher.DispatchHandler {
 
   constructor (options: RunRelayOptions) {
     this.#options = options
-    this.#capture = new WebhookCapture(options.maxResultBytes)
+    this.#capture = new ResultCapture(options.maxResultBytes)
     this.outcome = new Promise(resolve => { this.#resolve = resolve })
   }
 

@@ -1,41 +1,25 @@
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../../errors.ts'
 import { bodyDigest, idempotencyKey, idempotencySlot } from '../idempotency-key.ts'
 import { recordedRun } from '../run-record.ts'
-import type { KeptAnswer, KeyEntry, RunScope, RunStatus, RunStore } from '../store/run-store.ts'
+import type { KeptAnswer, KeyEntry, RunStatus, RunStore } from '../store/run-store.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
-import { sendJson } from '../../shared/http-answers.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import type { CallRoute } from '../../sidecar/call/match-route.ts'
-import type { RecordedRun } from './recorded-run.ts'
-import { type RequestBody, wholeRequestBody } from '../../sidecar/call/request-body.ts'
-import type { WebhookRequest } from '../../sidecar/call/webhook-target.ts'
-
-/** The Idempotency-Key a request holds: its slot in the store, which it frees or fills when it ends. */
-export interface HeldKey {
-  readonly scope: RunScope
-  readonly slot: string
-  readonly runId: string
-  /** The request's body, read whole to take its digest: what goes to the app. */
-  readonly body: Buffer | null
-  /** When the key was claimed (epoch ms): the run's created_at. */
-  readonly claimedAt: number
-  /** A sync call: its run, recorded running as the key was claimed. */
-  readonly recorded: RecordedRun | undefined
-}
+import { wholeRequestBody } from '../../sidecar/call/request-body.ts'
+import { answerQueued, queuedBody, runLocation } from './queued-answer.ts'
+import { type RecordedRun, RecordedRunTee } from './recorded-run.ts'
 
 /** The Idempotency-Key of a POST (other methods are idempotent already, or not the SPEC's): 400 when malformed. */
-export function idempotencyKeyOf (req: IncomingMessage): string | undefined {
+export function idempotencyKeyOf (call: HttpCall): string | undefined {
+  const req = call.req
   return req.method === 'POST' ? idempotencyKey(req.headers['idempotency-key']) : undefined
 }
 
-/** What the idempotency stage found: this request holds the key (it runs), or it was answered from the store. */
-export type KeyOutcome = HeldKey | 'answered'
-
 export interface IdempotencyDeps {
   readonly store: RunStore
-  /** The largest answer kept for repeats (ENVELOPE_MAX_BODY_BYTES). */
+  /** The largest answer kept for repeats (ENVELOPE_MAX_BODY_BYTES): also the largest result a recorded run keeps. */
   readonly maxAnswerBytes: number
   readonly logger: Logger
   /** sidecar_runs_total: a recorded sync call counts as its run ends. */
@@ -45,18 +29,22 @@ export interface IdempotencyDeps {
 const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large to keep"}'
 
 /**
- * The idempotency stage (SPEC: Runs → Idempotency): claims the key's slot for this request, or
- * answers a repeat: the kept answer again (`Idempotent-Replayed: true`, the first's
- * `X-Request-Id`); while the first runs, 409 for a sync repeat and 202 with the first's run id
- * for an async one; 422 when the body differs.
+ * The idempotency stage (SPEC: Runs → Idempotency), for a call with an Idempotency-Key: claims
+ * the key's slot for this call (`call.keySlot`; its body is read whole for the digest), or answers
+ * a repeat: the kept answer again (`Idempotent-Replayed: true`, the first's `X-Request-Id`); while
+ * the first runs, 409 for a sync repeat and 202 with the first's run id for an async one; 422 when
+ * the body differs. True when the call was answered. A sync call that holds the key is recorded as
+ * a run (`call.recording`), and its answer is kept for repeats as it ends (keepSyncAnswer).
  */
-export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, route: CallRoute, key: string, request: RequestBody, async: boolean, webhook: WebhookRequest | undefined) => Promise<KeyOutcome> {
-  return async function claimKey (call, route, key, request, async, webhook) {
-    const body = await wholeRequestBody(request)
+export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => Promise<boolean> {
+  return async function claimKey (call) {
+    const { route } = call
+    const body = await wholeRequestBody(call.body)
+    call.body = body
     const scope = { projectId: route.projectId, appName: route.appName }
-    const slot = idempotencySlot(scope, route.appPath, key)
+    const slot = idempotencySlot(scope, route.appPath, call.idempotencyKey as string)
     const digest = bodyDigest(body)
-    const claimedAt = Date.now()
+    const async = call.async
     // a sync call is recorded with its claim, in one step: running from now on (GET …/_runs/{id}
     // on any replica); an async one is recorded as it is submitted
     const run = async
@@ -66,32 +54,37 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, rout
         runId: call.runId,
         // a sync run is never run again: its request is not kept
         request: { method: call.req.method as string, path: route.appPath, headers: [], body: null },
-        webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: undefined },
-        createdAt: claimedAt
+        webhook: call.webhook === undefined ? undefined : { url: call.webhook.url.href, secret: undefined },
+        createdAt: Date.now()
       })
     const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async }, run)
     if (held === undefined) {
-      const recorded = run === undefined ? undefined : { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, slot }
-      return { scope, slot, runId: call.runId, body, claimedAt, recorded }
+      call.keySlot = slot
+      if (run !== undefined) {
+        const recorded: RecordedRun = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, slot }
+        call.recording = webhook => new RecordedRunTee(recorded, webhook, deps.maxAnswerBytes)
+        keepSyncAnswer(deps, call, recorded)
+      }
+      return false
     }
     if (held.digest !== digest) throw new IdempotencyKeyReusedError()
     if (held.answer !== undefined) {
       if (!call.settled) replay(call.res, held, held.answer, route)
-      return 'answered'
+      return true
     }
     if (!async) throw new IdempotencyInProgressError()
-    if (!call.settled) sendJson(call.res, 202, queuedBody(held.runId), { ...replayHeaders(held), location: runLocation(route, held.runId) })
-    return 'answered'
+    if (!call.settled) answerQueued(call.res, route, held.runId, true)
+    return true
   }
 }
 
 /**
- * Watches a sync call that holds a key: what the caller gets is copied (up to `maxAnswerBytes`)
+ * Watches a sync call that holds a key (in `slot`): what the caller gets is copied (up to `maxAnswerBytes`)
  * and kept for repeats when the answer ends, before the caller has its last bytes. A call that never reached the app (503
  * queue full, the deadline while it waited) or whose caller left (the sidecar cut the app
  * request) frees the key instead: a retry runs.
  */
-export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: HeldKey): void {
+function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: RecordedRun): void {
   const res = call.res
   const chunks: Buffer[] = []
   let size = 0
@@ -135,10 +128,9 @@ export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: Held
     // always a replay. It is kept with the run's end (handed to its record, whose end the relay
     // writes as the answer ends, after its webhook): the store runs commands in order, so once the
     // caller holds the answer, its webhook is written down too.
-    const recorded = key.recorded
-    if (recorded !== undefined) recorded.answer = answer
+    recorded.answer = answer
     queueMicrotask(() => {
-      const keeping = recorded?.kept ?? deps.store.keepAnswer(key.scope, key.slot, key.runId, answer)
+      const keeping = recorded.kept ?? deps.store.keepAnswer(recorded.run.scope, recorded.slot, call.runId, answer)
       keeping
         .catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key answer not kept') })
         .finally(finish)
@@ -148,19 +140,21 @@ export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: Held
   call.onClose(() => {
     // no complete answer from the app (never forwarded, or its caller left and the app request was
     // cut): a retry runs; a run that never reached the app is forgotten too (it never ran)
-    if (!kept) deps.store.dropKey(key.scope, key.slot, key.runId, !call.forwarded).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
+    if (!kept) deps.store.dropKey(recorded.run.scope, recorded.slot, call.runId, !call.forwarded).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
   })
 }
 
-/** An async request that holds a key: its 202 is the answer repeats get; a refused one frees the key. */
-export async function keepAsyncAnswer (store: RunStore, key: HeldKey, submitted: Promise<unknown>): Promise<void> {
+/** An async call that holds a key (`call.keySlot`): its 202 is the answer repeats get; a refused one frees the key. */
+export async function keepAsyncAnswer (store: RunStore, call: HttpCall, submitted: Promise<unknown>): Promise<void> {
+  const scope = { projectId: call.route.projectId, appName: call.route.appName }
+  const slot = call.keySlot as string
   try {
     await submitted
   } catch (error) {
-    await store.dropKey(key.scope, key.slot, key.runId).catch(() => {})
+    await store.dropKey(scope, slot, call.runId).catch(() => {})
     throw error
   }
-  await store.keepAnswer(key.scope, key.slot, key.runId, { status: 202, contentType: 'application/json; charset=utf-8', body: Buffer.from(queuedBody(key.runId)) })
+  await store.keepAnswer(scope, slot, call.runId, { status: 202, contentType: 'application/json; charset=utf-8', body: Buffer.from(queuedBody(call.runId)) })
 }
 
 function replay (res: ServerResponse, held: KeyEntry, answer: KeptAnswer, route: CallRoute): void {
@@ -176,8 +170,6 @@ function replay (res: ServerResponse, held: KeyEntry, answer: KeptAnswer, route:
 }
 
 const replayHeaders = (held: KeyEntry): Record<string, string> => ({ 'x-request-id': held.runId, 'idempotent-replayed': 'true' })
-const queuedBody = (runId: string): string => `{"run_id":${JSON.stringify(runId)},"status":"queued"}`
-const runLocation = (route: CallRoute, runId: string): string => `/v4/${route.projectId}/${route.appName}/_runs/${runId}`
 
 const headerText = (value: unknown): string | undefined => value === undefined ? undefined : String(value)
 

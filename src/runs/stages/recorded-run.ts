@@ -3,7 +3,7 @@ import type { Logger } from 'pino'
 import type { KeptAnswer, RunStatus, RunStore, TakenRun } from '../store/run-store.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { AnswerTee, ResponseCapture } from '../../shared/response-sink.ts'
-import { WebhookCapture } from '../../webhook/webhook-capture.ts'
+import { ResultCapture } from '../../webhook/result-capture.ts'
 import type { WebhookTee } from '../../webhook/webhook-tee.ts'
 
 /** A sync call recorded in the run store as it claimed its Idempotency-Key, ready to be followed. */
@@ -31,7 +31,7 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
   readonly capture: ResponseCapture = this
   readonly #recorded: RecordedRun
   readonly #webhook: WebhookTee | undefined
-  readonly #result: WebhookCapture
+  readonly #result: ResultCapture
   #forwardedAt = performance.now()
   #startedAt = Date.now()
   #events = 0
@@ -40,7 +40,7 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
   constructor (recorded: RecordedRun, webhook: WebhookTee | undefined, maxResultBytes: number) {
     this.#recorded = recorded
     this.#webhook = webhook
-    this.#result = webhook?.capture ?? new WebhookCapture(maxResultBytes)
+    this.#result = webhook?.capture ?? new ResultCapture(maxResultBytes)
     if (webhook !== undefined) {
       const { store, run } = recorded
       webhook.onEnd = (delivery, attempts) => {

@@ -1,19 +1,17 @@
-import type { IncomingHttpHeaders } from 'node:http'
 import type { RunStore, StoredRequest } from '../store/run-store.ts'
-import { sendJson } from '../../shared/http-answers.ts'
 import { appRequestHeaders, type RequestHeaderRules } from '../../sidecar/call/forward-headers.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
-import type { CallRoute } from '../../sidecar/call/match-route.ts'
-import { keepAsyncAnswer, type HeldKey } from './claim-key.ts'
-import { type RequestBody, wholeRequestBody } from '../../sidecar/call/request-body.ts'
-import type { WebhookRequest } from '../../sidecar/call/webhook-target.ts'
+import { appRequestPath } from '../../sidecar/call/match-route.ts'
+import { wholeRequestBody } from '../../sidecar/call/request-body.ts'
+import { keepAsyncAnswer } from './claim-key.ts'
+import { answerQueued } from './queued-answer.ts'
 
 const RESPOND_ASYNC = /(^|,)\s*respond-async\s*(,|;|$)/i
 
 /** `?async=true`, or `Prefer: respond-async` (RFC 7240). */
-export function wantsAsync (route: CallRoute, headers: IncomingHttpHeaders): boolean {
-  if (route.async) return true
-  const prefer = headers.prefer
+export function wantsAsync (call: HttpCall): boolean {
+  if (call.route.async) return true
+  const prefer = call.req.headers.prefer
   if (prefer === undefined) return false
   return RESPOND_ASYNC.test(Array.isArray(prefer) ? prefer.join(',') : prefer)
 }
@@ -30,34 +28,28 @@ export interface RunSubmitDeps {
  * been forwarded is recorded and queued, and the caller is answered at once with the run's id
  * and where to read it.
  */
-export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, route: CallRoute, body: RequestBody, webhook: WebhookRequest | undefined, key?: HeldKey) => Promise<void> {
-  return async function submitRun (call, route, body, webhook, key) {
-    const query = route.forwardedQuery
+export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall) => Promise<void> {
+  return async function submitRun (call) {
+    const { route, webhook } = call
     const request: StoredRequest = {
       method: call.req.method as string,
-      path: deps.basePath + route.appPath + (query === '' ? '' : '?' + query),
+      path: appRequestPath(route, deps.basePath),
       // the run keeps its submitter's trace: the call's server span (tracing on), else the caller's context as sent
       headers: withoutRespondAsync(appRequestHeaders(call.req, call.runId, deps.headerRules, call.trace?.context)),
-      body: await wholeRequestBody(body)
+      body: await wholeRequestBody(call.body)
     }
-    const scope = { projectId: route.projectId, appName: route.appName }
     const submitted = deps.store.submit({
-      scope,
+      scope: { projectId: route.projectId, appName: route.appName },
       runId: call.runId,
       request,
       webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: webhook.secret },
       createdAt: Date.now()
     })
     // with an Idempotency-Key, the 202 is kept for repeats before the caller has it; a refused run frees the key
-    await (key === undefined ? submitted : keepAsyncAnswer(deps.store, key, submitted))
-    if (call.settled) return
-    sendJson(call.res, 202, `{"run_id":${JSON.stringify(call.runId)},"status":"queued"}`, {
-      'x-request-id': call.runId,
-      location: `/v4/${route.projectId}/${route.appName}/_runs/${call.runId}`
-    })
+    await (call.keySlot === undefined ? submitted : keepAsyncAnswer(deps.store, call, submitted))
+    if (!call.settled) answerQueued(call.res, route, call.runId, false)
   }
 }
-
 
 /** The `Prefer` header without `respond-async`, which asked the sidecar, not the app (dropped when nothing is left). */
 function withoutRespondAsync (headers: string[]): string[] {

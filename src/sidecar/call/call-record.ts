@@ -6,6 +6,7 @@ import { CallerGoneError, SidecarError } from '../../errors.ts'
 import type { CallTrace } from '../../shared/trace-contracts.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { RouteLabel, SidecarMetrics } from '../metrics/metrics.ts'
+import type { CallRoute } from './match-route.ts'
 import { runIdFor } from './run-id.ts'
 
 /** What every finished request leaves behind: one log line, its metrics, and its drain slot freed. */
@@ -40,6 +41,8 @@ interface AccessLine {
 export abstract class CallRecord {
   readonly req: IncomingMessage
   readonly runId: string
+  /** What the route stage found: set first by either /v4 pipeline (a /v2 read has none). */
+  route!: CallRoute
   /** The app has the request: its relay answers from now on. */
   forwarded = false
   /** How long it waited for its slot, in ms (Server-Timing's `queue`): 0 when one was free. */
@@ -56,7 +59,7 @@ export abstract class CallRecord {
   #closed = false
   readonly #metrics: SidecarMetrics
 
-  constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, closes: Duplex | ServerResponse) {
+  constructor (recorder: CallRecorder, label: RouteLabel, req: IncomingMessage, closes: Duplex | ServerResponse) {
     this.req = req
     this.#metrics = recorder.metrics
     this.runId = runIdFor(req.headers['x-request-id'])
@@ -73,7 +76,7 @@ export abstract class CallRecord {
       const seconds = (performance.now() - startedAt) / 1000
       const status = this.status
       this.trace?.end(status, this.runId)
-      recorder.metrics.recordRequest(route, status, seconds)
+      recorder.metrics.recordRequest(label, status, seconds)
       if (!recorder.logger.isLevelEnabled('info')) return
       const queryAt = url.indexOf('?')
       const line: AccessLine = {
@@ -83,12 +86,12 @@ export abstract class CallRecord {
         duration: Math.round(seconds * 1e6) / 1e3,
         runId: this.runId
       }
-      if (!this.finished && route !== 'websocket') line.aborted = true
+      if (!this.finished && label !== 'websocket') line.aborted = true
       if (this.refusal !== undefined) {
         line.error = this.refusal.code
         line.reason = this.refusal.reason
       }
-      recorder.logger.info(line, route === 'websocket' ? 'websocket' : 'request')
+      recorder.logger.info(line, label === 'websocket' ? 'websocket' : 'request')
     })
   }
 

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http'
 import { RouteNotFoundError } from '../../errors.ts'
 import { parseInvokeRoute, splitQuery } from './invoke-route.ts'
 
@@ -24,8 +25,8 @@ export interface RouteRules {
 }
 
 /** The route stage (404): the call's project, app, path and query, or RouteNotFoundError. */
-export function matchRoute (url: string, rules: RouteRules): CallRoute {
-  const route = parseInvokeRoute(url)
+export function matchRoute (call: { readonly req: IncomingMessage }, rules: RouteRules): CallRoute {
+  const route = parseInvokeRoute(call.req.url as string)
   if (route === undefined ||
       (rules.projectId !== undefined && route.projectId !== rules.projectId) ||
       (rules.appName !== undefined && route.appName !== rules.appName)) {
@@ -41,4 +42,9 @@ export function matchRoute (url: string, rules: RouteRules): CallRoute {
     accessToken: query.accessToken,
     async: query.async
   }
+}
+
+/** The path and query the app gets: APP_URL's path (`basePath`, no trailing slash), the app path, the forwarded query. */
+export function appRequestPath (route: CallRoute, basePath: string): string {
+  return basePath + route.appPath + (route.forwardedQuery === '' ? '' : '?' + route.forwardedQuery)
 }

@@ -13,7 +13,8 @@ export type RequestBody = Buffer | Readable | null
  * a small one is read whole (it usually arrived with the headers); a larger one streams, never
  * buffered whole; a chunked one streams through a counter that cuts it with 413 past the limit.
  */
-export function readRequestBody (req: IncomingMessage, maxBytes: number): RequestBody | Promise<RequestBody> {
+export function readRequestBody (call: { readonly req: IncomingMessage }, maxBytes: number): RequestBody | Promise<RequestBody> {
+  const req = call.req
   const length = req.headers['content-length']
   if (length !== undefined) {
     const bytes = Number(length)

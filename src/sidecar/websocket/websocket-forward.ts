@@ -2,14 +2,14 @@ import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type HttpProxy from 'http-proxy'
 import type { SidecarConfig } from '../../config/sidecar-config.ts'
-import { pathPrefix } from '../../config/env-table.ts'
+import { pathPrefix } from '../../shared/url-paths.ts'
 import { AppUnreachableError } from '../../errors.ts'
 import type { Release } from '../../lifecycle/concurrency-gate.ts'
 import { closeOnceAnswered } from '../../shared/http-answers.ts'
 import { describeNetworkError } from '../../shared/network-errors.ts'
 import type { UpgradeCall } from '../call/upgrade-call.ts'
 import { appRequestHeaders, headerListToObject } from '../call/forward-headers.ts'
-import type { CallRoute } from '../call/match-route.ts'
+import { appRequestPath } from '../call/match-route.ts'
 import type { SidecarMetrics } from '../metrics/metrics.ts'
 import { requireCjs } from '../../shared/require-cjs.ts'
 
@@ -22,7 +22,7 @@ export interface WebSocketForwardDeps {
 
 export interface WebSocketForward {
   /** The forward stage of an upgrade: the handshake to the app, then its 101 (and every frame) or its refusal back. */
-  toApp: (call: UpgradeCall, route: CallRoute, slot: Release, head: Buffer) => void
+  toApp: (call: UpgradeCall, slot: Release, head: Buffer) => void
   /** Ends every open WebSocket (the drain's grace period is over). */
   closeAll: () => void
 }
@@ -82,11 +82,11 @@ export function createWebSocketForward (deps: WebSocketForwardDeps): WebSocketFo
   }
 
   return {
-    toApp (call, route, slot, head) {
+    toApp (call, slot, head) {
       if (call.settled) return // the caller left while waiting for a slot
       const { req } = call
       req.headers = headerListToObject(appRequestHeaders(req, call.runId, headerRules))
-      req.url = basePath + route.appPath + (route.forwardedQuery === '' ? '' : '?' + route.forwardedQuery)
+      req.url = appRequestPath(call.route, basePath)
       forwarded.set(req, { call, slot })
       call.forwarded = true
       proxy ??= openProxy()

@@ -1,11 +1,11 @@
 import { resultJson } from '../shared/run-result.ts'
 
 /**
- * The copy of one response kept for its webhook (the tee): the body bytes, or the values of the
- * events sent, bounded by WEBHOOK_MAX_BODY_BYTES. Past the bound nothing more is kept and the
- * delivery says `"result": null, "truncated": true`.
+ * The result of one response, kept for its webhook (the tee) and for its run's record: the body
+ * bytes, or the values of the events sent, bounded (WEBHOOK_MAX_BODY_BYTES for a webhook). Past
+ * the bound nothing more is kept and the delivery says `"result": null, "truncated": true`.
  */
-export class WebhookCapture {
+export class ResultCapture {
   readonly #maxBytes: number
   #chunks: Buffer[] = []
   #events: string[] | undefined
@@ -61,7 +61,7 @@ export class WebhookCapture {
 }
 
 /** The body POSTed to a webhook: `{"run_id","status_code","result","run_time_ms","timestamp"}` (+ `"truncated": true`). */
-export function webhookBody (runId: string, capture: WebhookCapture, runTimeMs: number, timestamp: string): string {
+export function webhookBody (runId: string, capture: ResultCapture, runTimeMs: number, timestamp: string): string {
   return webhookJson(runId, capture.status, capture.resultJson(), runTimeMs, timestamp, capture.truncated)
 }
 

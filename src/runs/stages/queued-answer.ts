@@ -1,0 +1,17 @@
+import type { ServerResponse } from 'node:http'
+import { sendJson } from '../../shared/http-answers.ts'
+import type { CallRoute } from '../../sidecar/call/match-route.ts'
+
+/** The body of the 202 that answers an async call (and its repeats). */
+export const queuedBody = (runId: string): string => `{"run_id":${JSON.stringify(runId)},"status":"queued"}`
+
+/** Where a run's record is read. */
+export const runLocation = (route: CallRoute, runId: string): string => `/v4/${route.projectId}/${route.appName}/_runs/${runId}`
+
+/** 202 with the run's id and `Location`; `replayed`: a repeat of a key's async request, answered with the first's run. */
+export function answerQueued (res: ServerResponse, route: CallRoute, runId: string, replayed: boolean): void {
+  const headers: Record<string, string> = replayed
+    ? { 'x-request-id': runId, 'idempotent-replayed': 'true', location: runLocation(route, runId) }
+    : { 'x-request-id': runId, location: runLocation(route, runId) }
+  sendJson(res, 202, queuedBody(runId), headers)
+}
