@@ -4,7 +4,7 @@ import type { Pool } from 'undici'
 import { DeadlineExceededError, ReplicaStoppedError, RunCanceledError, RunStoreUnavailableError } from '../../errors.ts'
 import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
-import type { RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
+import type { RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { TraceContext, Tracer } from '../../shared/trace-contracts.ts'
 import { runWebhookBody } from '../../webhook/result-capture.ts'
@@ -182,7 +182,7 @@ export class AsyncRunner implements RunStoreListener {
     }
   }
 
-  async #dispatch (run: TakenRun): Promise<RunPayload> {
+  async #dispatch (run: TakenRun): Promise<RunOutcome> {
     const { store, app, deadlineSeconds } = this.#deps
     const { request } = run
     const relay = new RunRelay({
@@ -259,7 +259,6 @@ export class AsyncRunner implements RunStoreListener {
   }
 }
 
-type RunPayload = Awaited<RunRelay['outcome']>
 
 const runKey = (scope: RunScope, runId: string): string => `${scope.projectId}/${scope.appName}/${runId}`
 
