@@ -6,8 +6,8 @@ import {
   AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError,
   RunNotFoundError, RunStoreUnavailableError
 } from '../../errors.ts'
-import { RedisFollow } from './redis-follow.ts'
-import { APPEND_EVENT, CLAIM_KEY, DELIVERY_DONE, DROP_KEY, FINISH_RECORDED, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING, WEBHOOK_STATE } from './redis-scripts.ts'
+import { RedisFollow } from './redis/redis-follow.ts'
+import { APPEND_EVENT, CLAIM_KEY, DELIVERY_DONE, DROP_KEY, FINISH_RECORDED, GROUP, HOLD_DELIVERY, KEEP_ANSWER, RELEASE, SENDERS, SUBMIT, TRANSITION, WAITING, WEBHOOK_STATE } from './redis/redis-scripts.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, REPLICA_LOST, startedRecord } from '../run-record.ts'
 import type {
   HeldDelivery, KeptAnswer, KeyAnswer, KeyClaim, KeyEntry, NewDelivery, NewRun, RunEventItem, RunOutcome, RunRecord, RunScope, RunStore, RunStoreListener, RunStoreSettings,
