@@ -69,7 +69,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall, rout
         webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: undefined },
         createdAt: claimedAt
       })
-    const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async }, run)
+    const held = await deps.store.keys.claim(scope, slot, { runId: call.runId, digest, async }, run)
     if (held === undefined) {
       const recorded = run === undefined ? undefined : { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, slot }
       return { scope, slot, runId: call.runId, body, claimedAt, recorded }
@@ -138,7 +138,7 @@ export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: Held
     const recorded = key.recorded
     if (recorded !== undefined) recorded.answer = answer
     queueMicrotask(() => {
-      const keeping = recorded?.kept ?? deps.store.keepAnswer(key.scope, key.slot, key.runId, answer)
+      const keeping = recorded?.kept ?? deps.store.keys.keepAnswer(key.scope, key.slot, key.runId, answer)
       keeping
         .catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key answer not kept') })
         .finally(finish)
@@ -148,7 +148,7 @@ export function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, key: Held
   call.onClose(() => {
     // no complete answer from the app (never forwarded, or its caller left and the app request was
     // cut): a retry runs; a run that never reached the app is forgotten too (it never ran)
-    if (!kept) deps.store.dropKey(key.scope, key.slot, key.runId, !call.forwarded).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
+    if (!kept) deps.store.keys.drop(key.scope, key.slot, key.runId, !call.forwarded).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
   })
 }
 
@@ -157,10 +157,10 @@ export async function keepAsyncAnswer (store: RunStore, key: HeldKey, submitted:
   try {
     await submitted
   } catch (error) {
-    await store.dropKey(key.scope, key.slot, key.runId).catch(() => {})
+    await store.keys.drop(key.scope, key.slot, key.runId).catch(() => {})
     throw error
   }
-  await store.keepAnswer(key.scope, key.slot, key.runId, { status: 202, contentType: 'application/json; charset=utf-8', body: Buffer.from(queuedBody(key.runId)) })
+  await store.keys.keepAnswer(key.scope, key.slot, key.runId, { status: 202, contentType: 'application/json; charset=utf-8', body: Buffer.from(queuedBody(key.runId)) })
 }
 
 function replay (res: ServerResponse, held: KeyEntry, answer: KeptAnswer, route: CallRoute): void {

@@ -41,7 +41,7 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, route: C
       body: await wholeRequestBody(body)
     }
     const scope = { projectId: route.projectId, appName: route.appName }
-    const submitted = deps.store.submit({
+    const submitted = deps.store.queue.submit({
       scope,
       runId: call.runId,
       request,
