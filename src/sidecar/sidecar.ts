@@ -120,7 +120,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     queueDepth: config.asyncQueueDepth,
     scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
   })
-  metrics.watchAsyncQueue(async () => await runs.queuedCount())
+  metrics.watchAsyncQueue(async () => await runs.queue.queuedCount())
   const deliveries = new DurableWebhooks(runs, webhooks, logger)
   const runner = new AsyncRunner({
     store: runs,
@@ -167,7 +167,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   verifier?.loadKeys(KEYS_RETRY_MS) // readiness waits for a key set, not for the first caller to ask for one
   const port = (server.address() as AddressInfo).port
   const adminPort = (admin.address() as AddressInfo).port
-  logger.info({ port, adminPort, appUrl: config.appUrl.href, storeUrl: config.storeUrl.href, runtime: config.runtime, auth: !config.disableAuth, runStore: runs.shared ? 'redis' : 'memory', tracing: tracer === undefined ? 'off' : config.otelTracesEndpoint?.href }, 'sidecar listening')
+  logger.info({ port, adminPort, appUrl: config.appUrl.href, storeUrl: config.storeUrl.href, runtime: config.runtime, auth: !config.disableAuth, runStore: runs.backend, tracing: tracer === undefined ? 'off' : config.otelTracesEndpoint?.href }, 'sidecar listening')
   logger.flush() // tooling waiting for the ports (PORT=0) reads this line now, not at the next batch
 
   async function close (): Promise<void> {

@@ -53,12 +53,12 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
   const { store } = deps
 
   async function record (call: HttpCall, route: RunRoute): Promise<void> {
-    const view = await store.get(route.scope, route.runId)
+    const view = await store.records.get(route.scope, route.runId)
     if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
   }
 
   async function cancel (call: HttpCall, route: RunRoute): Promise<void> {
-    const view = await store.cancel(route.scope, route.runId)
+    const view = await store.records.cancel(route.scope, route.runId)
     // a run canceled before it started is counted here; a running one by the sidecar that ran it
     if (view.record.started_at === undefined) deps.runsTotal.labels('canceled').inc()
     if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
@@ -66,7 +66,7 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
 
   async function events (call: HttpCall, route: RunRoute): Promise<void> {
     const after = startAfter(call.req.headers['last-event-id'], route.query)
-    const items = await store.follow(route.scope, route.runId, after, call.signal)
+    const items = await store.records.follow(route.scope, route.runId, after, call.signal)
     if (call.settled) return
     const { res } = call
     const writer = new SseWriter(res, call.runId, deps.heartbeatMs, deps.metrics)

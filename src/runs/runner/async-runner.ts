@@ -102,9 +102,9 @@ export class AsyncRunner implements RunStoreListener {
   async drain (graceOver: Promise<unknown>): Promise<boolean> {
     let over = false
     void graceOver.then(() => { over = true; this.#changed() })
-    if (this.#deps.store.shared) this.#stopTaking()
+    if (this.#deps.store.queue.shared) this.#stopTaking()
     while (!over) {
-      if (this.active === 0 && (this.#deps.store.shared || await this.#queueEmpty())) break
+      if (this.active === 0 && (this.#deps.store.queue.shared || await this.#queueEmpty())) break
       await this.#change()
     }
     this.#stopTaking()
@@ -133,7 +133,7 @@ export class AsyncRunner implements RunStoreListener {
       try {
         while (this.#active >= this.#maxParallel) await this.#change(signal)
         await gate.whenSlotFree(signal)
-        const run = await store.take(signal)
+        const run = await store.queue.take(signal)
         failing = false
         void this.#execute(run)
       } catch (error) {
@@ -151,7 +151,7 @@ export class AsyncRunner implements RunStoreListener {
     if (release === undefined) {
       // a call took the slot while the run was being taken: the call goes first, and the run goes
       // back to the queue (not held here, where no other replica could take it)
-      await whileUnavailable(async () => { await store.release(run) })
+      await whileUnavailable(async () => { await store.queue.release(run) })
         .catch((error: unknown) => { logger.error({ err: error, runId: run.runId }, 'async run could not be given back') })
       return
     }
@@ -160,16 +160,16 @@ export class AsyncRunner implements RunStoreListener {
     try {
       let started: boolean
       try {
-        started = await whileUnavailable(async () => await store.start(run, Date.now()))
+        started = await whileUnavailable(async () => await store.queue.start(run, Date.now()))
       } catch (error) {
-        await store.release(run).catch(() => {}) // not started: it stays queued, for whichever replica reaches the store
+        await store.queue.release(run).catch(() => {}) // not started: it stays queued, for whichever replica reaches the store
         throw error
       }
       if (!started) return // canceled while it waited
       const outcome = await this.#dispatch(run)
       release()
       release = undefined
-      const view = await whileUnavailable(async () => await store.finish(run, outcome))
+      const view = await whileUnavailable(async () => await store.records.finish(run, outcome))
       this.#deps.runsTotal.labels(view.record.status).inc()
       this.#sendWebhook(run, view)
     } catch (error) {
@@ -190,7 +190,7 @@ export class AsyncRunner implements RunStoreListener {
       accept: headerValue(request.headers, 'accept'),
       maxResultBytes: this.#deps.maxResultBytes,
       appUrl: this.#deps.appUrl,
-      onEvent: (n, data) => { store.appendEvent(run, n, data) }
+      onEvent: (n, data) => { store.records.appendEvent(run, n, data) }
     })
     const key = runKey(run.scope, run.runId)
     this.#running.set(key, relay)
@@ -225,7 +225,7 @@ export class AsyncRunner implements RunStoreListener {
       scope: run.scope,
       trace: storedTrace(run.request.headers),
       onEnd: (result, attempts) => {
-        store.webhookDone(run.scope, run.runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
+        store.records.webhookDone(run.scope, run.runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
           logger.warn({ err: error, runId: run.runId }, 'webhook result not recorded')
         })
       }
@@ -234,7 +234,7 @@ export class AsyncRunner implements RunStoreListener {
 
   async #queueEmpty (): Promise<boolean> {
     try {
-      return await this.#deps.store.queuedCount() === 0
+      return await this.#deps.store.queue.queuedCount() === 0
     } catch {
       return true
     }

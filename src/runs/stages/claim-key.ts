@@ -57,7 +57,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
         webhook: call.webhook === undefined ? undefined : { url: call.webhook.url.href, secret: undefined },
         createdAt: Date.now()
       })
-    const held = await deps.store.claimKey(scope, slot, { runId: call.runId, digest, async }, run)
+    const held = await deps.store.keys.claim(scope, slot, { runId: call.runId, digest, async }, run)
     if (held === undefined) {
       call.keySlot = slot
       if (run !== undefined) {
@@ -130,7 +130,7 @@ function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: Record
     // caller holds the answer, its webhook is written down too.
     recorded.answer = answer
     queueMicrotask(() => {
-      const keeping = recorded.kept ?? deps.store.keepAnswer(recorded.run.scope, recorded.slot, call.runId, answer)
+      const keeping = recorded.kept ?? deps.store.keys.keepAnswer(recorded.run.scope, recorded.slot, call.runId, answer)
       keeping
         .catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key answer not kept') })
         .finally(finish)
@@ -140,7 +140,7 @@ function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: Record
   call.onClose(() => {
     // no complete answer from the app (never forwarded, or its caller left and the app request was
     // cut): a retry runs; a run that never reached the app is forgotten too (it never ran)
-    if (!kept) deps.store.dropKey(recorded.run.scope, recorded.slot, call.runId, !call.forwarded).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
+    if (!kept) deps.store.keys.drop(recorded.run.scope, recorded.slot, call.runId, !call.forwarded).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
   })
 }
 
@@ -151,10 +151,10 @@ export async function keepAsyncAnswer (store: RunStore, call: HttpCall, submitte
   try {
     await submitted
   } catch (error) {
-    await store.dropKey(scope, slot, call.runId).catch(() => {})
+    await store.keys.drop(scope, slot, call.runId).catch(() => {})
     throw error
   }
-  await store.keepAnswer(scope, slot, call.runId, { status: 202, contentType: 'application/json; charset=utf-8', body: Buffer.from(queuedBody(call.runId)) })
+  await store.keys.keepAnswer(scope, slot, call.runId, { status: 202, contentType: 'application/json; charset=utf-8', body: Buffer.from(queuedBody(call.runId)) })
 }
 
 function replay (res: ServerResponse, held: KeyEntry, answer: KeptAnswer, route: CallRoute): void {

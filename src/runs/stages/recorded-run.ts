@@ -44,7 +44,7 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     if (webhook !== undefined) {
       const { store, run } = recorded
       webhook.onEnd = (delivery, attempts) => {
-        store.webhookDone(run.scope, run.runId, delivery === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
+        store.records.webhookDone(run.scope, run.runId, delivery === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
           recorded.logger.warn({ err: error, runId: run.runId }, 'webhook result not recorded')
         })
       }
@@ -58,7 +58,7 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
 
   event (data: string): void {
     this.#result.event(data)
-    this.#recorded.store.appendEvent(this.#recorded.run, this.#events++, data)
+    this.#recorded.store.records.appendEvent(this.#recorded.run, this.#events++, data)
   }
 
   forwarded (): void {
@@ -94,7 +94,7 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     const { store, run, logger, runsTotal } = recorded
     const runTimeMs = performance.now() - this.#forwardedAt
     const keep = recorded.answer === undefined ? undefined : { slot: recorded.slot, answer: recorded.answer }
-    const finishing = store.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
+    const finishing = store.records.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
       .then(view => { runsTotal.labels(view.record.status).inc() }, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
     if (keep !== undefined) recorded.kept = finishing
   }

@@ -38,7 +38,7 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall) => Promi
       headers: withoutRespondAsync(appRequestHeaders(call.req, call.runId, deps.headerRules, call.trace?.context)),
       body: await wholeRequestBody(call.body)
     }
-    const submitted = deps.store.submit({
+    const submitted = deps.store.queue.submit({
       scope: { projectId: route.projectId, appName: route.appName },
       runId: call.runId,
       request,

@@ -1,4 +1,4 @@
-import { MemoryRunStore } from './memory-run-store.ts'
+import { MemoryRunStore } from './memory/memory-run-store.ts'
 import type { RunStore, RunStoreSettings } from './run-store.ts'
 
 /** How long a start waits for Redis before it goes on without it (recorded runs then answer 503 until it is back). */
@@ -10,7 +10,7 @@ const REACHABLE_WAIT_MS = 2000
  */
 export async function openRunStore (url: URL | undefined, settings: RunStoreSettings): Promise<RunStore> {
   if (url === undefined) return new MemoryRunStore(settings)
-  const { RedisRunStore } = await import('./redis-run-store.ts')
+  const { RedisRunStore } = await import('./redis/redis-run-store.ts')
   const store = new RedisRunStore(url.href, settings)
   await store.reachable(REACHABLE_WAIT_MS)
   return store

@@ -2,6 +2,10 @@
 // (memory: this sidecar only; Redis: every sidecar given the same RUN_STORE_URL).
 
 import type { TraceContext } from '../../shared/trace-contracts.ts'
+import type { DurableDeliveries } from './durable-deliveries.ts'
+import type { KeyClaims } from './key-claims.ts'
+import type { RunQueue } from './run-queue.ts'
+import type { RunRecords } from './run-records.ts'
 
 /** Which app a run belongs to: every key is namespaced by it, and a run is only found in its own scope. */
 export interface RunScope {
@@ -68,7 +72,7 @@ export interface NewRun {
 export interface TakenRun extends NewRun {
   /** The backend's handle on the queue entry (Redis: the stream entry id; memory: ''). */
   readonly entry: string
-  /** A sync call recorded with its key (claimKey): the record as written then, which finish expects to find. */
+  /** A sync call recorded with its key (keys.claim): the record as written then, which finish expects to find. */
   readonly running?: RunRecord
   /** `running` as JSON (written with the claim, compared at the end). */
   readonly runningJson?: string
@@ -173,88 +177,23 @@ export interface RunStoreListener {
 }
 
 /**
- * Where recorded runs live. Every method that reaches the backend rejects with
- * RunStoreUnavailableError while it cannot be reached; the ones naming a run reject with
- * RunNotFoundError when the scope holds no such run.
+ * Where recorded runs live: the backend's parts by role. Every method that reaches the backend
+ * rejects with RunStoreUnavailableError while it cannot be reached; the ones naming a run reject
+ * with RunNotFoundError when the scope holds no such run.
  */
 export interface RunStore {
-  /** Shared by every sidecar with the same RUN_STORE_URL (queued runs stay for the others on SIGTERM). */
-  readonly shared: boolean
+  /** Which backend holds the runs (the start-up log line names it). */
+  readonly backend: 'memory' | 'redis'
   /** False while the backend cannot be reached. */
   readonly available: boolean
-
-  /** Records a queued async run and queues it. Rejects with AsyncQueueFullError, RunIdTakenError. */
-  submit: (run: NewRun) => Promise<RunView>
-  /** The run's record. */
-  get: (scope: RunScope, runId: string) => Promise<RunView>
-  /**
-   * Cancels an async run: a queued one never runs; a running one is marked canceled at once and
-   * its owner is told (listener.canceled, on whichever sidecar runs it). Resolves with the record.
-   * Rejects with RunFinishedError, RunNotAsyncError.
-   */
-  cancel: (scope: RunScope, runId: string) => Promise<RunView>
-
-  /** The oldest queued run of the served scope(s), once there is one; rejects with `signal.reason` when aborted. */
-  take: (signal: AbortSignal) => Promise<TakenRun>
-  /** queued → running; false when the run was canceled meanwhile (it must not run). */
-  start: (run: TakenRun, startedAt: number) => Promise<boolean>
-  /** Gives a taken run that has not started back to the queue (SIGTERM), for other sidecars. */
-  release: (run: TakenRun) => Promise<void>
-  /** Appends event `n` (0, 1, 2, … in order) of a running run; never waits, never throws. */
-  appendEvent: (run: TakenRun, n: number, data: string) => void
-  /**
-   * running → its final status; resolves with the final record (a cancel that came first wins).
-   * `keep`: a recorded sync call's answer, kept for its key's repeats in the same step (as keepAnswer).
-   */
-  finish: (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer) => Promise<RunView>
-  /** The webhook's delivery ended (or is pending, attempts 0): recorded; the secret is dropped when it ended. */
-  webhookDone: (scope: RunScope, runId: string, status: WebhookStatus, attempts: number) => Promise<void>
-
-  /**
-   * The run's events after event `after` (-1: from the first), then live ones, then `done`.
-   * Rejects with EventBeyondLastError when `after` is past the run's last event. A reader that
-   * does not pull is never buffered without bound: it catches up from the kept events.
-   */
-  follow: (scope: RunScope, runId: string, after: number, signal: AbortSignal) => Promise<AsyncIterable<RunEventItem>>
-
-  /**
-   * Claims an Idempotency-Key's slot (idempotency-key.ts) for `claim`, atomically across every
-   * sidecar sharing the store: undefined when this request now holds it (it runs), else what holds
-   * it. A claim is held until its answer is kept (then for RUN_RETENTION_SECONDS) or it is dropped;
-   * in Redis, also until its sidecar is lost (the claim is a lease renewed by the heartbeat).
-   * With `run` (a sync call's recordedRun), the same step records it as a run already running (never queued;
-   * not async, so it cannot be canceled; its events and end are recorded as an async run's, through
-   * that handle): one round trip for both. Rejects with RunIdTakenError (the key
-   * is not claimed then).
-   */
-  claimKey: (scope: RunScope, slot: string, claim: KeyClaim, run?: TakenRun) => Promise<KeyEntry | undefined>
-  /** Keeps the answer of the claim of `runId` for its repeats (RUN_RETENTION_SECONDS from now); nothing when the slot is not its. */
-  keepAnswer: (scope: RunScope, slot: string, runId: string, answer: KeptAnswer) => Promise<void>
-  /**
-   * Frees the slot the claim of `runId` holds (its request failed before the app, or its caller
-   * left): a retry runs. `forgetRun`: the run recorded with the claim never reached the app, and
-   * its record goes too (it was never run).
-   */
-  dropKey: (scope: RunScope, slot: string, runId: string, forgetRun?: boolean) => Promise<void>
-
-  /**
-   * Durable webhook delivery (a shared store): writes the delivery down before its first attempt
-   * and holds it (heartbeats, as for runs). Undefined in memory, where nothing changes.
-   */
-  holdDelivery: (delivery: NewDelivery) => Promise<HeldDelivery | undefined>
-  /** An attempt of a held delivery begins, other than a fresh one's first (counted first: a sidecar dying mid-attempt has used it). */
-  deliveryAttempt: (delivery: HeldDelivery) => Promise<void>
-  /** A held delivery ended (delivered, or failed for good): forgotten, its secret with it. */
-  deliveryDone: (delivery: HeldDelivery) => Promise<void>
-  /**
-   * The delivery is left for whichever sidecar looks next (it is idle as a lost one's): SIGTERM's
-   * grace period is over (`stopping`: this store takes none over from then on), or this sidecar's
-   * bounds are full (it may take it back itself at its next heartbeat).
-   */
-  leaveDelivery: (delivery: HeldDelivery, stopping: boolean) => Promise<void>
-
-  /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
-  queuedCount: () => Promise<number>
+  /** The async runs waiting to run, and the taking of them. */
+  readonly queue: RunQueue
+  /** The runs' records, events and results. */
+  readonly records: RunRecords
+  /** Idempotency-Key slots. */
+  readonly keys: KeyClaims
+  /** Durable webhook delivery: only a shared store writes deliveries down; undefined in memory, where nothing changes. */
+  readonly deliveries: DurableDeliveries | undefined
   /** Where the store tells the sidecar of cancels, lost runs and its availability. */
   listen: (listener: RunStoreListener) => void
   /** Stops background work and closes connections; pending take() calls reject. */

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino'
+import type { DurableDeliveries } from '../store/durable-deliveries.ts'
 import type { HeldDelivery, RunStore } from '../store/run-store.ts'
 import type { DeliveryLedger, WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 
@@ -21,9 +22,10 @@ export class DurableWebhooks implements WebhookSubmitter {
 
   submit (job: WebhookJob): boolean {
     const scope = job.scope
-    if (!this.#store.shared || scope === undefined) return this.#sender.submit(job)
-    this.#store.holdDelivery({ scope, runId: job.runId, url: job.url.href, body: job.body, secret: job.secret, trace: job.trace }).then(
-      held => { this.#sender.submit(held === undefined ? job : { ...job, ledger: this.#ledger(held) }) },
+    const deliveries = this.#store.deliveries
+    if (deliveries === undefined || scope === undefined) return this.#sender.submit(job)
+    deliveries.hold({ scope, runId: job.runId, url: job.url.href, body: job.body, secret: job.secret, trace: job.trace }).then(
+      held => { this.#sender.submit({ ...job, ledger: this.#ledger(held) }) },
       (error: unknown) => {
         // the store is unreachable: delivered all the same, from this sidecar's memory only
         this.#logger.warn({ err: error, runId: job.runId }, 'webhook not written down; delivering it from memory')
@@ -46,13 +48,14 @@ export class DurableWebhooks implements WebhookSubmitter {
       ledger: this.#ledger(held),
       onEnd: (result, attempts) => {
         // a plain call's delivery has no record: nothing to update
-        this.#store.webhookDone(scope, runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch(() => {})
+        this.#store.records.webhookDone(scope, runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch(() => {})
       }
     })
   }
 
   #ledger (held: HeldDelivery): DeliveryLedger {
-    const store = this.#store
+    // a held delivery comes only from a store that holds deliveries
+    const deliveries = this.#store.deliveries as DurableDeliveries
     const quietly = async (step: Promise<void>): Promise<void> => { await step.catch(() => {}) }
     // a fresh delivery's first attempt was counted as it was held
     let counted = held.attempts === 0
@@ -60,10 +63,10 @@ export class DurableWebhooks implements WebhookSubmitter {
       attemptsMade: held.attempts,
       attempt: async () => {
         if (counted) { counted = false; return }
-        await quietly(store.deliveryAttempt(held))
+        await quietly(deliveries.attempt(held))
       },
-      done: async () => { await quietly(store.deliveryDone(held)) },
-      leave: async stopping => { await quietly(store.leaveDelivery(held, stopping)) }
+      done: async () => { await quietly(deliveries.done(held)) },
+      leave: async stopping => { await quietly(deliveries.leave(held, stopping)) }
     }
   }
 }

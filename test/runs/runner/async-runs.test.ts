@@ -417,7 +417,7 @@ t.test('bad input on submit: nothing is queued', async t => {
     t.equal(refused.headers['x-request-id'], runId)
     t.equal((await send(client.runUrl(runId))).status, 404, `${runId}: not recorded`)
   }
-  t.equal(await store.queuedCount(), 0)
+  t.equal(await store.queue.queuedCount(), 0)
   t.equal(app.requests.length, 0, 'nothing reached the app')
   t.equal(receiver.connections(), 0, 'no webhook for a refused call')
 
@@ -441,7 +441,7 @@ t.test('ASYNC_QUEUE_DEPTH: one more waiting run is 503 with Retry-After, and not
   t.equal(full.headers['x-request-id'], 'q-3')
   t.equal(full.text, '{"message":"too many async runs waiting"}')
   t.equal((await send(client.runUrl('q-3'))).status, 404)
-  t.equal(await h.sidecar.runs.queuedCount(), 2)
+  t.equal(await h.sidecar.runs.queue.queuedCount(), 2)
   t.equal(await metric(h, 'sidecar_async_queued_runs'), 2)
   t.equal((await client.cancel('q-1')).status, 200)
   t.equal((await client.submit('/json', 'q-3')).status, 202, 'room again once a waiting run is canceled; the id was never taken')
@@ -510,7 +510,7 @@ t.test('drain (memory store): queued runs still run within the grace period', as
   t.ok(performance.now() - startedAt < 5000, 'the drain ended once the runs had run')
   const scope = { projectId: 'p', appName: 'a' }
   for (const [runId, result] of [['drain-a', '"a"'], ['drain-b', null], ['drain-c', null]] as const) {
-    const view = await h.sidecar.runs.get(scope, runId)
+    const view = await h.sidecar.runs.records.get(scope, runId)
     t.equal(view.record.status, 'succeeded', runId)
     if (result !== null) t.equal(view.resultJson, result)
   }
@@ -531,12 +531,12 @@ t.test('drain (memory store): a run still running when the grace period ends fai
   t.ok(elapsed >= 490 && elapsed < 5000, `the grace period was given (${elapsed} ms)`)
   t.ok(held.wasCut(), 'the app request was aborted')
   const scope = { projectId: 'p', appName: 'a' }
-  const stuck = await h.sidecar.runs.get(scope, 'stuck')
+  const stuck = await h.sidecar.runs.records.get(scope, 'stuck')
   t.equal(stuck.record.status, 'failed')
   t.equal(stuck.record.status_code, 503)
   t.same(stuck.record.error, { message: 'replica stopped' })
   t.equal(stuck.resultJson, '{"message":"replica stopped"}')
-  t.equal((await h.sidecar.runs.get(scope, 'behind')).record.status, 'queued', 'the run behind it never got a slot')
+  t.equal((await h.sidecar.runs.records.get(scope, 'behind')).record.status, 'queued', 'the run behind it never got a slot')
   t.equal(app.requestsTo('/json').length, 0)
 })
 

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { MemoryRunStore } from '../../../src/runs/store/memory-run-store.ts'
+import { MemoryRunStore } from '../../../src/runs/store/memory/memory-run-store.ts'
 import type { RunStore, TakenRun } from '../../../src/runs/store/run-store.ts'
 import { runsClient, startRunsApp } from '../../helpers/runs-client.ts'
 import { eventually, startHarness } from '../../helpers/sidecar-harness.ts'
@@ -16,7 +16,7 @@ function latchedStore (): { store: RunStore, taken: Promise<void>, letGo: () => 
   let letGo!: () => void
   const takenPromise = new Promise<void>(resolve => { taken = resolve })
   const gate = new Promise<void>(resolve => { letGo = resolve })
-  const store = new Proxy(inner, {
+  const queue = new Proxy(inner.queue, {
     get (target, name) {
       if (name === 'take') {
         return async (signal: AbortSignal) => {
@@ -34,6 +34,13 @@ function latchedStore (): { store: RunStore, taken: Promise<void>, letGo: () => 
           await target.release(run)
         }
       }
+      const value = Reflect.get(target, name, target) as unknown
+      return typeof value === 'function' ? value.bind(target) : value
+    }
+  })
+  const store = new Proxy(inner, {
+    get (target, name) {
+      if (name === 'queue') return queue
       const value = Reflect.get(target, name, target) as unknown
       return typeof value === 'function' ? value.bind(target) : value
     }

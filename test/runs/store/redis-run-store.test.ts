@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { RunStoreUnavailableError } from '../../../src/errors.ts'
-import { RedisRunStore } from '../../../src/runs/store/redis-run-store.ts'
+import { RedisRunStore } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { HeldDelivery, NewRun, RunStoreListener, RunStoreSettings, RunView, TakenRun } from '../../../src/runs/store/run-store.ts'
 import { flushRedis, redisOrSkip, startPrivateRedis, TEST_REDIS_URL } from '../../helpers/redis-server.ts'
 import { eventually, freePort } from '../../helpers/sidecar-harness.ts'
@@ -34,29 +34,29 @@ t.test('redis run store', async t => {
     await Promise.all([a.reachable(5000), b.reachable(5000)])
     a.listen(listener({ canceled: (_scope, runId) => { canceledOnA.push(runId) } }))
     const run = newRun()
-    await a.submit(run)
-    t.equal((await b.get(SCOPE, run.runId)).record.status, 'queued')
-    const taken = await a.take(AbortSignal.timeout(5000))
-    await a.start(taken, Date.now())
-    const follower = (await b.follow(SCOPE, run.runId, -1, AbortSignal.timeout(5000)))[Symbol.asyncIterator]()
+    await a.queue.submit(run)
+    t.equal((await b.records.get(SCOPE, run.runId)).record.status, 'queued')
+    const taken = await a.queue.take(AbortSignal.timeout(5000))
+    await a.queue.start(taken, Date.now())
+    const follower = (await b.records.follow(SCOPE, run.runId, -1, AbortSignal.timeout(5000)))[Symbol.asyncIterator]()
     const first = follower.next()
-    a.appendEvent(taken, 0, 'from a')
+    a.records.appendEvent(taken, 0, 'from a')
     t.same((await first).value, { type: 'event', n: 0, data: 'from a' })
     const canceledAt = Date.now()
-    t.equal((await b.cancel(SCOPE, run.runId)).record.status, 'canceled')
+    t.equal((await b.records.cancel(SCOPE, run.runId)).record.status, 'canceled')
     await eventually(() => canceledOnA.length === 1, 1000)
     t.ok(Date.now() - canceledAt < 1000, 'the owner hears of the cancel within 1 s')
     t.equal((await follower.next()).value?.type, 'done')
-    for (let i = 0; i < 10; i++) await a.submit(newRun())
+    for (let i = 0; i < 10; i++) await a.queue.submit(newRun())
     const byStore = { a: 0, b: 0 }
     const takes: Array<Promise<unknown>> = []
     for (let i = 0; i < 5; i++) {
-      takes.push(a.take(AbortSignal.timeout(5000)).then(() => { byStore.a++ }))
-      takes.push(b.take(AbortSignal.timeout(5000)).then(() => { byStore.b++ }))
+      takes.push(a.queue.take(AbortSignal.timeout(5000)).then(() => { byStore.a++ }))
+      takes.push(b.queue.take(AbortSignal.timeout(5000)).then(() => { byStore.b++ }))
     }
     await Promise.all(takes)
     t.same(byStore, { a: 5, b: 5 })
-    t.equal(await a.queuedCount(), 0)
+    t.equal(await a.queue.queuedCount(), 0)
   })
 
   t.test('a lost sidecar: its running run fails "replica lost" once; its unstarted run runs elsewhere; a live one is left alone', async t => {
@@ -73,17 +73,17 @@ t.test('redis run store', async t => {
     const running = newRun()
     const unstarted = newRun()
     const kept = newRun()
-    await dead.submit(running)
-    await dead.submit(unstarted)
-    await dead.submit(kept)
-    const r1 = await dead.take(AbortSignal.timeout(5000))
-    await dead.start(r1, Date.now())
-    await dead.take(AbortSignal.timeout(5000))
-    const k = await alive.take(AbortSignal.timeout(5000))
-    await alive.start(k, Date.now())
+    await dead.queue.submit(running)
+    await dead.queue.submit(unstarted)
+    await dead.queue.submit(kept)
+    const r1 = await dead.queue.take(AbortSignal.timeout(5000))
+    await dead.queue.start(r1, Date.now())
+    await dead.queue.take(AbortSignal.timeout(5000))
+    const k = await alive.queue.take(AbortSignal.timeout(5000))
+    await alive.queue.start(k, Date.now())
     await dead.close() // no finish, no heartbeat: as if killed
     const taking = new AbortController()
-    const reclaimed = await Promise.race([survivor.take(taking.signal), alive.take(taking.signal), rejectAfter(10_000)])
+    const reclaimed = await Promise.race([survivor.queue.take(taking.signal), alive.queue.take(taking.signal), rejectAfter(10_000)])
     taking.abort(new Error('done'))
     t.equal(reclaimed.runId, unstarted.runId, 'the run the lost sidecar had not started is taken over')
     await eventually(() => lost.length === 1, 5000)
@@ -94,10 +94,10 @@ t.test('redis run store', async t => {
     t.equal(failed.view.record.status_code, 502)
     t.same(failed.view.record.error, { message: 'replica lost' })
     t.equal(failed.view.resultJson, '{"message":"replica lost"}')
-    t.equal((await survivor.get(SCOPE, running.runId)).record.status, 'failed')
+    t.equal((await survivor.records.get(SCOPE, running.runId)).record.status, 'failed')
     await new Promise(resolve => setTimeout(resolve, 1500)) // two more reaper rounds: nothing else happens
     t.equal(lost.length, 1, 'failed once')
-    t.equal((await survivor.get(SCOPE, kept.runId)).record.status, 'running', 'a run whose sidecar beats is left alone')
+    t.equal((await survivor.records.get(SCOPE, kept.runId)).record.status, 'running', 'a run whose sidecar beats is left alone')
   })
 
   t.test('durable deliveries: held before the first attempt; a lost sidecar\'s and a left one go to another with their attempts; done ones are gone', async t => {
@@ -110,18 +110,18 @@ t.test('redis run store', async t => {
     await Promise.all([a.reachable(5000), b.reachable(5000)])
     b.listen(listener({ deliveryLost: delivery => { lost.push(delivery) } }))
     const delivery = { scope: SCOPE, runId: 'hooked', url: 'https://hooks.example/x', body: '{"run_id":"hooked"}', secret: 'whsec' }
-    const kept = await a.holdDelivery(delivery) as HeldDelivery
+    const kept = await a.deliveries.hold(delivery) as HeldDelivery
     t.match(kept, { ...delivery, attempts: 0 })
-    await a.deliveryAttempt(kept)
-    const done = await a.holdDelivery({ ...delivery, runId: 'done' }) as HeldDelivery
-    await a.deliveryDone(done)
+    await a.deliveries.attempt(kept)
+    const done = await a.deliveries.hold({ ...delivery, runId: 'done' }) as HeldDelivery
+    await a.deliveries.done(done)
     const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', tracestate: 'vendor=abc' }
-    await a.holdDelivery({ ...delivery, runId: 'kept-alive', secret: undefined, trace })
+    await a.deliveries.hold({ ...delivery, runId: 'kept-alive', secret: undefined, trace })
     // a keeps its deliveries alive past lostAfterMs: b takes none of them
     await new Promise(resolve => setTimeout(resolve, 2000))
     t.same(lost, [], 'a live sidecar keeps its deliveries')
 
-    await a.leaveDelivery(kept, true) // SIGTERM: left for another at once
+    await a.deliveries.leave(kept, true) // SIGTERM: left for another at once
     await eventually(() => lost.some(d => d.runId === 'hooked'), 3000)
     t.match(lost.find(d => d.runId === 'hooked'), { ...delivery, attempts: 2 }, 'taken over with the attempts made (the first counted as it was held), the body and the secret')
     await a.close() // a is gone: its other delivery goes to b once it has been idle lostAfterMs
@@ -132,7 +132,7 @@ t.test('redis run store', async t => {
     t.same(lost.find(d => d.runId === 'kept-alive')?.trace, trace, 'the trace it continues goes with it')
     t.equal(lost.find(d => d.runId === 'hooked')?.trace, undefined, 'one without trace context has none')
     t.equal(lost.filter(d => d.runId === 'done').length, 0, 'a finished delivery is never taken over')
-    for (const taken of lost) await b.deliveryDone(taken)
+    for (const taken of lost) await b.deliveries.done(taken)
     const probe = new Redis(TEST_REDIS_URL)
     t.teardown(() => probe.disconnect())
     t.equal(await probe.xlen('as:{proj/app}:deliveries'), 0, 'nothing left in the stream')
@@ -146,11 +146,11 @@ t.test('redis run store', async t => {
     t.teardown(async () => { await store.close() })
     await store.reachable(5000)
     store.listen(listener({ deliveryLost: delivery => { back.push(delivery) } }))
-    const held = await store.holdDelivery({ scope: SCOPE, runId: 'deferred', url: 'https://hooks.example/x', body: '{}', secret: undefined }) as HeldDelivery
-    await store.leaveDelivery(held, false)
+    const held = await store.deliveries.hold({ scope: SCOPE, runId: 'deferred', url: 'https://hooks.example/x', body: '{}', secret: undefined }) as HeldDelivery
+    await store.deliveries.leave(held, false)
     await eventually(() => back.length === 1, 3000)
     t.match(back[0], { runId: 'deferred', attempts: 1 }, 'taken back by the same sidecar, its first attempt counted')
-    await store.deliveryDone(back[0] as HeldDelivery)
+    await store.deliveries.done(back[0] as HeldDelivery)
   })
 
   t.test('an Idempotency-Key claim is a lease its sidecar renews: held while it lives, free soon after it dies', async t => {
@@ -160,16 +160,16 @@ t.test('redis run store', async t => {
     const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'other' })
     t.teardown(async () => { await a.close(); await b.close() })
     await Promise.all([a.reachable(5000), b.reachable(5000)])
-    t.equal(await a.claimKey(SCOPE, 'leased', { runId: 'first', digest: 'd', async: false }), undefined)
-    t.equal(await a.claimKey(SCOPE, 'answered', { runId: 'done', digest: 'd', async: false }), undefined)
-    await a.keepAnswer(SCOPE, 'answered', 'done', { status: 200, contentType: undefined, body: Buffer.from('ok') })
+    t.equal(await a.keys.claim(SCOPE, 'leased', { runId: 'first', digest: 'd', async: false }), undefined)
+    t.equal(await a.keys.claim(SCOPE, 'answered', { runId: 'done', digest: 'd', async: false }), undefined)
+    await a.keys.keepAnswer(SCOPE, 'answered', 'done', { status: 200, contentType: undefined, body: Buffer.from('ok') })
     await new Promise(resolve => setTimeout(resolve, 2500)) // twice the lease: the heartbeat renewed it
-    t.equal((await b.claimKey(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }))?.runId, 'first', 'still held while its sidecar lives')
+    t.equal((await b.keys.claim(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }))?.runId, 'first', 'still held while its sidecar lives')
     await a.close()
     const closedAt = Date.now()
-    await eventually(async () => await b.claimKey(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }) === undefined, 5000)
+    await eventually(async () => await b.keys.claim(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }) === undefined, 5000)
     t.ok(Date.now() - closedAt < 3000, 'free within about a lease of its sidecar\'s end: the retry runs')
-    t.equal((await b.claimKey(SCOPE, 'answered', { runId: 'x', digest: 'd', async: false }))?.answer?.body.toString(), 'ok', 'an answered key is kept RUN_RETENTION_SECONDS, lease or not')
+    t.equal((await b.keys.claim(SCOPE, 'answered', { runId: 'x', digest: 'd', async: false }))?.answer?.body.toString(), 'ok', 'an answered key is kept RUN_RETENTION_SECONDS, lease or not')
   })
 
   t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {
@@ -178,8 +178,8 @@ t.test('redis run store', async t => {
     t.teardown(() => down.close())
     t.equal(down.available, false)
     const asked = Date.now()
-    await t.rejects(down.get(SCOPE, 'x'), RunStoreUnavailableError)
-    await t.rejects(down.submit(newRun()), RunStoreUnavailableError)
+    await t.rejects(down.records.get(SCOPE, 'x'), RunStoreUnavailableError)
+    await t.rejects(down.queue.submit(newRun()), RunStoreUnavailableError)
     t.ok(Date.now() - asked < 1000, 'refused at once')
 
     const redis = await startPrivateRedis(t)
@@ -190,12 +190,12 @@ t.test('redis run store', async t => {
     t.equal(await store.reachable(5000), true)
     await redis.stop()
     await eventually(() => !store.available, 5000)
-    await t.rejects(store.get(SCOPE, 'x'), RunStoreUnavailableError)
-    const blocked = store.take(AbortSignal.timeout(20_000))
+    await t.rejects(store.records.get(SCOPE, 'x'), RunStoreUnavailableError)
+    const blocked = store.queue.take(AbortSignal.timeout(20_000))
     await redis.start()
     await eventually(() => store.available, 10_000)
     const run = newRun()
-    await eventually(async () => await store.submit(run).then(() => true, () => false), 5000)
+    await eventually(async () => await store.queue.submit(run).then(() => true, () => false), 5000)
     t.equal((await blocked).runId, run.runId, 'a take waiting through the outage gets the run submitted after it')
     t.same(availability.slice(-2), [false, true])
   })

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis'
-import type { RunEventItem, RunView } from './run-store.ts'
+import type { RunEventItem, RunView } from '../run-store.ts'
 
 /** Live messages a follower has not pulled yet, at most this many; past it, it reads the kept events instead. */
 const PENDING_MAX = 1000

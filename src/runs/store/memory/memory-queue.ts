@@ -1,0 +1,131 @@
+import { AsyncQueueFullError } from '../../../errors.ts'
+import { queuedRecord, startedRecord } from '../../run-record.ts'
+import type { RunQueue } from '../run-queue.ts'
+import type { NewRun, RunView, TakenRun } from '../run-store.ts'
+import { keyOf, type MemoryRun, type MemoryRuns, scopeKeyOf, viewOf } from './memory-runs.ts'
+
+interface Taker {
+  resolve: (run: TakenRun) => void
+  reject: (error: unknown) => void
+  signal: AbortSignal
+  abandon: () => void
+}
+
+/** The queue of async runs in this process's memory: only this sidecar takes them. */
+export class MemoryQueue implements RunQueue {
+  readonly shared = false
+  readonly #runs: MemoryRuns
+  /** Queued (not taken) runs per scope, in submission order; canceled ones are skipped when met. */
+  readonly #queues = new Map<string, MemoryRun[]>()
+  #takers: Taker[] = []
+
+  constructor (runs: MemoryRuns) {
+    this.#runs = runs
+  }
+
+  async submit (run: NewRun): Promise<RunView> {
+    const scopeKey = scopeKeyOf(run.scope)
+    this.#runs.refuseTaken(run)
+    const waiting = this.#runs.waiting.get(scopeKey) ?? 0
+    if (waiting >= this.#runs.settings.queueDepth) throw new AsyncQueueFullError()
+    const stored = this.#runs.add(run, queuedRecord(run), true)
+    this.#runs.waiting.set(scopeKey, waiting + 1)
+    const queue = this.#queues.get(scopeKey)
+    if (queue === undefined) this.#queues.set(scopeKey, [stored])
+    else queue.push(stored)
+    this.#handOut()
+    return viewOf(stored)
+  }
+
+  async take (signal: AbortSignal): Promise<TakenRun> {
+    if (signal.aborted) throw signal.reason
+    const ready = this.#oldestQueued()
+    if (ready !== undefined) return this.#give(ready)
+    if (this.#runs.closed) throw new Error('run store closed')
+    return await new Promise<TakenRun>((resolve, reject) => {
+      const taker: Taker = {
+        resolve,
+        reject,
+        signal,
+        abandon: () => {
+          this.#takers = this.#takers.filter(other => other !== taker)
+          reject(signal.reason)
+        }
+      }
+      this.#takers.push(taker)
+      signal.addEventListener('abort', taker.abandon, { once: true })
+    })
+  }
+
+  async start (taken: TakenRun, startedAt: number): Promise<boolean> {
+    const run = this.#runs.live.get(keyOf(taken))
+    if (run === undefined || run.record.status !== 'queued') return false
+    run.record = startedRecord(run.record, taken.createdAt, startedAt)
+    return true
+  }
+
+  async release (taken: TakenRun): Promise<void> {
+    const run = this.#runs.live.get(keyOf(taken))
+    if (run === undefined || !run.taken || run.record.status !== 'queued') return
+    run.taken = false
+    this.#runs.waiting.set(run.scopeKey, (this.#runs.waiting.get(run.scopeKey) ?? 0) + 1)
+    const queue = this.#queues.get(run.scopeKey) as MemoryRun[]
+    queue.unshift(run) // it was the oldest when it was taken: it keeps its place
+    this.#handOut()
+  }
+
+  async queuedCount (): Promise<number> {
+    const scope = this.#runs.settings.scope
+    if (scope !== undefined) return this.#runs.waiting.get(scopeKeyOf(scope)) ?? 0
+    let count = 0
+    for (const waiting of this.#runs.waiting.values()) count += waiting
+    return count
+  }
+
+  /** Pending take() calls reject. */
+  close (): void {
+    const takers = this.#takers
+    this.#takers = []
+    for (const taker of takers) {
+      taker.signal.removeEventListener('abort', taker.abandon)
+      taker.reject(new Error('run store closed'))
+    }
+  }
+
+  /** The oldest queued run of the served scopes, taken off its queue. */
+  #oldestQueued (): MemoryRun | undefined {
+    const served = this.#runs.settings.scope
+    let oldest: MemoryRun | undefined
+    let from: MemoryRun[] | undefined
+    const consider = (queue: MemoryRun[] | undefined): void => {
+      if (queue === undefined) return
+      while (queue.length > 0 && (queue[0] as MemoryRun).record.status !== 'queued') queue.shift() // canceled while queued
+      const head = queue[0]
+      if (head !== undefined && (oldest === undefined || head.seq < oldest.seq)) {
+        oldest = head
+        from = queue
+      }
+    }
+    if (served !== undefined) consider(this.#queues.get(scopeKeyOf(served)))
+    else for (const queue of this.#queues.values()) consider(queue)
+    from?.shift()
+    return oldest
+  }
+
+  #give (run: MemoryRun): TakenRun {
+    run.taken = true
+    this.#runs.waiting.set(run.scopeKey, (this.#runs.waiting.get(run.scopeKey) ?? 1) - 1)
+    return { ...run.submitted as NewRun, webhook: run.webhook, entry: '' }
+  }
+
+  /** Hands queued runs to waiting takers, oldest first. */
+  #handOut (): void {
+    while (this.#takers.length > 0) {
+      const run = this.#oldestQueued()
+      if (run === undefined) return
+      const taker = this.#takers.shift() as Taker
+      taker.signal.removeEventListener('abort', taker.abandon)
+      taker.resolve(this.#give(run))
+    }
+  }
+}

@@ -1,0 +1,176 @@
+import { randomBytes } from 'node:crypto'
+import { hostname } from 'node:os'
+import type * as IoRedis from 'ioredis'
+import type { RedisOptions } from 'ioredis'
+import { RunNotFoundError, RunStoreUnavailableError } from '../../../errors.ts'
+import { isFinished } from '../../run-record.ts'
+import type { RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView } from '../run-store.ts'
+import { requireCjs } from '../../../shared/require-cjs.ts'
+import { RedisFollow } from './redis-follow.ts'
+import { GROUP, TRANSITION } from './redis-scripts.ts'
+
+const { Redis } = requireCjs('ioredis') as typeof IoRedis
+type Redis = IoRedis.Redis
+
+export interface RedisRunStoreOptions {
+  /** How often this store tells Redis it still holds its runs (default 10 s). */
+  readonly heartbeatMs?: number
+  /** A run held this long without a heartbeat belongs to a lost sidecar (default 30 s). */
+  readonly lostAfterMs?: number
+  /** This store's consumer name (default `<host>-<pid>-<random>`). */
+  readonly consumer?: string
+}
+
+/** Keys of one app's runs; the hash tag keeps them in one Redis Cluster slot. */
+export class ScopeKeys {
+  readonly name: string
+  readonly queue: string
+  readonly #prefix: string
+  constructor (scope: RunScope) {
+    this.name = `${scope.projectId}/${scope.appName}`
+    this.#prefix = `as:{${this.name}}`
+    this.queue = `${this.#prefix}:queue`
+  }
+
+  run (runId: string): string { return `${this.#prefix}:run:${runId}` }
+  slot (slot: string): string { return `${this.#prefix}:key:${slot}` }
+  get deliveries (): string { return `${this.#prefix}:deliveries` }
+  delivery (id: string): string { return `${this.#prefix}:delivery:${id}` }
+  events (runId: string): string { return `${this.#prefix}:events:${runId}` }
+  live (runId: string): string { return `${this.#prefix}:live:${runId}` }
+}
+
+export const SCOPES_KEY = 'as:scopes'
+export const CANCEL_CHANNEL = 'as:cancel'
+
+/** The commands this store sends with `redis.call` (kept out of the auto-pipeline, see the constructor). */
+const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'CLIENT']
+
+/**
+ * What the Redis store's roles (queue, records, key claims, deliveries) and its reaper share: the
+ * connections, this sidecar's consumer name and timing, the entries and claims it holds, and the
+ * reads and writes of run records more than one of them makes.
+ */
+export class RedisContext {
+  readonly settings: RunStoreSettings
+  readonly consumer: string
+  readonly heartbeatMs: number
+  readonly lostAfterMs: number
+  /** Requests: fail fast while Redis is down (503), never queue behind an outage. */
+  readonly redis: Redis
+  /** The blocking queue reads (a blocking command needs a connection of its own). */
+  readonly blocking: Redis
+  readonly follow: RedisFollow
+  /** Entries this store holds (taken, not ended), by id: the heartbeat keeps them claimed. */
+  readonly held = new Map<string, string>()
+  /** Idempotency-Key slots this store claimed whose answer is not kept yet: their lease is renewed with the heartbeat. */
+  readonly claims = new Set<string>()
+  /** The queues whose consumer group this store knows exists. */
+  readonly groups = new Set<string>()
+  /** The blocking connection's id (to end its wait when a scope is added). */
+  blockingId: number | undefined
+  listener: RunStoreListener | undefined
+  closed = false
+  #available = false
+
+  constructor (url: string, settings: RunStoreSettings, options: RedisRunStoreOptions) {
+    this.settings = settings
+    this.consumer = options.consumer ?? `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`
+    this.heartbeatMs = options.heartbeatMs ?? 10_000
+    this.lostAfterMs = options.lostAfterMs ?? 30_000
+    const common: RedisOptions = { retryStrategy: times => Math.min(100 * times, 1000), connectionName: `app-sidecar ${this.consumer}` }
+    // auto-pipelining: the commands of every call in one turn of the event loop go out in one
+    // write (and Redis answers them in one): far fewer syscalls on both sides under load. A
+    // command sent with `call` loses its name in an auto-pipeline (redis/ioredis#1923): the ones
+    // this store sends that way are sent alone
+    this.redis = new Redis(url, {
+      ...common, enableOfflineQueue: false, maxRetriesPerRequest: 1, enableAutoPipelining: true, autoPipeliningIgnoredCommands: SENT_WITH_CALL
+    })
+    this.blocking = new Redis(url, { ...common, maxRetriesPerRequest: null })
+    const subscriber = new Redis(url, { ...common, maxRetriesPerRequest: null })
+    this.follow = new RedisFollow(this.redis, subscriber, guard)
+    for (const client of [this.redis, this.blocking, subscriber]) client.on('error', () => {}) // reported through availability
+    this.redis.on('ready', () => { this.#setAvailable(true) })
+    this.blocking.on('ready', () => {
+      this.blocking.client('ID').then(id => { this.blockingId = Number(id) }, () => {})
+    })
+    this.redis.on('close', () => { this.#setAvailable(false) })
+  }
+
+  get available (): boolean { return this.#available }
+
+  /** How long an Idempotency-Key claim outlives its sidecar's last heartbeat: as long as a lost sidecar's runs. */
+  get claimLeaseMs (): number { return this.lostAfterMs + this.heartbeatMs }
+
+  /** The queue keys of the served scope(s): the configured one, else every scope that had a submission. */
+  async servedQueues (): Promise<string[]> {
+    const scope = this.settings.scope
+    if (scope !== undefined) return [new ScopeKeys(scope).queue]
+    const names = await guard(this.redis.smembers(SCOPES_KEY))
+    return names.map(name => {
+      const [projectId, appName] = name.split('/') as [string, string]
+      return new ScopeKeys({ projectId, appName }).queue
+    })
+  }
+
+  /** Acknowledges and deletes an entry whose run will not run here. */
+  async forget (keys: ScopeKeys, entry: string): Promise<void> {
+    this.held.delete(entry)
+    if (entry === '') return
+    await guard(this.redis.multi().xack(keys.queue, GROUP, entry).xdel(keys.queue, entry).exec())
+  }
+
+  async read (keys: ScopeKeys, runId: string): Promise<[RunView, string, string]> {
+    const [view, raw, entry] = await this.readOrMissing(keys, runId)
+    if (view === undefined) throw new RunNotFoundError()
+    return [view, raw, entry]
+  }
+
+  async readOrMissing (keys: ScopeKeys, runId: string): Promise<[RunView | undefined, string, string]> {
+    const [raw, result, async, entry] = await guard(this.redis.hmget(keys.run(runId), 'record', 'result', 'async', 'entry'))
+    if (raw === null || raw === undefined) return [undefined, '', '']
+    return [{ record: JSON.parse(raw) as RunRecord, resultJson: result ?? undefined, async: async === '1' }, raw, entry ?? '']
+  }
+
+  /** Compare-and-set of the record; a finished record gets its TTL, and its followers the end. */
+  async transition (keys: ScopeKeys, runId: string, old: string, record: RunRecord,
+    extra: { result?: string | undefined, owner?: string, entry?: string, done?: boolean }): Promise<boolean> {
+    const finished = isFinished(record)
+    const changed = await guard(TRANSITION.run(this.redis, [keys.run(runId), keys.queue, keys.events(runId)], [
+      old, JSON.stringify(record), extra.result ?? '', extra.owner ?? '', extra.entry ?? '',
+      finished ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : ''
+    ]))
+    return changed === 1
+  }
+
+  /** Closes the connections. */
+  close (): void {
+    this.closed = true
+    this.follow.close()
+    this.blocking.disconnect()
+    this.redis.disconnect()
+  }
+
+  #setAvailable (available: boolean): void {
+    if (this.#available === available || this.closed) return
+    this.#available = available
+    if (available) this.groups.clear() // the server may have restarted empty
+    this.listener?.availability(available)
+  }
+}
+
+/** Any failure to reach Redis becomes the 503 of recorded-run requests; Redis's own error replies are bugs and pass. */
+export async function guard<T> (pending: Promise<T>): Promise<T> {
+  try {
+    return await pending
+  } catch (error) {
+    if ((error as Error).name === 'ReplyError') throw error
+    throw new RunStoreUnavailableError((error as Error).message)
+  }
+}
+
+export function scopeOfQueue (queue: string): RunScope {
+  const name = queue.slice(queue.indexOf('{') + 1, queue.indexOf('}'))
+  const [projectId, appName] = name.split('/') as [string, string]
+  return { projectId, appName }
+}

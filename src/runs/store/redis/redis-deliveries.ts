@@ -1,0 +1,83 @@
+import { randomUUID } from 'node:crypto'
+import type { DurableDeliveries } from '../durable-deliveries.ts'
+import type { HeldDelivery, NewDelivery } from '../run-store.ts'
+import { guard, type RedisContext, ScopeKeys, SCOPES_KEY, scopeOfQueue } from './redis-context.ts'
+import { DELIVERY_DONE, HOLD_DELIVERY, SENDERS } from './redis-scripts.ts'
+
+/** How long a delivery is kept at most, should every sidecar that could finish it be gone (a day). */
+const DELIVERY_TTL_SECONDS = 86_400
+
+/**
+ * Durable webhook deliveries in Redis: a stream per app (consumer group SENDERS) whose entries
+ * this sidecar holds as it holds runs, and a hash per delivery (its body, secret and attempts).
+ */
+export class RedisDeliveries implements DurableDeliveries {
+  readonly #ctx: RedisContext
+  /** Deliveries are being left (SIGTERM): this store takes none over any more, its own included. */
+  #leaving = false
+
+  constructor (ctx: RedisContext) {
+    this.#ctx = ctx
+  }
+
+  async hold (delivery: NewDelivery): Promise<HeldDelivery> {
+    const keys = new ScopeKeys(delivery.scope)
+    const id = randomUUID()
+    const entry = String(await guard(HOLD_DELIVERY.run(this.#ctx.redis, [keys.deliveries, keys.delivery(id), SCOPES_KEY], [
+      delivery.runId, delivery.url, delivery.body, delivery.secret ?? '', this.#ctx.consumer, keys.name, DELIVERY_TTL_SECONDS, id,
+      delivery.trace?.traceparent ?? '', delivery.trace?.tracestate ?? ''
+    ])))
+    this.#ctx.held.set(entry, keys.deliveries)
+    return { ...delivery, attempts: 0, entry: `${entry} ${id}` }
+  }
+
+  async attempt (delivery: HeldDelivery): Promise<void> {
+    const [, id] = delivery.entry.split(' ') as [string, string]
+    await guard(this.#ctx.redis.hincrby(new ScopeKeys(delivery.scope).delivery(id), 'attempts', 1))
+  }
+
+  async done (delivery: HeldDelivery): Promise<void> {
+    const keys = new ScopeKeys(delivery.scope)
+    const [entry, id] = delivery.entry.split(' ') as [string, string]
+    this.#ctx.held.delete(entry)
+    await guard(DELIVERY_DONE.run(this.#ctx.redis, [keys.deliveries, keys.delivery(id)], [entry]))
+  }
+
+  async leave (delivery: HeldDelivery, stopping: boolean): Promise<void> {
+    const keys = new ScopeKeys(delivery.scope)
+    const [entry] = delivery.entry.split(' ') as [string, string]
+    this.#ctx.held.delete(entry)
+    if (stopping) this.#leaving = true
+    // idle as long as a lost sidecar's: the next sidecar to look takes it over
+    await guard(this.#ctx.redis.call('XCLAIM', keys.deliveries, SENDERS, this.#ctx.consumer, 0, entry, 'IDLE', this.#ctx.lostAfterMs + 1, 'JUSTID'))
+  }
+
+  /** Deliveries of lost (or stopped) sidecars: this one holds them now and makes their remaining attempts (the heartbeat's reaper). */
+  async reap (keys: ScopeKeys): Promise<void> {
+    if (this.#leaving) return
+    const { redis } = this.#ctx
+    const reply = await redis.call('XAUTOCLAIM', keys.deliveries, SENDERS, this.#ctx.consumer, this.#ctx.lostAfterMs, '0-0', 'COUNT', 100)
+      .catch(() => undefined) as [string, Array<[string, string[] | null]>] | undefined
+    if (reply === undefined) return
+    const scope = scopeOfQueue(keys.queue)
+    for (const [entry, fields] of reply[1]) {
+      const id = fields?.[1]
+      const stored = id === undefined ? {} : await redis.hgetall(keys.delivery(id))
+      if (id === undefined || stored.run === undefined || stored.url === undefined || stored.body === undefined) {
+        await redis.multi().xack(keys.deliveries, SENDERS, entry).xdel(keys.deliveries, entry).exec()
+        continue
+      }
+      this.#ctx.held.set(entry, keys.deliveries)
+      this.#ctx.listener?.deliveryLost?.({
+        scope,
+        runId: stored.run,
+        url: stored.url,
+        body: stored.body,
+        secret: stored.secret,
+        trace: stored.traceparent === undefined ? undefined : { traceparent: stored.traceparent, tracestate: stored.tracestate === '' ? undefined : stored.tracestate },
+        attempts: Number(stored.attempts ?? 0),
+        entry: `${entry} ${id}`
+      })
+    }
+  }
+}

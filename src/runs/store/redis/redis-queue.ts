@@ -1,0 +1,185 @@
+import { AsyncQueueFullError, RunIdTakenError } from '../../../errors.ts'
+import { queuedRecord, startedRecord } from '../../run-record.ts'
+import type { RunQueue } from '../run-queue.ts'
+import type { NewRun, RunRecord, RunView, StoredWebhook, TakenRun } from '../run-store.ts'
+import { guard, type RedisContext, ScopeKeys, SCOPES_KEY, scopeOfQueue } from './redis-context.ts'
+import { GROUP, RELEASE, SUBMIT, WAITING } from './redis-scripts.ts'
+
+/** The stored request, without its body (kept as raw bytes beside it). */
+interface RequestJson { method: string, path: string, headers: string[], hasBody: boolean }
+
+/** A queue entry as read: the queue's key, the entry's id and the run it names. */
+interface QueueEntry { queue: string, id: string, runId: string }
+
+/** How long one blocking read of the queue waits before looking again (new scopes, a stop). */
+const BLOCK_MS = 2000
+
+/**
+ * The queue of async runs in Redis: a stream per app with a consumer group. A run handed to a
+ * sidecar stays in its pending list until it ends (the reaper gives a lost sidecar's to another).
+ */
+export class RedisQueue implements RunQueue {
+  readonly shared = true
+  readonly #ctx: RedisContext
+  /** Runs taken over from a lost sidecar before they started: handed out by take() first. */
+  readonly #reclaimed: TakenRun[] = []
+  /** The queues the last blocking read waits on (to end the wait when a scope is added). */
+  #reading: readonly string[] = []
+  #scopeAdded: (() => void) | undefined
+
+  constructor (ctx: RedisContext) {
+    this.#ctx = ctx
+  }
+
+  async submit (run: NewRun): Promise<RunView> {
+    const keys = new ScopeKeys(run.scope)
+    const record = queuedRecord(run)
+    const request: RequestJson = { method: run.request.method, path: run.request.path, headers: [...run.request.headers], hasBody: run.request.body !== null }
+    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, SCOPES_KEY], [
+      JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
+      run.webhook === undefined ? '' : JSON.stringify(run.webhook), this.#ctx.settings.queueDepth, keys.name, run.runId
+    ]))
+    if (outcome === -1) throw new RunIdTakenError()
+    if (outcome === -2) throw new AsyncQueueFullError()
+    if (this.#ctx.settings.scope === undefined && !this.#reading.includes(keys.queue)) this.#wakeReader()
+    return { record, resultJson: undefined, async: true }
+  }
+
+  async take (signal: AbortSignal): Promise<TakenRun> {
+    while (!signal.aborted && !this.#ctx.closed) {
+      const reclaimed = this.#reclaimed.shift()
+      if (reclaimed !== undefined) return reclaimed
+      const queues = await this.#ctx.servedQueues()
+      this.#reading = queues
+      if (queues.length === 0) {
+        await abortable(new Promise<void>(resolve => {
+          this.#scopeAdded = resolve
+          setTimeout(resolve, BLOCK_MS).unref()
+        }), signal)
+        continue
+      }
+      const read = this.#readQueue(queues)
+      const reply = await abortable(read, signal)
+      if (reply === ABORTED) {
+        // the blocked read may still bring a run: it goes back to the queue, not lost
+        void read.then(async entry => { if (entry !== undefined) await this.#giveBack(entry) }, () => {})
+        break
+      }
+      if (reply === undefined) continue
+      const run = await this.#taken(reply)
+      if (run !== undefined) return run
+    }
+    throw signal.reason ?? new Error('run store closed')
+  }
+
+  async start (run: TakenRun, startedAt: number): Promise<boolean> {
+    const keys = new ScopeKeys(run.scope)
+    for (;;) {
+      const [view, raw] = await this.#ctx.readOrMissing(keys, run.runId)
+      if (view === undefined || view.record.status !== 'queued') {
+        await this.#ctx.forget(keys, run.entry)
+        return false
+      }
+      const started = startedRecord(view.record, run.createdAt, startedAt)
+      if (await this.#ctx.transition(keys, run.runId, raw, started, { owner: this.#ctx.consumer })) return true
+    }
+  }
+
+  async release (run: TakenRun): Promise<void> {
+    const keys = new ScopeKeys(run.scope)
+    await guard(RELEASE.run(this.#ctx.redis, [keys.run(run.runId), keys.queue], [run.entry, run.runId]))
+    this.#ctx.held.delete(run.entry)
+  }
+
+  async queuedCount (): Promise<number> {
+    const queues = await this.#ctx.servedQueues()
+    if (queues.length === 0) return 0
+    return Number(await guard(WAITING.run(this.#ctx.redis, queues, [])))
+  }
+
+  /** A lost sidecar's entry whose run had not started (the reaper claimed it): held here, handed out by take() first. */
+  async reclaim (entry: QueueEntry): Promise<void> {
+    const run = await this.#taken(entry)
+    if (run !== undefined) this.#reclaimed.push(run)
+  }
+
+  /** A scope the blocking read does not wait on got a run: the read starts again with it. */
+  #wakeReader (): void {
+    const added = this.#scopeAdded
+    this.#scopeAdded = undefined
+    added?.()
+    if (this.#reading.length > 0 && this.#ctx.blockingId !== undefined) void this.#ctx.redis.call('CLIENT', 'UNBLOCK', this.#ctx.blockingId).catch(() => {})
+  }
+
+  /** One entry from the oldest end of the served queues, or undefined after BLOCK_MS. */
+  async #readQueue (queues: string[]): Promise<QueueEntry | undefined> {
+    const { blocking, groups } = this.#ctx
+    for (const queue of queues) {
+      if (groups.has(queue)) continue
+      await blocking.xgroup('CREATE', queue, GROUP, '0', 'MKSTREAM').catch((error: Error) => {
+        if (!error.message.startsWith('BUSYGROUP')) throw error
+      })
+      groups.add(queue)
+    }
+    let reply: unknown
+    try {
+      reply = await blocking.call('XREADGROUP', 'GROUP', GROUP, this.#ctx.consumer, 'COUNT', 1, 'BLOCK', BLOCK_MS,
+        'STREAMS', ...queues, ...queues.map(() => '>'))
+    } catch (error) {
+      if (String((error as Error).message).startsWith('NOGROUP')) groups.clear()
+      throw error
+    }
+    if (reply === null) return undefined
+    // [[key, entries], …] (RESP2) or [key, entries, …] (ioredis 6 reads the RESP3 map flat)
+    const list = reply as unknown[]
+    const [queue, entries] = (typeof list[0] === 'string' ? list : list[0]) as [string, Array<[string, string[]]>]
+    const [id, fields] = entries[0] as [string, string[]]
+    return { queue, id, runId: fields[1] as string }
+  }
+
+  /** The run an entry names, held by this store; undefined (the entry dropped) when it is no longer queued. */
+  async #taken (entry: QueueEntry): Promise<TakenRun | undefined> {
+    const scope = scopeOfQueue(entry.queue)
+    const keys = new ScopeKeys(scope)
+    const [record, request, body, webhook] = await guard(this.#ctx.redis.hmgetBuffer(keys.run(entry.runId), 'record', 'request', 'body', 'webhook')) as Array<Buffer | null>
+    if (record === undefined || request === undefined || body === undefined || webhook === undefined) return undefined
+    const parsed = record === null ? undefined : JSON.parse(record.toString()) as RunRecord
+    if (parsed === undefined || request === null || parsed.status !== 'queued') {
+      await this.#ctx.forget(keys, entry.id)
+      return undefined
+    }
+    this.#ctx.held.set(entry.id, entry.queue)
+    const req = JSON.parse(request.toString()) as RequestJson
+    return {
+      scope,
+      runId: entry.runId,
+      entry: entry.id,
+      createdAt: Date.parse(parsed.created_at),
+      webhook: webhook === null ? undefined : JSON.parse(webhook.toString()) as StoredWebhook,
+      request: { method: req.method, path: req.path, headers: req.headers, body: req.hasBody ? body : null }
+    }
+  }
+
+  /** An entry read after its take was abandoned: queued again, for whoever takes next. */
+  async #giveBack (entry: QueueEntry): Promise<void> {
+    const keys = new ScopeKeys(scopeOfQueue(entry.queue))
+    await RELEASE.run(this.#ctx.redis, [keys.run(entry.runId), keys.queue], [entry.id, entry.runId]).catch(() => {})
+  }
+}
+
+const ABORTED = Symbol('aborted')
+
+async function abortable<T> (pending: Promise<T>, signal: AbortSignal): Promise<T | typeof ABORTED> {
+  if (signal.aborted) return ABORTED
+  return await new Promise((resolve, reject) => {
+    const abort = (): void => { resolve(ABORTED) }
+    signal.addEventListener('abort', abort, { once: true })
+    pending.then(value => {
+      signal.removeEventListener('abort', abort)
+      resolve(value)
+    }, (error: unknown) => {
+      signal.removeEventListener('abort', abort)
+      reject(error)
+    })
+  })
+}

@@ -1,0 +1,93 @@
+import { finishedRecord, REPLICA_LOST } from '../../run-record.ts'
+import type { RunView, StoredWebhook, TakenRun } from '../run-store.ts'
+import { type RedisContext, ScopeKeys, scopeOfQueue } from './redis-context.ts'
+import type { RedisDeliveries } from './redis-deliveries.ts'
+import type { RedisQueue } from './redis-queue.ts'
+import { GROUP, SENDERS } from './redis-scripts.ts'
+
+/** The consumer group of a stream this store holds entries of: an app's queue (runs) or its deliveries. */
+const groupOf = (stream: string): string => stream.endsWith(':deliveries') ? SENDERS : GROUP
+
+/**
+ * The Redis store's heartbeat: it refreshes this sidecar's claim (XCLAIM … JUSTID) on every entry
+ * it holds and renews its Idempotency-Key leases; then takes over the entries of lost sidecars
+ * (XAUTOCLAIM): a run that had not started runs here, one that had is failed with "replica lost",
+ * a delivery gets its remaining attempts here.
+ */
+export class RedisReaper {
+  readonly #ctx: RedisContext
+  readonly #queue: RedisQueue
+  readonly #deliveries: RedisDeliveries
+
+  constructor (ctx: RedisContext, queue: RedisQueue, deliveries: RedisDeliveries) {
+    this.#ctx = ctx
+    this.#queue = queue
+    this.#deliveries = deliveries
+  }
+
+  /** Heartbeat: refreshes the claim on every entry held; then takes over the entries of lost sidecars. */
+  async keepAndReap (): Promise<void> {
+    const ctx = this.#ctx
+    if (!ctx.available || ctx.closed) return
+    try {
+      const byQueue = new Map<string, string[]>()
+      for (const [id, queue] of ctx.held) {
+        const ids = byQueue.get(queue)
+        if (ids === undefined) byQueue.set(queue, [id])
+        else ids.push(id)
+      }
+      for (const [stream, ids] of byQueue) await ctx.redis.call('XCLAIM', stream, groupOf(stream), ctx.consumer, 0, ...ids, 'JUSTID')
+      if (ctx.claims.size > 0) {
+        const renew = ctx.redis.pipeline()
+        for (const key of ctx.claims) renew.pexpire(key, ctx.claimLeaseMs)
+        await renew.exec()
+      }
+      for (const queue of await ctx.servedQueues()) {
+        await this.#reap(queue)
+        await this.#deliveries.reap(new ScopeKeys(scopeOfQueue(queue)))
+      }
+    } catch {} // Redis went away meanwhile: the next beat tries again
+  }
+
+  async #reap (queue: string): Promise<void> {
+    const ctx = this.#ctx
+    const reply = await ctx.redis.call('XAUTOCLAIM', queue, GROUP, ctx.consumer, ctx.lostAfterMs, '0-0', 'COUNT', 100)
+      .catch(() => undefined) as [string, Array<[string, string[] | null]>] | undefined
+    if (reply === undefined) return
+    const scope = scopeOfQueue(queue)
+    const keys = new ScopeKeys(scope)
+    for (const [id, fields] of reply[1]) {
+      const runId = fields?.[1]
+      if (runId === undefined) continue
+      const [view, raw] = await ctx.readOrMissing(keys, runId)
+      if (view?.record.status === 'queued') {
+        await this.#queue.reclaim({ queue, id, runId })
+      } else if (view?.record.status === 'running') {
+        await this.#failLost(keys, runId, id, view, raw)
+      } else {
+        await ctx.forget(keys, id)
+      }
+    }
+  }
+
+  /** A run whose sidecar was lost mid-run: failed, never run again; this sidecar sends its webhook. */
+  async #failLost (keys: ScopeKeys, runId: string, entry: string, view: RunView, raw: string): Promise<void> {
+    const now = Date.now()
+    const startedAt = view.record.started_at === undefined ? now : Date.parse(view.record.started_at)
+    const resultJson = JSON.stringify({ message: REPLICA_LOST.message })
+    const record = finishedRecord(view.record, {
+      status: 'failed', statusCode: REPLICA_LOST.statusCode, resultJson, runTimeMs: now - startedAt, error: REPLICA_LOST.message, completedAt: now
+    })
+    const webhook = await this.#ctx.redis.hget(keys.run(runId), 'webhook')
+    if (!await this.#ctx.transition(keys, runId, raw, record, { result: resultJson, entry, done: true })) return
+    const run: TakenRun = {
+      scope: scopeOfQueue(keys.queue),
+      runId,
+      entry: '',
+      createdAt: Date.parse(view.record.created_at),
+      webhook: webhook === null ? undefined : JSON.parse(webhook) as StoredWebhook,
+      request: { method: '', path: '', headers: [], body: null }
+    }
+    this.#ctx.listener?.lost(run, { record, resultJson, async: view.async })
+  }
+}

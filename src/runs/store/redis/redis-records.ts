@@ -1,0 +1,104 @@
+import { EventBeyondLastError, RunFinishedError, RunNotAsyncError, RunNotFoundError } from '../../../errors.ts'
+import { canceledRecord, finishedRecord, isFinished } from '../../run-record.ts'
+import type { KeyClaims } from '../key-claims.ts'
+import type { RunRecords } from '../run-records.ts'
+import type { KeyAnswer, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
+import { CANCEL_CHANNEL, guard, type RedisContext, ScopeKeys } from './redis-context.ts'
+import { APPEND_EVENT, FINISH_RECORDED, WEBHOOK_STATE } from './redis-scripts.ts'
+
+/**
+ * The runs' records in Redis: hashes written by compare-and-set (Lua script), events in a stream
+ * per run; followers and cancels hear of changes through pub/sub.
+ */
+export class RedisRecords implements RunRecords {
+  readonly #ctx: RedisContext
+  /** Where a recorded sync call's answer is kept as it ends. */
+  readonly #keys: KeyClaims
+
+  constructor (ctx: RedisContext, keys: KeyClaims) {
+    this.#ctx = ctx
+    this.#keys = keys
+  }
+
+  async get (scope: RunScope, runId: string): Promise<RunView> {
+    const [view] = await this.#ctx.read(new ScopeKeys(scope), runId)
+    return view
+  }
+
+  async cancel (scope: RunScope, runId: string): Promise<RunView> {
+    const keys = new ScopeKeys(scope)
+    for (;;) {
+      const [view, raw, entry] = await this.#ctx.read(keys, runId)
+      if (!view.async) throw new RunNotAsyncError()
+      if (isFinished(view.record)) throw new RunFinishedError()
+      const canceled = canceledRecord(view.record, Date.now())
+      const changed = await this.#ctx.transition(keys, runId, raw, canceled.record, { result: canceled.resultJson, entry, done: true })
+      if (!changed) continue
+      if (view.record.status === 'running') await guard(this.#ctx.redis.publish(CANCEL_CHANNEL, `${keys.name}/${runId}`))
+      return { record: canceled.record, resultJson: canceled.resultJson, async: true }
+    }
+  }
+
+  appendEvent (run: TakenRun, n: number, data: string): void {
+    const keys = new ScopeKeys(run.scope)
+    APPEND_EVENT.run(this.#ctx.redis, [keys.run(run.runId), keys.events(run.runId)], [`0-${n + 1}`, data, this.#ctx.settings.maxEvents, keys.live(run.runId), `${n}\n${data}`])
+      .catch(() => {}) // Redis down: the event is missing from the store; the result still has it
+  }
+
+  async finish (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer): Promise<RunView> {
+    const ctx = this.#ctx
+    const keys = new ScopeKeys(run.scope)
+    if (run.running !== undefined) {
+      // a recorded sync call: its record is as written with its key's claim unless something
+      // changed it (nothing can: it cannot be canceled), so no read first; its answer goes with it
+      const finished = finishedRecord(run.running, outcome)
+      const done: RunView = { record: finished, resultJson: outcome.resultJson, async: false }
+      const old = run.runningJson ?? JSON.stringify(run.running)
+      if (keep === undefined) {
+        if (await ctx.transition(keys, run.runId, old, finished, { result: outcome.resultJson, done: true })) return done
+      } else {
+        const slot = keys.slot(keep.slot)
+        ctx.claims.delete(slot)
+        const { answer } = keep
+        if (await guard(FINISH_RECORDED.run(ctx.redis, [keys.run(run.runId), keys.events(run.runId), slot], [
+          old, JSON.stringify(finished), outcome.resultJson, ctx.settings.retentionSeconds, keys.live(run.runId), run.runId,
+          answer.status, answer.contentType ?? '', answer.body, ctx.settings.retentionSeconds * 1000
+        ])) === 1) return done
+      }
+    }
+    if (keep !== undefined) await this.#keys.keepAnswer(run.scope, keep.slot, run.runId, keep.answer)
+    for (;;) {
+      const [view, raw] = await ctx.read(keys, run.runId)
+      if (view.record.status !== 'running') {
+        await ctx.forget(keys, run.entry)
+        return view // a cancel came first
+      }
+      const finished = finishedRecord(view.record, outcome)
+      if (await ctx.transition(keys, run.runId, raw, finished, { result: outcome.resultJson, entry: run.entry, done: true })) {
+        ctx.held.delete(run.entry)
+        return { record: finished, resultJson: outcome.resultJson, async: view.async }
+      }
+    }
+  }
+
+  async webhookDone (scope: RunScope, runId: string, status: WebhookStatus, attempts: number): Promise<void> {
+    const changed = await guard(WEBHOOK_STATE.run(this.#ctx.redis, [new ScopeKeys(scope).run(runId)], [status, attempts]))
+    if (changed === 0) throw new RunNotFoundError()
+  }
+
+  async follow (scope: RunScope, runId: string, after: number, signal: AbortSignal): Promise<AsyncIterable<RunEventItem>> {
+    const { follow } = this.#ctx
+    const keys = new ScopeKeys(scope)
+    await this.#ctx.read(keys, runId) // 404 before any event
+    const last = await follow.lastEvent(keys.events(runId))
+    if (after > last) throw new EventBeyondLastError(after, last)
+    // subscribed before the first read of the events: nothing appended meanwhile is missed
+    const listening = await follow.listen(keys.live(runId), signal)
+    return follow.events(listening, keys.events(runId), after + 1, async () => await this.#finishedView(keys, runId))
+  }
+
+  async #finishedView (keys: ScopeKeys, runId: string): Promise<RunView | undefined> {
+    const [view] = await this.#ctx.readOrMissing(keys, runId)
+    return view === undefined || isFinished(view.record) ? view : undefined
+  }
+}

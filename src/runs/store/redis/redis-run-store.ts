@@ -1,0 +1,64 @@
+import type { RunStore, RunStoreListener, RunStoreSettings } from '../run-store.ts'
+import { CANCEL_CHANNEL, RedisContext, type RedisRunStoreOptions } from './redis-context.ts'
+import { RedisDeliveries } from './redis-deliveries.ts'
+import { RedisKeyClaims } from './redis-key-claims.ts'
+import { RedisQueue } from './redis-queue.ts'
+import { RedisReaper } from './redis-reaper.ts'
+import { RedisRecords } from './redis-records.ts'
+
+export type { RedisRunStoreOptions } from './redis-context.ts'
+
+/**
+ * The run store in Redis (RUN_STORE_URL), shared by every sidecar given the same URL. Streams
+ * with a consumer group queue the runs: a run handed to a sidecar stays in its pending list until
+ * it ends, and the sidecar refreshes its claim (XCLAIM … JUSTID) as a heartbeat; a run whose
+ * sidecar stops doing so is taken over by another (XAUTOCLAIM) and, if it had started, failed
+ * with "replica lost". Records are hashes (compare-and-set by Lua script), events are streams,
+ * followers and cancels hear of changes through pub/sub.
+ */
+export class RedisRunStore implements RunStore {
+  readonly backend = 'redis'
+  readonly queue: RedisQueue
+  readonly records: RedisRecords
+  readonly keys: RedisKeyClaims
+  readonly deliveries: RedisDeliveries
+  readonly #ctx: RedisContext
+  readonly #timer: NodeJS.Timeout
+
+  constructor (url: string, settings: RunStoreSettings, options: RedisRunStoreOptions = {}) {
+    const ctx = new RedisContext(url, settings, options)
+    this.#ctx = ctx
+    this.queue = new RedisQueue(ctx)
+    this.keys = new RedisKeyClaims(ctx)
+    this.records = new RedisRecords(ctx, this.keys)
+    this.deliveries = new RedisDeliveries(ctx)
+    const reaper = new RedisReaper(ctx, this.queue, this.deliveries)
+    ctx.follow.onMessage(CANCEL_CHANNEL, message => {
+      const [projectId, appName, runId] = message.split('/') as [string, string, string]
+      ctx.listener?.canceled({ projectId, appName }, runId)
+    })
+    this.#timer = setInterval(() => { void reaper.keepAndReap() }, ctx.heartbeatMs)
+    this.#timer.unref()
+  }
+
+  get available (): boolean { return this.#ctx.available }
+
+  /** Resolves once Redis is reachable, or after `ms` (the sidecar starts either way). */
+  async reachable (ms: number): Promise<boolean> {
+    if (this.#ctx.available) return true
+    const { redis } = this.#ctx
+    return await new Promise(resolve => {
+      const timer = setTimeout(() => { redis.off('ready', ready); resolve(false) }, ms)
+      const ready = (): void => { clearTimeout(timer); resolve(true) }
+      redis.once('ready', ready)
+    })
+  }
+
+  listen (listener: RunStoreListener): void { this.#ctx.listener = listener }
+
+  async close (): Promise<void> {
+    if (this.#ctx.closed) return
+    clearInterval(this.#timer)
+    this.#ctx.close()
+  }
+}

@@ -1,0 +1,20 @@
+import type { NewRun, RunView, TakenRun } from './run-store.ts'
+
+/**
+ * The queue of async runs: submitted by any sidecar, taken by the one with a free slot. Every
+ * method rejects with RunStoreUnavailableError while the backend cannot be reached.
+ */
+export interface RunQueue {
+  /** Shared by every sidecar with the same RUN_STORE_URL: on SIGTERM queued runs stay for the others. */
+  readonly shared: boolean
+  /** Records a queued async run and queues it. Rejects with AsyncQueueFullError, RunIdTakenError. */
+  submit: (run: NewRun) => Promise<RunView>
+  /** The oldest queued run of the served scope(s), once there is one; rejects with `signal.reason` when aborted. */
+  take: (signal: AbortSignal) => Promise<TakenRun>
+  /** queued → running; false when the run was canceled meanwhile (it must not run). */
+  start: (run: TakenRun, startedAt: number) => Promise<boolean>
+  /** Gives a taken run that has not started back to the queue (SIGTERM), for other sidecars. */
+  release: (run: TakenRun) => Promise<void>
+  /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
+  queuedCount: () => Promise<number>
+}

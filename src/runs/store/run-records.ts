@@ -1,0 +1,32 @@
+import type { KeyAnswer, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from './run-store.ts'
+
+/**
+ * The runs' records, events and results. Every method that reaches the backend rejects with
+ * RunStoreUnavailableError while it cannot be reached; the ones naming a run reject with
+ * RunNotFoundError when the scope holds no such run.
+ */
+export interface RunRecords {
+  /** The run's record. */
+  get: (scope: RunScope, runId: string) => Promise<RunView>
+  /**
+   * Cancels an async run: a queued one never runs; a running one is marked canceled at once and
+   * its owner is told (listener.canceled, on whichever sidecar runs it). Resolves with the record.
+   * Rejects with RunFinishedError, RunNotAsyncError.
+   */
+  cancel: (scope: RunScope, runId: string) => Promise<RunView>
+  /** Appends event `n` (0, 1, 2, … in order) of a running run; never waits, never throws. */
+  appendEvent: (run: TakenRun, n: number, data: string) => void
+  /**
+   * running → its final status; resolves with the final record (a cancel that came first wins).
+   * `keep`: a recorded sync call's answer, kept for its key's repeats in the same step (as keepAnswer).
+   */
+  finish: (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer) => Promise<RunView>
+  /** The webhook's delivery ended (or is pending, attempts 0): recorded; the secret is dropped when it ended. */
+  webhookDone: (scope: RunScope, runId: string, status: WebhookStatus, attempts: number) => Promise<void>
+  /**
+   * The run's events after event `after` (-1: from the first), then live ones, then `done`.
+   * Rejects with EventBeyondLastError when `after` is past the run's last event. A reader that
+   * does not pull is never buffered without bound: it catches up from the kept events.
+   */
+  follow: (scope: RunScope, runId: string, after: number, signal: AbortSignal) => Promise<AsyncIterable<RunEventItem>>
+}
