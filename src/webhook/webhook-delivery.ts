@@ -7,15 +7,15 @@ import { portOf, type TraceContext, type Tracer } from '../shared/trace-contract
 import { AddressGuard, AddressRefusedError } from './address-guard.ts'
 import { DestinationPools } from './destination-pools.ts'
 import { WebhookAttempt } from './webhook-attempt.ts'
+import type { WebhookTarget } from './webhook-endpoint.ts'
 import { signatureHeaderNames, signStandardWebhook, signWebhook } from './webhook-signature.ts'
 
 /** One webhook to deliver. */
 export interface WebhookJob {
-  readonly url: URL
+  /** Where it goes, and the caller's `X-Webhook-Secret` when it sent one: each attempt is then signed. */
+  readonly target: WebhookTarget
   readonly runId: string
   readonly body: string
-  /** The caller's `X-Webhook-Secret`, when it sent one: each attempt is then signed. */
-  readonly secret: string | undefined
   /** Told how the delivery ended and how many attempts it made (a recorded run keeps them). */
   readonly onEnd?: (result: DeliveryResult | 'dropped', attempts: number) => void
   /** The app the call belongs to (where a durable delivery is written down). */
@@ -151,14 +151,14 @@ export class WebhookDelivery {
       const shutdown = signal.aborted
       if (shutdown && ledger !== undefined) {
         // a durable delivery cut by the shutdown is not over: another sidecar makes its remaining attempts
-        logger.info({ runId: job.runId, host: job.url.host, attempts: made }, 'webhook left for another replica')
+        logger.info({ runId: job.runId, host: job.target.url.host, attempts: made }, 'webhook left for another replica')
         await ledger.leave(true)
         return 'shutdown'
       }
       metrics.webhookDeliveries.labels('failed').inc()
       logger.warn({
         runId: job.runId,
-        host: job.url.host,
+        host: job.target.url.host,
         attempts: made,
         outcome: shutdown ? 'shutdown' : (last?.message ?? 'unknown')
       }, 'webhook failed')
@@ -173,7 +173,7 @@ export class WebhookDelivery {
   async #attempt (job: WebhookJob, signal: AbortSignal, n: number): Promise<AttemptOutcome> {
     const headers: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': job.runId, 'user-agent': 'app-sidecar-webhook' }
     const span = this.#settings.tracer?.startClient('POST', job.trace, {
-      'http.request.method': 'POST', 'server.address': job.url.hostname, 'server.port': portOf(job.url), 'url.full': job.url.origin + job.url.pathname,
+      'http.request.method': 'POST', 'server.address': job.target.url.hostname, 'server.port': portOf(job.target.url), 'url.full': job.target.url.origin + job.target.url.pathname,
       'http.request.resend_count': n - 1, run_id: job.runId
     })
     const trace = span?.context ?? job.trace
@@ -181,14 +181,14 @@ export class WebhookDelivery {
       headers.traceparent = trace.traceparent
       if (trace.tracestate !== undefined && trace.tracestate !== '') headers.tracestate = trace.tracestate
     }
-    if (job.secret !== undefined) {
+    if (job.target.secret !== undefined) {
       const timestamp = Math.floor(Date.now() / 1000)
       headers[this.#names.timestamp] = String(timestamp)
-      headers[this.#names.signature] = signWebhook(job.secret, job.runId, timestamp, job.body)
+      headers[this.#names.signature] = signWebhook(job.target.secret, job.runId, timestamp, job.body)
       if (this.#settings.standardHeaders === true) {
         headers['webhook-id'] = job.runId
         headers['webhook-timestamp'] = String(timestamp)
-        headers['webhook-signature'] = signStandardWebhook(job.secret, job.runId, timestamp, job.body)
+        headers['webhook-signature'] = signStandardWebhook(job.target.secret, job.runId, timestamp, job.body)
       }
     }
     // Cut by its time limit or by the sender's shutdown signal. The shutdown signal gets one
@@ -200,11 +200,11 @@ export class WebhookDelivery {
     underWay.add(attempt)
     if (signal.aborted) attempt.cut(signal.reason)
     try {
-      this.#settings.guard.checkLiteralHost(job.url.hostname)
-      const turn = this.#pools.acquire(job.url.origin, attempt)
+      this.#settings.guard.checkLiteralHost(job.target.url.hostname)
+      const turn = this.#pools.acquire(job.target.url.origin, attempt)
       const { pool, release } = turn instanceof Promise ? await turn : turn
       if (attempt.isCut) { release(); throw attempt.reason }
-      const status = await attempt.send(pool, release, { path: job.url.pathname + job.url.search, headers, body: job.body })
+      const status = await attempt.send(pool, release, { path: job.target.url.pathname + job.target.url.search, headers, body: job.body })
       span?.end(status)
       return outcomeOfStatus(status)
     } catch (error) {

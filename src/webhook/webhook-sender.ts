@@ -56,7 +56,7 @@ export class WebhookSender implements WebhookSubmitter {
     if (this.#abort.signal.aborted || this.#pending.size >= this.#limits.maxPending ||
         this.#pendingBytes + bytes > this.#limits.maxPendingBytes) {
       this.#metrics.webhookDeliveries.labels('dropped').inc()
-      this.#logger.warn({ runId: job.runId, host: job.url.host, pending: this.#pending.size, pendingBytes: this.#pendingBytes }, 'webhook dropped')
+      this.#logger.warn({ runId: job.runId, host: job.target.url.host, pending: this.#pending.size, pendingBytes: this.#pendingBytes }, 'webhook dropped')
       if (job.ledger !== undefined) void job.ledger.leave(this.#abort.signal.aborted) // written down: taken over later, here or elsewhere
       else job.onEnd?.('dropped', 0)
       return false

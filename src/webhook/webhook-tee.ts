@@ -40,8 +40,7 @@ export class WebhookTee implements AnswerTee {
     this.#done = true
     const runTimeMs = roundedMs(performance.now() - this.#forwardedAt)
     const body = webhookBody(this.#runId, this.capture, runTimeMs, new Date().toISOString())
-    const target = this.#target
-    this.#sender.submit({ url: target.url, runId: this.#runId, body, secret: target.secret, onEnd: this.onEnd, scope: this.#scope, trace: this.#trace })
+    this.#sender.submit({ target: this.#target, runId: this.#runId, body, onEnd: this.onEnd, scope: this.#scope, trace: this.#trace })
   }
 
   /** The caller got the sidecar's own answer instead (a 502, a 504): deliver that. */

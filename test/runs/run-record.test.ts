@@ -27,14 +27,14 @@ t.test('queuedRecord: queued, created_at; webhook pending with 0 attempts only w
   const plain = queuedRecord(newRun())
   t.same(plain, { run_id: 'run-1', status: 'queued', created_at: '2030-01-02T03:04:05.006Z' })
   t.same(Object.keys(plain), ['run_id', 'status', 'created_at'])
-  const hooked = queuedRecord(newRun({ url: 'https://example.com/hook', secret: 'sekret' }))
+  const hooked = queuedRecord(newRun({ url: new URL('https://example.com/hook'), secret: 'sekret' }))
   t.same(hooked, { run_id: 'run-1', status: 'queued', created_at: '2030-01-02T03:04:05.006Z', webhook: { status: 'pending', attempts: 0 } })
   t.notOk(JSON.stringify(hooked).includes('sekret'), 'the secret is not in the record')
   t.notOk(JSON.stringify(hooked).includes('example.com'), 'nor is the webhook URL')
 })
 
 t.test('startedRecord: running, started_at, queue_time_ms rounded to microseconds; the rest kept', async t => {
-  const queued = queuedRecord(newRun({ url: 'https://example.com/', secret: undefined }))
+  const queued = queuedRecord(newRun({ url: new URL('https://example.com/'), secret: undefined }))
   const started = startedRecord(queued, CREATED - 0.25, CREATED + 12.3456789)
   t.same(started, {
     run_id: 'run-1', status: 'running', created_at: '2030-01-02T03:04:05.006Z', webhook: { status: 'pending', attempts: 0 },
@@ -61,7 +61,7 @@ t.test('finishedRecord: status, completed_at, run_time_ms, status_code; error on
 
 t.test('canceledRecord: a queued run never ran; a running one ends with 499 and {"message":"run canceled"}', async t => {
   const now = CREATED + 5000
-  const queued = queuedRecord(newRun({ url: 'https://example.com/', secret: 's' }))
+  const queued = queuedRecord(newRun({ url: new URL('https://example.com/'), secret: 's' }))
   const fromQueue = canceledRecord(queued, now)
   t.same(fromQueue.record, {
     run_id: 'run-1', status: 'canceled', created_at: '2030-01-02T03:04:05.006Z', webhook: { status: 'pending', attempts: 0 },

@@ -268,13 +268,13 @@ t.test('attempts leave nothing on the long-lived shutdown signal (AbortSignal.an
   t.teardown(() => { AbortSignal.any = any })
   const results: string[] = []
   for (let i = 0; i < 20; i++) {
-    results.push(await delivery.deliver({ url: new URL(`${receiver.url}/hook`), runId: `sig-${i}`, body: '{}', secret: undefined }, shutdown.signal))
+    results.push(await delivery.deliver({ target: { url: new URL(`${receiver.url}/hook`), secret: undefined }, runId: `sig-${i}`, body: '{}' }, shutdown.signal))
   }
   t.same(results, Array(20).fill('delivered'), 'the first job took a 404 and a retry, the others went through at once')
   t.equal(receiver.attempts.length, 21)
   t.equal(getEventListeners(shutdown.signal, 'abort').length, 1, 'one listener, not one per attempt')
   const together = await Promise.all(Array.from({ length: 50 }, async (_, i) =>
-    await delivery.deliver({ url: new URL(`${receiver.url}/hook`), runId: `together-${i}`, body: '{}', secret: undefined }, shutdown.signal)))
+    await delivery.deliver({ target: { url: new URL(`${receiver.url}/hook`), secret: undefined }, runId: `together-${i}`, body: '{}' }, shutdown.signal)))
   t.same(together, Array(50).fill('delivered'))
   t.equal(getEventListeners(shutdown.signal, 'abort').length, 1, 'still one after 50 attempts at once')
   t.same(anyCalls.filter(signals => signals.includes(shutdown.signal)), [], 'AbortSignal.any never ties an attempt to the shutdown signal')
@@ -284,7 +284,7 @@ t.test(`past ${CONNECTIONS_PER_DESTINATION} attempts in flight to one receiver, 
   const receiver = await startWebhookReceiver(['hang'])
   t.teardown(() => receiver.close())
   const delivery = loopbackDelivery(t, 1, 10_000)
-  const job = (runId: string): WebhookJob => ({ url: new URL(`${receiver.url}/hook`), runId, body: '{}', secret: undefined })
+  const job = (runId: string): WebhookJob => ({ target: { url: new URL(`${receiver.url}/hook`), secret: undefined }, runId, body: '{}' })
   const held = new AbortController()
   const inFlight = Array.from({ length: CONNECTIONS_PER_DESTINATION }, async (_, i) => await delivery.deliver(job(`held-${i}`), held.signal))
   await receiver.waitForAttempts(CONNECTIONS_PER_DESTINATION)
@@ -315,7 +315,7 @@ t.test('a durable delivery: each attempt told to its ledger first; a taken-over 
   })
   const ends: Array<[string, number]> = []
   const job = (runId: string, steps: string[], attemptsMade: number): WebhookJob => ({
-    url: new URL(`${receiver.url}/hook`), runId, body: '{}', secret: undefined, ledger: ledger(attemptsMade, steps), onEnd: (result, attempts) => { ends.push([result, attempts]) }
+    target: { url: new URL(`${receiver.url}/hook`), secret: undefined }, runId, body: '{}', ledger: ledger(attemptsMade, steps), onEnd: (result, attempts) => { ends.push([result, attempts]) }
   })
 
   const takenOver: string[] = []

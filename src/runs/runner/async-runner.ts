@@ -10,6 +10,7 @@ import type { TraceContext, Tracer } from '../../shared/trace-contracts.ts'
 import { runWebhookBody } from '../../webhook/result-capture.ts'
 import type { WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
+import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 import { RunRelay } from './run-relay.ts'
 
 export interface AsyncRunnerDeps {
@@ -218,17 +219,12 @@ export class AsyncRunner implements RunStoreListener {
     const body = runWebhookBody(run.runId, record.status_code ?? 0, view.resultJson ?? 'null', record.run_time_ms ?? 0,
       record.completed_at ?? new Date().toISOString(), this.#deps.webhookMaxBodyBytes)
     this.#deps.webhooks.submit({
-      url: new URL(run.webhook.url),
+      target: run.webhook,
       runId: run.runId,
       body,
-      secret: run.webhook.secret,
       scope: run.scope,
       trace: storedTrace(run.request.headers),
-      onEnd: (result, attempts) => {
-        store.records.webhookDone(run.scope, run.runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
-          logger.warn({ err: error, runId: run.runId }, 'webhook result not recorded')
-        })
-      }
+      onEnd: recordWebhookEnd(store.records, run.scope, run.runId, logger)
     })
   }
 

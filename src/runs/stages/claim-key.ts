@@ -54,7 +54,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
         runId: call.runId,
         // a sync run is never run again: its request is not kept
         request: { method: call.req.method as string, path: route.appPath, headers: [], body: null },
-        webhook: call.webhook === undefined ? undefined : { url: call.webhook.url.href, secret: undefined },
+        webhook: call.webhook === undefined ? undefined : { url: call.webhook.url, secret: undefined },
         createdAt: Date.now()
       })
     const held = await deps.store.keys.claim(scope, slot, { runId: call.runId, digest, async }, run)

@@ -5,6 +5,7 @@ import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { AnswerTee, ResponseCapture } from '../../shared/response-sink.ts'
 import { ResultCapture } from '../../webhook/result-capture.ts'
 import type { WebhookTee } from '../../webhook/webhook-tee.ts'
+import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 
 /** A sync call recorded in the run store as it claimed its Idempotency-Key, ready to be followed. */
 export interface RecordedRun {
@@ -41,14 +42,7 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     this.#recorded = recorded
     this.#webhook = webhook
     this.#result = webhook?.capture ?? new ResultCapture(maxResultBytes)
-    if (webhook !== undefined) {
-      const { store, run } = recorded
-      webhook.onEnd = (delivery, attempts) => {
-        store.records.webhookDone(run.scope, run.runId, delivery === 'delivered' ? 'delivered' : 'failed', attempts).catch((error: unknown) => {
-          recorded.logger.warn({ err: error, runId: run.runId }, 'webhook result not recorded')
-        })
-      }
-    }
+    if (webhook !== undefined) webhook.onEnd = recordWebhookEnd(recorded.store.records, recorded.run.scope, recorded.run.runId, recorded.logger)
   }
 
   get status (): number { return this.#result.status }

@@ -42,7 +42,7 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall) => Promi
       scope: { projectId: route.projectId, appName: route.appName },
       runId: call.runId,
       request,
-      webhook: webhook === undefined ? undefined : { url: webhook.url.href, secret: webhook.secret },
+      webhook,
       createdAt: Date.now()
     })
     // with an Idempotency-Key, the 202 is kept for repeats before the caller has it; a refused run frees the key

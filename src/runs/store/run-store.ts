@@ -2,6 +2,7 @@
 // (memory: this sidecar only; Redis: every sidecar given the same RUN_STORE_URL).
 
 import type { TraceContext } from '../../shared/trace-contracts.ts'
+import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
 import type { DurableDeliveries } from './durable-deliveries.ts'
 import type { KeyClaims } from './key-claims.ts'
 import type { RunQueue } from './run-queue.ts'
@@ -52,18 +53,13 @@ export interface StoredRequest {
   readonly body: Buffer | null
 }
 
-/** Where a run's webhook goes; the secret is kept only until the delivery ends, never in a record. */
-export interface StoredWebhook {
-  readonly url: string
-  readonly secret: string | undefined
-}
-
 /** An async run as it is submitted. */
 export interface NewRun {
   readonly scope: RunScope
   readonly runId: string
   readonly request: StoredRequest
-  readonly webhook: StoredWebhook | undefined
+  /** Where its webhook goes; the secret is kept only until the delivery ends, never in a record. */
+  readonly webhook: WebhookTarget | undefined
   /** When it was submitted (epoch ms): `created_at`, and the start of `queue_time_ms`. */
   readonly createdAt: number
 }
@@ -135,11 +131,10 @@ export interface KeyEntry extends KeyClaim {
 export interface NewDelivery {
   readonly scope: RunScope
   readonly runId: string
-  readonly url: string
+  /** Where it goes; its secret is kept only until the delivery ends. */
+  readonly target: WebhookTarget
   /** The JSON body every attempt sends. */
   readonly body: string
-  /** Kept only until the delivery ends. */
-  readonly secret: string | undefined
   /** The trace its attempts continue (the call's or the run's), so a sidecar that takes it over continues it too. */
   readonly trace?: TraceContext | undefined
 }

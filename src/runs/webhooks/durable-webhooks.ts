@@ -2,6 +2,7 @@ import type { Logger } from 'pino'
 import type { DurableDeliveries } from '../store/durable-deliveries.ts'
 import type { HeldDelivery, RunStore } from '../store/run-store.ts'
 import type { DeliveryLedger, WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
+import { recordWebhookEnd } from './webhook-end.ts'
 
 /**
  * Durable webhook delivery (SPEC: Runs → Durable webhook delivery). With a shared run store each
@@ -24,7 +25,7 @@ export class DurableWebhooks implements WebhookSubmitter {
     const scope = job.scope
     const deliveries = this.#store.deliveries
     if (deliveries === undefined || scope === undefined) return this.#sender.submit(job)
-    deliveries.hold({ scope, runId: job.runId, url: job.url.href, body: job.body, secret: job.secret, trace: job.trace }).then(
+    deliveries.hold({ scope, runId: job.runId, target: job.target, body: job.body, trace: job.trace }).then(
       held => { this.#sender.submit({ ...job, ledger: this.#ledger(held) }) },
       (error: unknown) => {
         // the store is unreachable: delivered all the same, from this sidecar's memory only
@@ -39,17 +40,14 @@ export class DurableWebhooks implements WebhookSubmitter {
     const { scope, runId } = held
     this.#logger.info({ runId, attempts: held.attempts }, 'webhook taken over from another replica')
     this.#sender.submit({
-      url: new URL(held.url),
+      target: held.target,
       runId,
       body: held.body,
-      secret: held.secret,
       scope,
       trace: held.trace,
       ledger: this.#ledger(held),
-      onEnd: (result, attempts) => {
-        // a plain call's delivery has no record: nothing to update
-        this.#store.records.webhookDone(scope, runId, result === 'delivered' ? 'delivered' : 'failed', attempts).catch(() => {})
-      }
+      // a plain call's delivery has no record: nothing to update, nothing to log
+      onEnd: recordWebhookEnd(this.#store.records, scope, runId)
     })
   }
 

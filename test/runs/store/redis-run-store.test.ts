@@ -11,7 +11,7 @@ const SCOPE = { projectId: 'proj', appName: 'app' }
 const SETTINGS: RunStoreSettings = { retentionSeconds: 60, maxEvents: 100, queueDepth: 100, scope: SCOPE }
 let counter = 0
 const newRun = (): NewRun => ({
-  scope: SCOPE, runId: `r${++counter}`, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: { url: 'https://h.example/', secret: 'k' }, createdAt: Date.now()
+  scope: SCOPE, runId: `r${++counter}`, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: { url: new URL('https://h.example/'), secret: 'k' }, createdAt: Date.now()
 })
 const rejectAfter = async (ms: number): Promise<never> => await new Promise((_resolve, reject) => setTimeout(() => { reject(new Error(`nothing within ${ms} ms`)) }, ms).unref())
 const listener = (overrides: Partial<RunStoreListener>): RunStoreListener => ({ canceled: () => {}, lost: () => {}, availability: () => {}, ...overrides })
@@ -89,7 +89,7 @@ t.test('redis run store', async t => {
     await eventually(() => lost.length === 1, 5000)
     const failed = lost[0] as { run: TakenRun, view: RunView }
     t.equal(failed.run.runId, running.runId)
-    t.same(failed.run.webhook, { url: 'https://h.example/', secret: 'k' })
+    t.same([failed.run.webhook?.url.href, failed.run.webhook?.secret], ['https://h.example/', 'k'])
     t.equal(failed.view.record.status, 'failed')
     t.equal(failed.view.record.status_code, 502)
     t.same(failed.view.record.error, { message: 'replica lost' })
@@ -109,26 +109,29 @@ t.test('redis run store', async t => {
     t.teardown(async () => { await a.close(); await b.close() })
     await Promise.all([a.reachable(5000), b.reachable(5000)])
     b.listen(listener({ deliveryLost: delivery => { lost.push(delivery) } }))
-    const delivery = { scope: SCOPE, runId: 'hooked', url: 'https://hooks.example/x', body: '{"run_id":"hooked"}', secret: 'whsec' }
+    const target = { url: new URL('https://hooks.example/x'), secret: 'whsec' }
+    const delivery = { scope: SCOPE, runId: 'hooked', target, body: '{"run_id":"hooked"}' }
     const kept = await a.deliveries.hold(delivery) as HeldDelivery
     t.match(kept, { ...delivery, attempts: 0 })
     await a.deliveries.attempt(kept)
     const done = await a.deliveries.hold({ ...delivery, runId: 'done' }) as HeldDelivery
     await a.deliveries.done(done)
     const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', tracestate: 'vendor=abc' }
-    await a.deliveries.hold({ ...delivery, runId: 'kept-alive', secret: undefined, trace })
+    await a.deliveries.hold({ ...delivery, runId: 'kept-alive', target: { url: target.url, secret: undefined }, trace })
     // a keeps its deliveries alive past lostAfterMs: b takes none of them
     await new Promise(resolve => setTimeout(resolve, 2000))
     t.same(lost, [], 'a live sidecar keeps its deliveries')
 
     await a.deliveries.leave(kept, true) // SIGTERM: left for another at once
     await eventually(() => lost.some(d => d.runId === 'hooked'), 3000)
-    t.match(lost.find(d => d.runId === 'hooked'), { ...delivery, attempts: 2 }, 'taken over with the attempts made (the first counted as it was held), the body and the secret')
+    const hooked = lost.find(d => d.runId === 'hooked')
+    t.match(hooked, { scope: SCOPE, runId: 'hooked', body: delivery.body, attempts: 2 }, 'taken over with the attempts made (the first counted as it was held), the body and the secret')
+    t.same([hooked?.target.url.href, hooked?.target.secret], ['https://hooks.example/x', 'whsec'])
     await a.close() // a is gone: its other delivery goes to b once it has been idle lostAfterMs
     await eventually(() => lost.some(d => d.runId === 'kept-alive'), 5000)
     t.equal(lost.length, 2, 'each taken over once')
     t.match(lost.find(d => d.runId === 'kept-alive'), { runId: 'kept-alive', attempts: 1 })
-    t.equal(lost.find(d => d.runId === 'kept-alive')?.secret, undefined)
+    t.equal(lost.find(d => d.runId === 'kept-alive')?.target.secret, undefined)
     t.same(lost.find(d => d.runId === 'kept-alive')?.trace, trace, 'the trace it continues goes with it')
     t.equal(lost.find(d => d.runId === 'hooked')?.trace, undefined, 'one without trace context has none')
     t.equal(lost.filter(d => d.runId === 'done').length, 0, 'a finished delivery is never taken over')
@@ -146,7 +149,7 @@ t.test('redis run store', async t => {
     t.teardown(async () => { await store.close() })
     await store.reachable(5000)
     store.listen(listener({ deliveryLost: delivery => { back.push(delivery) } }))
-    const held = await store.deliveries.hold({ scope: SCOPE, runId: 'deferred', url: 'https://hooks.example/x', body: '{}', secret: undefined }) as HeldDelivery
+    const held = await store.deliveries.hold({ scope: SCOPE, runId: 'deferred', target: { url: new URL('https://hooks.example/x'), secret: undefined }, body: '{}' }) as HeldDelivery
     await store.deliveries.leave(held, false)
     await eventually(() => back.length === 1, 3000)
     t.match(back[0], { runId: 'deferred', attempts: 1 }, 'taken back by the same sidecar, its first attempt counted')

@@ -54,7 +54,7 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
 
   t.test('submit, take, start, finish: the record at every step, exact', async t => {
     const store = await fresh(t)
-    const run = newRun({ createdAt: Date.parse('2026-01-02T03:04:05.000Z'), webhook: { url: 'https://hooks.example/x', secret: 's3cret' } })
+    const run = newRun({ createdAt: Date.parse('2026-01-02T03:04:05.000Z'), webhook: { url: new URL('https://hooks.example/x'), secret: 's3cret' } })
     const queued = await store.queue.submit(run)
     t.equal(recordJson(queued), `{"run_id":"${run.runId}","status":"queued","created_at":"2026-01-02T03:04:05.000Z","webhook":{"status":"pending","attempts":0}}`)
     t.equal(recordJson(await store.records.get(SCOPE, run.runId)), recordJson(queued))
@@ -63,7 +63,7 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.equal(taken.runId, run.runId)
     t.same(taken.request, run.request)
     t.ok(Buffer.isBuffer(taken.request.body))
-    t.same(taken.webhook, { url: 'https://hooks.example/x', secret: 's3cret' })
+    t.same([taken.webhook?.url.href, taken.webhook?.secret], ['https://hooks.example/x', 's3cret'])
     t.equal(await store.queue.queuedCount(), 0)
     t.equal(await store.queue.start(taken, run.createdAt + 1500), true)
     t.equal(recordJson(await store.records.get(SCOPE, run.runId)),
@@ -216,7 +216,7 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
 
   t.test('webhookDone: the delivery\'s state on the record; a run gone is 404', async t => {
     const store = await fresh(t)
-    const run = newRun({ webhook: { url: 'http://127.0.0.1:9/hook', secret: 's3cret' } })
+    const run = newRun({ webhook: { url: new URL('http://127.0.0.1:9/hook'), secret: 's3cret' } })
     const handle = recordedRun(run)
     await store.keys.claim(SCOPE, 'hooked', { runId: run.runId, digest: 'd', async: false }, handle)
     await store.records.finish(handle, { ...OUTCOME, error: 'a/b "quoted"', status: 'failed', completedAt: Date.now() })
@@ -330,7 +330,7 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     const { deliveries } = store
     t.equal(deliveries === undefined, !store.queue.shared, 'only a shared store writes deliveries down')
     if (deliveries === undefined) return
-    const held = await deliveries.hold({ scope: SCOPE, runId: 'hooked', url: 'https://hooks.example/x', body: '{}', secret: undefined })
+    const held = await deliveries.hold({ scope: SCOPE, runId: 'hooked', target: { url: new URL('https://hooks.example/x'), secret: undefined }, body: '{}' })
     t.match(held, { runId: 'hooked', attempts: 0 })
     await deliveries.attempt(held)
     await deliveries.done(held)

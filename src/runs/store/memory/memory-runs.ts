@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache'
+import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { RunIdTakenError, RunNotFoundError } from '../../../errors.ts'
-import type { NewRun, RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView, StoredWebhook } from '../run-store.ts'
+import type { NewRun, RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView } from '../run-store.ts'
 
 /** One run as this process keeps it. */
 export interface MemoryRun {
@@ -12,7 +13,7 @@ export interface MemoryRun {
   readonly seq: number
   record: RunRecord
   resultJson: string | undefined
-  webhook: StoredWebhook | undefined
+  webhook: WebhookTarget | undefined
   /** Handed out by take() and not released (a recorded sync run: always). */
   taken: boolean
   /** Submitted async (a recorded sync call is not). */

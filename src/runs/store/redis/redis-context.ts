@@ -6,6 +6,7 @@ import { RunNotFoundError, RunStoreUnavailableError } from '../../../errors.ts'
 import { isFinished } from '../../run-record.ts'
 import type { RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView } from '../run-store.ts'
 import { requireCjs } from '../../../shared/require-cjs.ts'
+import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { RedisFollow } from './redis-follow.ts'
 import { GROUP, TRANSITION } from './redis-scripts.ts'
 
@@ -38,6 +39,12 @@ export class ScopeKeys {
   delivery (id: string): string { return `${this.#prefix}:delivery:${id}` }
   events (runId: string): string { return `${this.#prefix}:events:${runId}` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
+}
+
+/** A run's webhook as Redis keeps it: JSON, the URL as its href (as JSON.stringify writes a WebhookTarget). */
+export function parseWebhook (json: string): WebhookTarget {
+  const { url, secret } = JSON.parse(json) as { url: string, secret?: string }
+  return { url: new URL(url), secret }
 }
 
 export const SCOPES_KEY = 'as:scopes'

@@ -24,7 +24,7 @@ export class RedisDeliveries implements DurableDeliveries {
     const keys = new ScopeKeys(delivery.scope)
     const id = randomUUID()
     const entry = String(await guard(HOLD_DELIVERY.run(this.#ctx.redis, [keys.deliveries, keys.delivery(id), SCOPES_KEY], [
-      delivery.runId, delivery.url, delivery.body, delivery.secret ?? '', this.#ctx.consumer, keys.name, DELIVERY_TTL_SECONDS, id,
+      delivery.runId, delivery.target.url.href, delivery.body, delivery.target.secret ?? '', this.#ctx.consumer, keys.name, DELIVERY_TTL_SECONDS, id,
       delivery.trace?.traceparent ?? '', delivery.trace?.tracestate ?? ''
     ])))
     this.#ctx.held.set(entry, keys.deliveries)
@@ -71,9 +71,8 @@ export class RedisDeliveries implements DurableDeliveries {
       this.#ctx.listener?.deliveryLost?.({
         scope,
         runId: stored.run,
-        url: stored.url,
+        target: { url: new URL(stored.url), secret: stored.secret },
         body: stored.body,
-        secret: stored.secret,
         trace: stored.traceparent === undefined ? undefined : { traceparent: stored.traceparent, tracestate: stored.tracestate === '' ? undefined : stored.tracestate },
         attempts: Number(stored.attempts ?? 0),
         entry: `${entry} ${id}`

@@ -1,8 +1,8 @@
 import { AsyncQueueFullError, RunIdTakenError } from '../../../errors.ts'
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
-import type { NewRun, RunRecord, RunView, StoredWebhook, TakenRun } from '../run-store.ts'
-import { guard, type RedisContext, ScopeKeys, SCOPES_KEY, scopeOfQueue } from './redis-context.ts'
+import type { NewRun, RunRecord, RunView, TakenRun } from '../run-store.ts'
+import { guard, type RedisContext, ScopeKeys, SCOPES_KEY, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import { GROUP, RELEASE, SUBMIT, WAITING } from './redis-scripts.ts'
 
 /** The stored request, without its body (kept as raw bytes beside it). */
@@ -155,7 +155,7 @@ export class RedisQueue implements RunQueue {
       runId: entry.runId,
       entry: entry.id,
       createdAt: Date.parse(parsed.created_at),
-      webhook: webhook === null ? undefined : JSON.parse(webhook.toString()) as StoredWebhook,
+      webhook: webhook === null ? undefined : parseWebhook(webhook.toString()),
       request: { method: req.method, path: req.path, headers: req.headers, body: req.hasBody ? body : null }
     }
   }

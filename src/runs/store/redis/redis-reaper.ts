@@ -1,6 +1,6 @@
 import { finishedRecord, REPLICA_LOST } from '../../run-record.ts'
-import type { RunView, StoredWebhook, TakenRun } from '../run-store.ts'
-import { type RedisContext, ScopeKeys, scopeOfQueue } from './redis-context.ts'
+import type { RunView, TakenRun } from '../run-store.ts'
+import { type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import type { RedisDeliveries } from './redis-deliveries.ts'
 import type { RedisQueue } from './redis-queue.ts'
 import { GROUP, SENDERS } from './redis-scripts.ts'
@@ -85,7 +85,7 @@ export class RedisReaper {
       runId,
       entry: '',
       createdAt: Date.parse(view.record.created_at),
-      webhook: webhook === null ? undefined : JSON.parse(webhook) as StoredWebhook,
+      webhook: webhook === null ? undefined : parseWebhook(webhook),
       request: { method: '', path: '', headers: [], body: null }
     }
     this.#ctx.listener?.lost(run, { record, resultJson, async: view.async })
