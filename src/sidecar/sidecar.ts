@@ -1,32 +1,29 @@
 import type { AddressInfo } from 'node:net'
 import type { JWTVerifyGetKey } from 'jose'
 import type { DestinationStream, Logger } from 'pino'
-import { Pool } from '../shared/undici-core.ts'
 import { RevocationList } from '../auth/revocation-list.ts'
 import { TokenVerifier } from '../auth/token-verifier.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
-import { pathPrefix, underUrl } from '../shared/url-paths.ts'
 import { AppProbe } from '../lifecycle/app-probe.ts'
 import { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import { ConcurrencyStats } from '../lifecycle/concurrency-stats.ts'
 import { InflightTracker } from '../lifecycle/inflight-tracker.ts'
-import { createLogger } from './logger.ts'
-import { createAdminServer } from './admin-server.ts'
-import { drainSidecar } from './drain.ts'
-import { closeServer, listen } from './listeners.ts'
-import { createPublicServer } from './public-routes.ts'
-import { AsyncRunner } from '../runs/runner/async-runner.ts'
-import { DurableWebhooks } from '../runs/webhooks/durable-webhooks.ts'
-
-import { createInvokeHandler, createUpgradeHandler } from './invoke-pipeline.ts'
-import { createManagementHandler } from './management-forward.ts'
-import { SidecarMetrics } from './metrics/metrics.ts'
-import { openRunStore } from '../runs/store/open-run-store.ts'
+import { openRuns } from '../runs/open-runs.ts'
 import type { RunStore } from '../runs/store/run-store.ts'
+import { Pool } from '../shared/undici-core.ts'
+import { pathPrefix, underUrl } from '../shared/url-paths.ts'
 import { openTracer, traceSettingsOf } from '../tracing/trace-settings.ts'
 import { AddressGuard } from '../webhook/address-guard.ts'
 import { WebhookDelivery } from '../webhook/webhook-delivery.ts'
 import { senderLimits, WebhookSender, type WebhookSenderLimits } from '../webhook/webhook-sender.ts'
+import { createAdminServer } from './admin-server.ts'
+import { drainSidecar } from './drain.ts'
+import { createInvokeHandler, createUpgradeHandler } from './invoke-pipeline.ts'
+import { closeServer, listen } from './listeners.ts'
+import { createLogger } from './logger.ts'
+import { createManagementHandler } from './management-forward.ts'
+import { SidecarMetrics } from './metrics/metrics.ts'
+import { createPublicServer } from './public-routes.ts'
 
 export interface SidecarOptions {
   /** Where log lines go (default: stdout). */
@@ -114,38 +111,8 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     logger.warn({ appUrl: config.appUrl.href, waiting: gate.waiting, probe: readiness.lastFailure }, 'calls are waiting for the app to be ready')
   }, options.notReadyWarningMs ?? NOT_READY_WARNING_MS).unref()
 
-  const runs = options.runStore ?? await openRunStore(config.runStoreUrl, {
-    retentionSeconds: config.runRetentionSeconds,
-    maxEvents: config.runMaxEvents,
-    queueDepth: config.asyncQueueDepth,
-    scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
-  })
-  metrics.watchAsyncQueue(async () => await runs.queue.queuedCount())
-  const deliveries = new DurableWebhooks(runs, webhooks, logger)
-  const runner = new AsyncRunner({
-    store: runs,
-    gate,
-    app,
-    appUrl: config.appUrl.href,
-    webhooks: deliveries,
-    webhookMaxBodyBytes: config.webhookMaxBodyBytes,
-    maxResultBytes: config.envelopeMaxBodyBytes,
-    deadlineSeconds: config.deadlineSeconds,
-    replicaConcurrency: config.replicaConcurrency,
-    runsTotal: metrics.runsTotal,
-    logger,
-    inflight,
-    tracer
-  })
-  runs.listen({
-    canceled: (scope, runId) => { runner.canceled(scope, runId) },
-    lost: (run, view) => { runner.lost(run, view) },
-    deliveryLost: held => { deliveries.resume(held) },
-    availability: available => {
-      if (available) logger.info({ runStore: 'redis' }, 'run store reachable')
-      else logger.warn({ runStore: 'redis' }, 'run store unreachable: async runs and run records answer 503 until it is back')
-      runner.availability(available)
-    }
+  const { store: runs, webhooks: deliveries, runner } = await openRuns(config, {
+    gate, app, sender: webhooks, metrics, logger, inflight, tracer, store: options.runStore
   })
 
   const recorder = { logger, metrics, inflight }

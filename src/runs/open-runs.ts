@@ -1,0 +1,77 @@
+import type { Logger } from 'pino'
+import type { Pool } from 'undici'
+import type { SidecarConfig } from '../config/sidecar-config.ts'
+import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
+import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
+import type { Tracer } from '../shared/trace-contracts.ts'
+import type { SidecarMetrics } from '../sidecar/metrics/metrics.ts'
+import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
+import { AsyncRunner } from './runner/async-runner.ts'
+import { openRunStore } from './store/open-run-store.ts'
+import type { RunStore } from './store/run-store.ts'
+import { DurableWebhooks } from './webhooks/durable-webhooks.ts'
+
+/** What the runs feature needs of the sidecar it runs in. */
+export interface RunsDeps {
+  readonly gate: ConcurrencyGate
+  readonly app: Pool
+  /** The webhook sender: durable deliveries go to it once written down. */
+  readonly sender: WebhookSubmitter
+  readonly metrics: SidecarMetrics
+  readonly logger: Logger
+  readonly inflight: InflightTracker
+  readonly tracer: Tracer | undefined
+  /** A run store to use instead of the one RUN_STORE_URL names (tests). */
+  readonly store?: RunStore | undefined
+}
+
+/** The runs feature as the sidecar wires it in. */
+export interface Runs {
+  readonly store: RunStore
+  /** Where every webhook goes: written down first with a shared store, then to the sender. */
+  readonly webhooks: DurableWebhooks
+  /** Takes queued async runs as the gate has slots; start it once the listeners are up. */
+  readonly runner: AsyncRunner
+}
+
+/**
+ * Opens the run store RUN_STORE_URL names and wires the async runner and durable webhook delivery
+ * to it: cancels, lost runs and lost deliveries the store tells of, its availability logged.
+ */
+export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<Runs> {
+  const { metrics, logger } = deps
+  const store = deps.store ?? await openRunStore(config.runStoreUrl, {
+    retentionSeconds: config.runRetentionSeconds,
+    maxEvents: config.runMaxEvents,
+    queueDepth: config.asyncQueueDepth,
+    scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
+  })
+  metrics.watchAsyncQueue(async () => await store.queue.queuedCount())
+  const webhooks = new DurableWebhooks(store, deps.sender, logger)
+  const runner = new AsyncRunner({
+    store,
+    gate: deps.gate,
+    app: deps.app,
+    appUrl: config.appUrl.href,
+    webhooks,
+    webhookMaxBodyBytes: config.webhookMaxBodyBytes,
+    maxResultBytes: config.envelopeMaxBodyBytes,
+    deadlineSeconds: config.deadlineSeconds,
+    replicaConcurrency: config.replicaConcurrency,
+    runsTotal: metrics.runsTotal,
+    logger,
+    inflight: deps.inflight,
+    tracer: deps.tracer
+  })
+  store.listen({
+    canceled: (scope, runId) => { runner.canceled(scope, runId) },
+    lost: (run, view) => { runner.lost(run, view) },
+    deliveryLost: held => { webhooks.resume(held) },
+    availability: available => {
+      if (available) logger.info({ runStore: 'redis' }, 'run store reachable')
+      else logger.warn({ runStore: 'redis' }, 'run store unreachable: async runs and run records answer 503 until it is back')
+      runner.availability(available)
+    }
+  })
+  return { store, webhooks, runner }
+}
