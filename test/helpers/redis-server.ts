@@ -2,33 +2,41 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { Redis } from 'ioredis'
 import { freePort } from './ports.ts'
 
-/** TEST_REDIS_URL (CI sets it), else the machine's Redis, database 7. */
-export const TEST_REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379/7'
-
-/** TEST_REDIS_URL with database `db` instead (files that run at once use databases of their own). */
-export function testRedisDb (offset: number): string {
-  const url = new URL(TEST_REDIS_URL)
-  const base = Number(url.pathname.slice(1) || '0')
-  url.pathname = `/${(base + offset) % 16}`
-  return url.href
+interface TestLike {
+  comment: (why: string) => void
+  fail: (why: string) => boolean
+  teardown: (fn: () => unknown) => void
 }
 
 /**
- * Whether Redis answers at `url`; when it does not, under CI=true the test fails (a suite whose
- * service is missing must not pass by skipping), else it is skipped with the reason.
+ * The Redis a test file may flush: a private redis-server of its own on a free port (stopped with
+ * the test), or TEST_REDIS_URL when it is set: an explicit opt-in, whose database is emptied. The
+ * machine's own Redis is never used unless named. Undefined when there is none: under CI=true the
+ * test fails (a suite whose service is missing must not pass by skipping), else it is skipped with
+ * the reason.
  */
-export async function redisOrSkip (t: { comment: (why: string) => void, fail: (why: string) => boolean }, url: string): Promise<boolean> {
+export async function testRedis (t: TestLike): Promise<string | undefined> {
+  const named = process.env.TEST_REDIS_URL
+  try {
+    if (named === undefined || named === '') return (await startPrivateRedis(t)).url
+    await ping(named)
+    return named
+  } catch (error) {
+    const why = named === undefined || named === ''
+      ? `no redis-server to start (install Redis, or set TEST_REDIS_URL): ${(error as Error).message}`
+      : `Redis at TEST_REDIS_URL does not answer: ${(error as Error).message}`
+    if (process.env.CI === 'true') t.fail(why)
+    else t.comment(`skipped: ${why}`)
+    return undefined
+  }
+}
+
+async function ping (url: string): Promise<void> {
   const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
   client.on('error', () => {})
   try {
     await client.connect()
     await client.ping()
-    return true
-  } catch (error) {
-    const why = `Redis at ${url} does not answer: ${(error as Error).message}`
-    if (process.env.CI === 'true') t.fail(why)
-    else t.comment(`skipped: ${why}`)
-    return false
   } finally {
     client.disconnect()
   }
@@ -52,20 +60,19 @@ export async function startPrivateRedis (t: { teardown: (fn: () => unknown) => v
   let child: ChildProcess | undefined
   const url = `redis://127.0.0.1:${port}/0`
   const start = async (): Promise<void> => {
-    child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+    const spawned = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+    child = spawned
+    let failed: Error | undefined
+    spawned.once('error', error => { failed = error }) // ENOENT: no redis-server on PATH
     const until = Date.now() + 10_000
     for (;;) {
-      const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
-      client.on('error', () => {})
+      if (failed !== undefined) throw failed
       try {
-        await client.connect()
-        await client.ping()
+        await ping(url)
         return
       } catch {
         if (Date.now() > until) throw new Error(`redis-server on port ${port} did not start`)
         await new Promise(resolve => setTimeout(resolve, 50))
-      } finally {
-        client.disconnect()
       }
     }
   }

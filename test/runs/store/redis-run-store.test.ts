@@ -3,7 +3,7 @@ import t from 'tap'
 import { RunStoreUnavailableError } from '../../../src/errors.ts'
 import { RedisRunStore } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { HeldDelivery, NewRun, RunStoreListener, RunStoreSettings, RunView, TakenRun } from '../../../src/runs/store/run-store.ts'
-import { flushRedis, redisOrSkip, startPrivateRedis, TEST_REDIS_URL } from '../../helpers/redis-server.ts'
+import { flushRedis, startPrivateRedis, testRedis } from '../../helpers/redis-server.ts'
 import { eventually, freePort } from '../../helpers/sidecar-harness.ts'
 import { runStoreSuite } from './run-store-suite.ts'
 
@@ -17,19 +17,20 @@ const rejectAfter = async (ms: number): Promise<never> => await new Promise((_re
 const listener = (overrides: Partial<RunStoreListener>): RunStoreListener => ({ canceled: () => {}, lost: () => {}, availability: () => {}, ...overrides })
 
 t.test('redis run store', async t => {
-  if (!await redisOrSkip(t, TEST_REDIS_URL)) return
+  const redisUrl = await testRedis(t)
+  if (redisUrl === undefined) return
   runStoreSuite(t, async settings => {
-    await flushRedis(TEST_REDIS_URL)
-    const store = new RedisRunStore(TEST_REDIS_URL, settings)
+    await flushRedis(redisUrl)
+    const store = new RedisRunStore(redisUrl, settings)
     await store.reachable(5000)
     return store
   })
 
   t.test('two sidecars share runs: read, follow and cancel on the other; takes spread', async t => {
-    await flushRedis(TEST_REDIS_URL)
+    await flushRedis(redisUrl)
     const canceledOnA: string[] = []
-    const a = new RedisRunStore(TEST_REDIS_URL, SETTINGS)
-    const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS)
+    const a = new RedisRunStore(redisUrl, SETTINGS)
+    const b = new RedisRunStore(redisUrl, SETTINGS)
     t.teardown(async () => { await a.close(); await b.close() })
     await Promise.all([a.reachable(5000), b.reachable(5000)])
     a.listen(listener({ canceled: (_scope, runId) => { canceledOnA.push(runId) } }))
@@ -60,11 +61,11 @@ t.test('redis run store', async t => {
   })
 
   t.test('a lost sidecar: its running run fails "replica lost" once; its unstarted run runs elsewhere; a live one is left alone', async t => {
-    await flushRedis(TEST_REDIS_URL)
+    await flushRedis(redisUrl)
     const timing = { heartbeatMs: 200, lostAfterMs: 1000 }
-    const dead = new RedisRunStore(TEST_REDIS_URL, SETTINGS, timing)
-    const alive = new RedisRunStore(TEST_REDIS_URL, SETTINGS, timing)
-    const survivor = new RedisRunStore(TEST_REDIS_URL, SETTINGS, timing)
+    const dead = new RedisRunStore(redisUrl, SETTINGS, timing)
+    const alive = new RedisRunStore(redisUrl, SETTINGS, timing)
+    const survivor = new RedisRunStore(redisUrl, SETTINGS, timing)
     const lost: Array<{ run: TakenRun, view: RunView }> = []
     // either live store may take over the lost one's runs: both report
     for (const store of [alive, survivor]) store.listen(listener({ lost: (run, view) => { lost.push({ run, view }) } }))
@@ -101,11 +102,11 @@ t.test('redis run store', async t => {
   })
 
   t.test('durable deliveries: held before the first attempt; a lost sidecar\'s and a left one go to another with their attempts; done ones are gone', async t => {
-    await flushRedis(TEST_REDIS_URL)
+    await flushRedis(redisUrl)
     const timing = { heartbeatMs: 200, lostAfterMs: 1500 }
     const lost: HeldDelivery[] = []
-    const a = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'a' })
-    const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'b' })
+    const a = new RedisRunStore(redisUrl, SETTINGS, { ...timing, consumer: 'a' })
+    const b = new RedisRunStore(redisUrl, SETTINGS, { ...timing, consumer: 'b' })
     t.teardown(async () => { await a.close(); await b.close() })
     await Promise.all([a.reachable(5000), b.reachable(5000)])
     b.listen(listener({ deliveryLost: delivery => { lost.push(delivery) } }))
@@ -136,16 +137,16 @@ t.test('redis run store', async t => {
     t.equal(lost.find(d => d.runId === 'hooked')?.trace, undefined, 'one without trace context has none')
     t.equal(lost.filter(d => d.runId === 'done').length, 0, 'a finished delivery is never taken over')
     for (const taken of lost) await b.deliveries.done(taken)
-    const probe = new Redis(TEST_REDIS_URL)
+    const probe = new Redis(redisUrl)
     t.teardown(() => probe.disconnect())
     t.equal(await probe.xlen('as:{proj/app}:deliveries'), 0, 'nothing left in the stream')
     t.same(await probe.keys('as:{proj/app}:delivery:*'), [], 'no delivery kept, no secret')
   })
 
   t.test('a delivery left because this sidecar\'s bounds were full comes back to it at its next heartbeat', async t => {
-    await flushRedis(TEST_REDIS_URL)
+    await flushRedis(redisUrl)
     const back: HeldDelivery[] = []
-    const store = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { heartbeatMs: 200, lostAfterMs: 1500, consumer: 'busy' })
+    const store = new RedisRunStore(redisUrl, SETTINGS, { heartbeatMs: 200, lostAfterMs: 1500, consumer: 'busy' })
     t.teardown(async () => { await store.close() })
     await store.reachable(5000)
     store.listen(listener({ deliveryLost: delivery => { back.push(delivery) } }))
@@ -157,10 +158,10 @@ t.test('redis run store', async t => {
   })
 
   t.test('an Idempotency-Key claim is a lease its sidecar renews: held while it lives, free soon after it dies', async t => {
-    await flushRedis(TEST_REDIS_URL)
+    await flushRedis(redisUrl)
     const timing = { heartbeatMs: 200, lostAfterMs: 1000 } // a lease of 1.2 s
-    const a = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'claimer' })
-    const b = new RedisRunStore(TEST_REDIS_URL, SETTINGS, { ...timing, consumer: 'other' })
+    const a = new RedisRunStore(redisUrl, SETTINGS, { ...timing, consumer: 'claimer' })
+    const b = new RedisRunStore(redisUrl, SETTINGS, { ...timing, consumer: 'other' })
     t.teardown(async () => { await a.close(); await b.close() })
     await Promise.all([a.reachable(5000), b.reachable(5000)])
     t.equal(await a.keys.claim(SCOPE, 'leased', { runId: 'first', digest: 'd', async: false }), undefined)
