@@ -1,11 +1,16 @@
 #!/usr/bin/env node
 import { applyBuildSettings } from '../config/build-settings.ts'
+import { packageVersion } from '../config/package-version.ts'
 import { loadSidecarConfig, type SidecarConfig, sidecarHelp } from '../config/sidecar-config.ts'
 import { ConfigError } from '../errors.ts'
 import { startSidecar } from '../sidecar/sidecar.ts'
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(sidecarHelp())
+  process.exit(0)
+}
+if (process.argv.includes('--version')) {
+  process.stdout.write(`${packageVersion()}\n`)
   process.exit(0)
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { text } from 'node:stream/consumers'
+import { packageVersion } from '../config/package-version.ts'
 import { ConfigError, DataDirInUseError } from '../errors.ts'
 import { runStoreCommand } from '../store/store-cli.ts'
 import { loadStoreConfig, startBuildStore, type StoreConfig, storeHelp } from '../store/index.ts'
@@ -8,6 +9,10 @@ const args = process.argv.slice(2)
 
 if (args.includes('--help') || args.includes('-h')) {
   process.stdout.write(storeHelp())
+  process.exit(0)
+}
+if (args.includes('--version')) {
+  process.stdout.write(`${packageVersion()}\n`)
   process.exit(0)
 }
 

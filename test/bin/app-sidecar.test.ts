@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { request } from 'node:http'
 import { connect } from 'node:net'
 import { performance } from 'node:perf_hooks'
@@ -17,6 +18,16 @@ t.test('--help lists the variables and exits 0', async t => {
   t.match(child.stdout, /^app-sidecar: /)
   for (const name of ['PORT', 'ADMIN_PORT', 'APP_URL', 'STORE_URL', 'DISABLE_AUTH', 'WEBHOOK_ALLOWED_CIDRS', 'LOG_LEVEL']) {
     t.match(child.stdout, new RegExp(`^  ${name} `, 'm'))
+  }
+})
+
+t.test('--version prints the package version and exits 0, without starting', async t => {
+  const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+  for (const bin of ['app-sidecar', 'build-store']) {
+    const child = runBin(bin, { PORT: 'eighty' }, ['--version']) // an invalid PORT: it would exit 2 had it started
+    t.equal(await child.exited, 0, bin)
+    t.equal(child.stdout, `${version}\n`, bin)
+    t.equal(child.stderr, '', bin)
   }
 })
 
