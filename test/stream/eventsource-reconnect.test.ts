@@ -11,8 +11,8 @@ import { openStream, type ScriptedApp, startScriptedApp } from './sse-test-kit.t
 // event carries the same id. The sidecar leaves `retry:` alone, so each test waits out the client's
 // own reconnection delay and then for CLOSED, which proves it stopped.
 
-/** One connection an EventSource made: the Last-Event-ID it sent, the status and run id it got. */
-interface Connection { lastEventId: string | undefined, status: number, runId: string | null }
+/** One connection an EventSource made: the Last-Event-ID it sent, the status it got. */
+interface Connection { lastEventId: string | undefined, status: number }
 
 /** An EventSource on `url`, every connection it makes recorded (its fetch is the global one, watched). */
 function watchedEventSource (url: string): { es: EventSource, connections: Connection[], messages: Array<[string, string, string]>, errorCodes: Array<number | undefined> } {
@@ -21,7 +21,7 @@ function watchedEventSource (url: string): { es: EventSource, connections: Conne
   const errorCodes: Array<number | undefined> = []
   const watched: FetchLike = async (input, init) => {
     const response = await fetch(input, init)
-    connections.push({ lastEventId: init.headers['Last-Event-ID'], status: response.status, runId: response.headers.get('x-request-id') })
+    connections.push({ lastEventId: init.headers['Last-Event-ID'], status: response.status })
     return response
   }
   const es = new EventSource(url, { fetch: watched })
@@ -108,22 +108,4 @@ t.test('a browser EventSource on a plain NDJSON or chunked call: its reconnect c
   }
 })
 
-// eventsource 4.1.1 reads the stream with eventsource-parser 3.1.1, which drops an event without
-// data before the client sees its id (WHATWG sets the last event id at the blank line all the
-// same): it reconnects without Last-Event-ID and the call runs again. Browsers follow WHATWG (the
-// test above); the assertions that need the npm client to keep the id are marked todo until it does.
-const NPM_CLIENT_DROPS_ID_ONLY_EVENTS = 'npm eventsource 4.1.1 (eventsource-parser 3.1.1) ignores an id: line in an event without data'
-
-t.test('npm eventsource on a plain NDJSON call: the events, then it stops', async t => {
-  const { app, h, ndjson } = await twoLineApp(t)
-  const { es, connections, messages } = watchedEventSource(`${h.base}/v4/proj/app${ndjson}`)
-  t.teardown(() => { es.close() })
-  await eventually(() => es.readyState === es.CLOSED || app.requests.length > 1, RECONNECT_MS)
-  const runId = connections[0]?.runId
-  t.same(connections[0], { lastEventId: undefined, status: 200, runId }, 'the call')
-  t.same(messages.slice(0, 2), [['message', '1', ''], ['message', '2', '']], 'its events')
-  t.same(connections[1], { lastEventId: `${runId ?? ''}.done`, status: 204, runId: connections[1]?.runId }, 'one reconnect, with the done id, answered 204',
-    { todo: NPM_CLIENT_DROPS_ID_ONLY_EVENTS })
-  t.equal(es.readyState, es.CLOSED, 'CLOSED', { todo: NPM_CLIENT_DROPS_ID_ONLY_EVENTS })
-  t.equal(app.requests.length, 1, 'the app ran once', { todo: NPM_CLIENT_DROPS_ID_ONLY_EVENTS })
-})
+// No npm eventsource test on a plain call: eventsource@4's parser drops the id-only done frame (fixed in eventsource@5, Node 22+); test/browser/ runs Chromium.
