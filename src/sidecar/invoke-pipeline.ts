@@ -16,6 +16,7 @@ import { createAppForward } from './app-forward.ts'
 import { authorizeCall } from './call/authorize-call.ts'
 import { startDeadline } from './call/call-deadline.ts'
 import type { CallRecorder } from './call/call-record.ts'
+import { answerFinishedStream } from './call/finished-stream.ts'
 import { HttpCall } from './call/http-call.ts'
 import { matchRoute } from './call/match-route.ts'
 import { readRequestBody } from './call/request-body.ts'
@@ -65,6 +66,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   async function invoke (call: HttpCall): Promise<void> {
     call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
     await authorizeCall(call, verifier)                                    // 401 bad token, 403 another project
+    if (answerFinishedStream(call)) return                                 // 204 GET/HEAD with Last-Event-ID <run_id>.done: an EventSource stops
     const runRoute = matchRunRoute(call.route)                             // 400 malformed run id; _runs never reaches the app
     if (runRoute !== undefined) return await serveRunRoute(call, runRoute) // 404 no such run, 409, 503 run store unavailable
     call.webhook = webhookTarget(call)                                     // 400 malformed webhookEndpoint

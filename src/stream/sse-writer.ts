@@ -71,18 +71,19 @@ export class SseWriter {
     return this.#res.write(bytes)
   }
 
-  /** Ends the stream with `event: error` and `data: {"message": …}`. */
-  fail (message: string): void {
+  /** Ends the stream with `event: error` and `data: {"message": …}`, then `last` (a frame, if any). */
+  fail (message: string, last = ''): void {
     if (this.#closed || this.#res.writableEnded) return
     clearTimeout(this.#timer)
     const close = this.#boundary === 'event' ? '' : '\n\n'
-    this.#res.end(close + frameSseError(message))
+    this.#res.end(close + frameSseError(message) + last)
   }
 
-  end (): void {
+  /** Ends the stream, after `last` (a frame, if any). */
+  end (last?: string): void {
     // the last bytes may wait for a slow caller long after this: no heartbeat may follow the end
     clearTimeout(this.#timer)
-    this.#res.end()
+    this.#res.end(last)
   }
 
   readonly #beat = (): void => {

@@ -6,6 +6,7 @@ import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
 import { serverTiming } from '../shared/server-timing.ts'
 import { createSseDataParser } from './event-splitter.ts'
 import { NdjsonSplitter } from './ndjson-splitter.ts'
+import { frameSseDone } from './sse-frame.ts'
 import { SseWriter } from './sse-writer.ts'
 
 export interface StreamSinkDeps {
@@ -17,9 +18,9 @@ export interface StreamSinkDeps {
 export interface StreamSinks {
   /** `text/event-stream` from the app: the same bytes, flushed as they arrive. */
   eventStream: (ctx: SinkContext) => ResponseSink
-  /** `application/x-ndjson` / `application/jsonl`: one event per non-empty line. */
+  /** `application/x-ndjson` / `application/jsonl`: one event per non-empty line, then `id: <run_id>.done`. */
   ndjson: (ctx: SinkContext) => ResponseSink
-  /** Any chunked body for a caller that accepts SSE: one event per chunk read. */
+  /** Any chunked body for a caller that accepts SSE: one event per chunk read, then `id: <run_id>.done`. */
   chunks: (ctx: SinkContext) => ResponseSink
 }
 
@@ -68,10 +69,10 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
         },
         end: () => {
           splitter.flush(onLine)
-          writer.end()
+          writer.end(frameSseDone(ctx.runId))
         },
         fail: error => {
-          writer.fail(failure(error))
+          writer.fail(failure(error), frameSseDone(ctx.runId))
         },
         streaming: true
       }
@@ -90,9 +91,9 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
         write: chunk => emit(decoder.write(chunk)),
         end: () => {
           emit(decoder.end())
-          writer.end()
+          writer.end(frameSseDone(ctx.runId))
         },
-        fail: error => { writer.fail(failure(error)) },
+        fail: error => { writer.fail(failure(error), frameSseDone(ctx.runId)) },
         streaming: true
       }
     }

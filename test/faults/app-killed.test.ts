@@ -5,7 +5,7 @@ import { send } from '../helpers/http-client.ts'
 import { eventually, freePort, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
 import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { clientClosed, connectClient, nextMessage } from '../helpers/websocket-app.ts'
-import { openStream } from '../stream/sse-test-kit.ts'
+import { doneFrame, openStream } from '../stream/sse-test-kit.ts'
 import { scrape } from '../helpers/admin-metrics.ts'
 import { assertLeakFree, type FaultApp, startFaultApp, type Tap, type Teardown } from './fault-kit.ts'
 
@@ -106,7 +106,7 @@ t.test('killed mid-stream: the caller\'s SSE stream ends with event: error after
   const payload = JSON.parse(last?.data ?? '') as Record<string, unknown>
   t.same(Object.keys(payload), ['message'])
   t.match(payload.message, /^app failed mid-stream/)
-  t.ok(stream.raw().endsWith(`event: error\ndata: ${last?.data ?? ''}\n\n`))
+  t.ok(stream.raw().endsWith(`event: error\ndata: ${last?.data ?? ''}\n\n${doneFrame(id)}`), 'the error event, then the run\'s done frame')
 
   const [attempt] = (await receiver.waitForAttempts(attemptsBefore + 1)).slice(attemptsBefore)
   const body = JSON.parse(attempt?.body.toString() ?? '') as { run_id: string, status_code: number, result: unknown }

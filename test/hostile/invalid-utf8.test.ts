@@ -171,7 +171,7 @@ t.test('an NDJSON stream with invalid UTF-8 lines becomes valid UTF-8 events', a
   t.equal(r.status, 200)
   t.equal(r.headers['content-type'], 'text/event-stream; charset=utf-8')
   t.doesNotThrow(() => strictUtf8.decode(r.body))
-  t.equal(r.text, 'data: {"n":1}\n\ndata: \ufffd\n\ndata: {"s":"\ufffd("}\n\n')
+  t.equal(r.text, `data: {"n":1}\n\ndata: \ufffd\n\ndata: {"s":"\ufffd("}\n\nid: ${r.headers['x-request-id'] as string}.done\n\n`)
 })
 
 t.test('the webhook of an answer with invalid UTF-8 is valid UTF-8 JSON too', async t => {

@@ -156,10 +156,16 @@ export function splitBytes (text: string, at: number): [Buffer, Buffer] {
   return [bytes.subarray(0, at), bytes.subarray(at)]
 }
 
-/** The three SSE modes: what the app sends for an event with value `v`, and what the caller reads. */
+/** The frame a converted stream (NDJSON, chunks) of run `runId` ends with, after its last event. */
+export const doneFrame = (runId: string | undefined): string => `id: ${runId ?? ''}.done\n\n`
+
+/**
+ * The three SSE modes: what the app sends for an event with value `v`, and what the caller reads;
+ * `converted` streams end with the run's doneFrame.
+ */
 export const MODES = [
-  { name: 'passthrough', headers: { 'content-type': 'text/event-stream' }, accept: undefined, unit: (v: string) => `data: ${v}\n\n` },
-  { name: 'NDJSON', headers: { 'content-type': 'application/x-ndjson' }, accept: undefined, unit: (v: string) => `${v}\n` },
-  { name: 'chunks', headers: { 'content-type': 'text/plain' }, accept: 'text/event-stream', unit: (v: string) => v }
+  { name: 'passthrough', headers: { 'content-type': 'text/event-stream' }, accept: undefined, unit: (v: string) => `data: ${v}\n\n`, converted: false },
+  { name: 'NDJSON', headers: { 'content-type': 'application/x-ndjson' }, accept: undefined, unit: (v: string) => `${v}\n`, converted: true },
+  { name: 'chunks', headers: { 'content-type': 'text/plain' }, accept: 'text/event-stream', unit: (v: string) => v, converted: true }
 ] as const
 export type Mode = typeof MODES[number]

@@ -4,7 +4,7 @@ import t from 'tap'
 import { metric } from '../helpers/admin-metrics.ts'
 import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
 import { sleep } from '../helpers/timing.ts'
-import { openStream, play, readStream, type ScriptedApp, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
+import { doneFrame, openStream, play, readStream, type ScriptedApp, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
 
 // Streams that end badly: the app dies mid-stream, the caller walks away, and a thousand callers
 // walk away — nothing may be left behind.
@@ -68,7 +68,8 @@ for (const mode of MODES) {
     const payload = JSON.parse(last.data) as Record<string, unknown>
     t.same(Object.keys(payload), ['message'])
     t.match(payload.message, /^app failed mid-stream/)
-    t.ok(s.raw().endsWith(`event: error\ndata: ${last.data}\n\n`))
+    // a converted stream ends with its run's done frame after the error event; passthrough is the app's own stream
+    t.ok(s.raw().endsWith(`event: error\ndata: ${last.data}\n\n${mode.converted ? doneFrame(`dies-${mode.name}`) : ''}`))
     t.equal(await metric(h, 'sidecar_sse_events_total') - before, 2, 'the app\'s two events are counted')
     await eventually(async () => await metric(h, 'sidecar_sse_streams') === 0)
     await eventually(() => h.logs.some(line => line.runId === `dies-${mode.name}`))

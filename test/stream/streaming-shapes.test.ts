@@ -3,7 +3,7 @@ import { metric } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
 import { sleep } from '../helpers/timing.ts'
-import { openStream, readStream, type ScriptedApp, splitBytes, startScriptedApp, type Step, play } from './sse-test-kit.ts'
+import { doneFrame, openStream, readStream, type ScriptedApp, splitBytes, startScriptedApp, type Step, play } from './sse-test-kit.ts'
 
 // Which app responses become SSE, and what the caller then reads: exact events, exact bytes, exact headers.
 
@@ -125,7 +125,8 @@ for (const type of ['application/x-ndjson', 'application/jsonl', 'application/x-
     const expected = ['{"a":1}', '{"b":2}', '{"c":3}', '  {"spaced": true}  ', '{"s":"café"}', '{"s":"日本"}', '{"s":"😀!"}', '{"last":true}']
     t.same(s.events.map(e => e.data), expected)
     t.notOk(s.raw().includes('\r'), 'no CR survives into the stream')
-    t.equal(s.raw(), expected.map(line => `data: ${line}\n\n`).join(''), 'each line framed as data: <line> and a blank line')
+    t.equal(s.raw(), expected.map(line => `data: ${line}\n\n`).join('') + doneFrame(s.headers['x-request-id'] as string),
+      'each line framed as data: <line> and a blank line, then the run\'s done frame')
     t.ok(s.events.every(e => e.event === undefined))
     t.equal(await metric(cortex, 'sidecar_sse_events_total') - before, expected.length)
   })
@@ -137,7 +138,7 @@ t.test('NDJSON with a Content-Length and nothing but blank lines: a stream with 
   t.equal(s.status, 200)
   t.equal(s.headers['content-type'], 'text/event-stream; charset=utf-8')
   t.equal(s.headers['content-length'], undefined)
-  t.equal(s.raw(), '')
+  t.equal(s.raw(), doneFrame(s.headers['x-request-id'] as string), 'only the run\'s done frame')
   t.same(s.events, [])
 })
 
@@ -152,7 +153,7 @@ t.test('chunked + Accept SSE: each chunk read is one event; line breaks become s
   const expected = ['one', 'a\nb', 'a\nb', 'a\nb', 'caf', 'é ok', 'x', '😀y', 'end\n']
   t.same(s.events.map(e => e.data), expected)
   t.equal(s.raw(), 'data: one\n\n' + 'data: a\ndata: b\n\n'.repeat(3) + 'data: caf\n\n' + 'data: é ok\n\n' +
-    'data: x\n\n' + 'data: 😀y\n\n' + 'data: end\ndata: \n\n')
+    'data: x\n\n' + 'data: 😀y\n\n' + 'data: end\ndata: \n\n' + doneFrame(s.headers['x-request-id'] as string))
   t.equal(await metric(cortex, 'sidecar_sse_events_total') - before, expected.length)
 })
 

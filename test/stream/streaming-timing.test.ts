@@ -4,7 +4,7 @@ import t from 'tap'
 import { metric } from '../helpers/admin-metrics.ts'
 import { type Harness, startHarness } from '../helpers/sidecar-harness.ts'
 import { sleep } from '../helpers/timing.ts'
-import { openStream, type ScriptedApp, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
+import { doneFrame, openStream, type ScriptedApp, startScriptedApp, type Step, MODES, type Mode } from './sse-test-kit.ts'
 
 // When bytes reach the caller: headers at once, every event as soon as the app made it,
 // keep-alive comments only where the stream is idle (and never inside a line), and nothing lost
@@ -117,7 +117,9 @@ t.test('an idle stream gets keep-alive comments between events; the parser sees 
     const s = await openStream(`${hb.base}/v4/proj/app${route.path}`, { ...await auth(hb), ...(mode.accept === undefined ? {} : { accept: mode.accept }) })
     await s.done
     t.same(s.events.map(e => e.data), ['first', 'second'], `${mode.name}: only the real events`)
-    t.match(s.raw(), /^data: first\n\n(: keep-alive\n\n){2,5}data: second\n\n$/, `${mode.name}: comments between the events`)
+    const end = mode.converted ? doneFrame(s.headers['x-request-id'] as string) : ''
+    t.ok(s.raw().endsWith('data: second\n\n' + end), `${mode.name}: the stream's end`)
+    t.match(s.raw().slice(0, s.raw().length - end.length), /^data: first\n\n(: keep-alive\n\n){2,5}data: second\n\n$/, `${mode.name}: comments between the events`)
     t.ok(s.comments.length >= 2 && s.comments.every(c => c === 'keep-alive'), `${mode.name}: ${s.comments.length} keep-alive comments`)
   }))
 })
@@ -126,7 +128,9 @@ t.test('a stream idle from the start gets keep-alive comments before its first e
   const route = timedRoute(t, MODES[1], [500, '1\n'])
   const s = await openStream(`${hb.base}/v4/proj/app${route.path}`, await auth(hb))
   await s.done
-  t.match(s.raw(), /^(: keep-alive\n\n){1,4}data: 1\n\n$/)
+  const end = doneFrame(s.headers['x-request-id'] as string)
+  t.ok(s.raw().endsWith('data: 1\n\n' + end), 'the run\'s done frame ends the stream')
+  t.match(s.raw().slice(0, -end.length), /^(: keep-alive\n\n){1,4}data: 1\n\n$/)
   t.same(s.events.map(e => e.data), ['1'])
 })
 

@@ -5,7 +5,7 @@ import type { RunScope, RunStatus, RunStore } from '../store/run-store.ts'
 import { sendJson } from '../../shared/http-answers.ts'
 import type { LabelledCounter, StreamMetrics } from '../../shared/metric-contracts.ts'
 import { isRunId } from '../../shared/run-id-rule.ts'
-import { frameSseError, frameSseEvent } from '../../stream/sse-frame.ts'
+import { doneEventId, frameSseError, frameSseEvent } from '../../stream/sse-frame.ts'
 import { SseWriter } from '../../stream/sse-writer.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import type { CallRoute } from '../../sidecar/call/match-route.ts'
@@ -81,7 +81,8 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
       } else if (item.type === 'gap') {
         writable = writer.framed(frameSseError(`events before ${item.first} are no longer kept`), 1)
       } else {
-        writer.framed(frameSseEvent(recordJson(item.view), 'done'), 1)
+        // its id stops an EventSource: a reconnect with it is answered 204 (answerFinishedStream)
+        writer.framed(frameSseEvent(recordJson(item.view), 'done', doneEventId(route.runId)), 1)
         break
       }
       // a slow reader is not buffered for: the store keeps the events until it catches up

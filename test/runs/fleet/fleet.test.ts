@@ -71,7 +71,7 @@ t.test('a run on one replica is read, followed and canceled on the other', async
   t.equal(canceled.status, 200)
   await appClosed
   t.ok(performance.now() - canceledAt < 1000, 'the replica running it aborts the app request within 1 s')
-  t.match(await events, /^event: done\ndata: \{"run_id":"cross","status":"canceled"/)
+  t.match(await events, /^id: cross\.done\nevent: done\ndata: \{"run_id":"cross","status":"canceled"/)
   const [delivery] = await receiver.waitForAttempts(1, 10_000)
   const body = JSON.parse(delivery?.body.toString() ?? '{}') as Record<string, unknown>
   t.equal(body.status_code, 499)

@@ -25,7 +25,8 @@ async function ndjsonRun (app: RunsApp, client: RunsClient, runId: string, lines
 }
 
 const framed = (lines: string[], from = 0): string => lines.slice(from).map((line, i) => `id: ${from + i}\ndata: ${line}\n\n`).join('')
-const doneFrame = (record: string): string => `event: done\ndata: ${record}\n\n`
+/** The done event: its id, `<run_id>.done`, stops an EventSource (a reconnect with it gets 204). */
+const doneFrame = (record: string): string => `id: ${(JSON.parse(record) as { run_id: string }).run_id}.done\nevent: done\ndata: ${record}\n\n`
 
 t.test('the events of a finished run, from the first: SSE headers, id lines, then done with the record, then the stream closes', async t => {
   const app = await appFor(t)
@@ -44,7 +45,7 @@ t.test('the events of a finished run, from the first: SSE headers, id lines, the
   t.equal(reader.headers['content-length'], undefined)
   t.equal(reader.raw(), framed(lines) + doneFrame(record), 'the stream, byte for byte')
   t.ok(reader.res.complete, 'the stream ended cleanly after done')
-  t.same(reader.events.map(e => [e.id, e.event, e.data]), [['0', undefined, lines[0]], ['1', undefined, 'plain'], ['2', undefined, lines[2]], [undefined, 'done', record]])
+  t.same(reader.events.map(e => [e.id, e.event, e.data]), [['0', undefined, lines[0]], ['1', undefined, 'plain'], ['2', undefined, lines[2]], ['finished-stream.done', 'done', record]])
   t.equal(JSON.parse(record).status, 'succeeded')
   t.same(JSON.parse(record).result, [{ token: 'a' }, 'plain', { token: 'c' }])
 })
@@ -116,7 +117,7 @@ t.test('a multi-line value is one event of several data: lines', async t => {
   await client.finished('lines-sse')
   const sseReader = await client.follow('lines-sse', { query: '?after=0' })
   await sseReader.done
-  t.match(sseReader.raw(), /^id: 1\ndata: \{"x":\ndata: 1\}\n\nevent: done\n/)
+  t.match(sseReader.raw(), /^id: 1\ndata: \{"x":\ndata: 1\}\n\nid: lines-sse\.done\nevent: done\n/)
   const sseRecord = (await client.read('lines-sse')).record
   t.same(sseRecord.result, ['first\nsecond', { x: 1 }], 'values with line breaks, parsed when JSON')
 
@@ -126,7 +127,7 @@ t.test('a multi-line value is one event of several data: lines', async t => {
   await client.finished('lines-chunks')
   const chunkReader = await client.follow('lines-chunks')
   await chunkReader.done
-  t.match(chunkReader.raw(), /^id: 0\ndata: one\ndata: two\ndata: three\ndata: four\n\nevent: done\n/)
+  t.match(chunkReader.raw(), /^id: 0\ndata: one\ndata: two\ndata: three\ndata: four\n\nid: lines-chunks\.done\nevent: done\n/)
   t.equal(chunkReader.events[0]?.data, 'one\ntwo\nthree\nfour')
 })
 
@@ -262,9 +263,9 @@ t.test('idle readers get keep-alive comments; a run that fails mid-stream ends i
   t.equal(record.status_code, 502)
   t.same(record.result, [{ n: 0 }], 'the events so far')
   t.same(record.error, { message: 'app unreachable: app failed mid-stream: connection reset' })
-  t.same(reader.events.map(e => [e.id, e.event]), [['0', undefined], [undefined, 'done']])
+  t.same(reader.events.map(e => [e.id, e.event]), [['0', undefined], ['idle.done', 'done']])
   t.equal(reader.events[1]?.data, response.text)
-  t.match(reader.raw(), /^id: 0\ndata: \{"n":0\}\n\n(: keep-alive\n\n)+event: done\n/)
+  t.match(reader.raw(), /^id: 0\ndata: \{"n":0\}\n\n(: keep-alive\n\n)+id: idle\.done\nevent: done\n/)
 })
 
 t.test('DEADLINE_SECONDS on a reader: its stream ends with an error event, not a cut connection; it resumes where it stopped', async t => {

@@ -167,7 +167,7 @@ t.test('cancel a running run: the app request is cut within 1 s, the record canc
   t.ok(cutAt - canceledAt < 1000, `the app request was aborted within 1 s (${Math.round(cutAt - canceledAt)} ms)`)
 
   await reader.done
-  t.same(reader.events.map(e => [e.id, e.event]), [['0', undefined], [undefined, 'done']], 'the events end with done')
+  t.same(reader.events.map(e => [e.id, e.event]), [['0', undefined], ['running.done', 'done']], 'the events end with done')
   const done = reader.events[1]
   t.equal(JSON.parse(done?.data ?? '{}').status, 'canceled')
 

@@ -285,7 +285,7 @@ t.test('a streamed answer: the result is the array of event values (SSE, NDJSON,
     }
     held.res.end()
     await reader.done
-    t.same(reader.events.map(e => e.id), [...mode.values.map((_v, i) => String(i)), undefined], `${mode.path}: the events, numbered`)
+    t.same(reader.events.map(e => e.id), [...mode.values.map((_v, i) => String(i)), `${runId}.done`], `${mode.path}: the events, numbered, then done`)
     const { record } = await client.finished(runId)
     t.equal(record.status, 'succeeded', mode.path)
     t.equal(record.status_code, 200)
