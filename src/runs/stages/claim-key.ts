@@ -1,12 +1,13 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../../errors.ts'
-import { bodyDigest, idempotencyKey, idempotencySlot } from '../idempotency-key.ts'
+import { idempotencyKey, idempotencySlot, requestDigest } from '../idempotency-key.ts'
 import { recordedRun } from '../run-record.ts'
 import type { KeptAnswer, KeyEntry, RunStatus, RunStore } from '../store/run-store.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import type { CallRoute } from '../../sidecar/call/match-route.ts'
+import { splitQuery } from '../../sidecar/call/invoke-route.ts'
 import { wholeRequestBody } from '../../sidecar/call/request-body.ts'
 import { answerQueued, queuedBody, runLocation } from './queued-answer.ts'
 import { type RecordedRun, RecordedRunTee } from './recorded-run.ts'
@@ -30,10 +31,10 @@ const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large 
 
 /**
  * The idempotency stage (SPEC: Runs → Idempotency), for a call with an Idempotency-Key: claims
- * the key's slot for this call (`call.keySlot`; its body is read whole for the digest), or answers
- * a repeat: the kept answer again (`Idempotent-Replayed: true`, the first's `X-Request-Id`); while
- * the first runs, 409 for a sync repeat and 202 with the first's run id for an async one; 422 when
- * the body differs. True when the call was answered. A sync call that holds the key is recorded as
+ * the key's slot for this call and its caller (`call.keySlot`; its body is read whole for the
+ * digest), or answers a repeat: the kept answer again (`Idempotent-Replayed: true`, the first's
+ * `X-Request-Id`); while the first runs, 409 for a sync repeat and 202 with the first's run id for
+ * an async one; 422 when the query or body differs. True when the call was answered. A sync call that holds the key is recorded as
  * a run (`call.recording`), and its answer is kept for repeats as it ends (keepSyncAnswer).
  */
 export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => Promise<boolean> {
@@ -42,8 +43,8 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
     const body = await wholeRequestBody(call.body)
     call.body = body
     const scope = { projectId: route.projectId, appName: route.appName }
-    const slot = idempotencySlot(scope, route.appPath, call.idempotencyKey as string)
-    const digest = bodyDigest(body)
+    const slot = idempotencySlot(scope, route.appPath, call.caller, call.idempotencyKey as string)
+    const digest = requestDigest(fingerprintQuery(route), body)
     const async = call.async
     // a sync call is recorded with its claim, in one step: running from now on (GET …/_runs/{id}
     // on any replica); an async one is recorded as it is submitted
@@ -168,6 +169,9 @@ function replay (res: ServerResponse, held: KeyEntry, answer: KeptAnswer, route:
   res.writeHead(answer.status, headers)
   res.end(answer.body)
 }
+
+/** The query a repeat must match: the one the app gets, without `access_token` even when it is not the sidecar's. */
+const fingerprintQuery = (route: CallRoute): string => splitQuery(route.forwardedQuery, true).forwarded
 
 const replayHeaders = (held: KeyEntry): Record<string, string> => ({ 'x-request-id': held.runId, 'idempotent-replayed': 'true' })
 

@@ -43,6 +43,8 @@ export abstract class CallRecord {
   readonly runId: string
   /** What the route stage found: set first by either /v4 pipeline (a /v2 read has none). */
   route!: CallRoute
+  /** Who calls, as an Idempotency-Key is scoped: the verified token's `sub` ('' with auth off, or for a token without one). */
+  caller = ''
   /** The app has the request: its relay answers from now on. */
   forwarded = false
   /** How long it waited for its slot, in ms (Server-Timing's `queue`): 0 when one was free. */
