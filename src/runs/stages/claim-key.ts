@@ -81,9 +81,10 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
 
 /**
  * Watches a sync call that holds a key (in `slot`): what the caller gets is copied (up to `maxAnswerBytes`)
- * and kept for repeats when the answer ends, before the caller has its last bytes. A call that never reached the app (503
- * queue full, the deadline while it waited) or whose caller left (the sidecar cut the app
- * request) frees the key instead: a retry runs.
+ * and kept for repeats when the answer ends, before the caller has its last bytes. A caller that
+ * leaves once its request reached the app does not stop it: the answer is made all the same, copied
+ * and kept, and nothing more goes to its socket. A call that never reached the app (503 queue
+ * full, the deadline or its caller leaving while it waited) frees the key instead: a retry runs.
  */
 function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: RecordedRun): void {
   const res = call.res
@@ -114,12 +115,16 @@ function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: Record
   const end = res.end
   res.write = function (this: ServerResponse, chunk: unknown, encoding?: unknown, callback?: unknown) {
     keep(chunk, encoding)
+    if (call.outliving) return true // its caller left: the copy is all there is to write
     return (write as (...args: unknown[]) => boolean).call(this, chunk, encoding, callback)
   } as ServerResponse['write']
   let kept = false
   res.end = function (this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-    const finish = (): ServerResponse => (end as (...args: unknown[]) => ServerResponse).call(this, chunk, encoding, callback)
-    if (kept || !call.forwarded || this.destroyed) return finish()
+    const outliving = call.outliving
+    const finish = (): ServerResponse => outliving
+      ? (end as () => ServerResponse).call(this) // the response only ends: no byte for a socket that is gone
+      : (end as (...args: unknown[]) => ServerResponse).call(this, chunk, encoding, callback)
+    if (kept || !call.forwarded || (this.destroyed && !outliving)) return finish()
     kept = true
     keep(chunk, encoding)
     const answer: KeptAnswer = tooLarge
@@ -139,8 +144,8 @@ function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: Record
     return this
   } as ServerResponse['end']
   call.onClose(() => {
-    // no complete answer from the app (never forwarded, or its caller left and the app request was
-    // cut): a retry runs; a run that never reached the app is forgotten too (it never ran)
+    // no complete answer (never forwarded, or the app failed mid-answer, which cuts the caller's
+    // connection): a retry runs; a run that never reached the app is forgotten too (it never ran)
     if (!kept) deps.store.keys.drop(recorded.run.scope, recorded.slot, call.runId, !call.forwarded).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
   })
 }
