@@ -10,6 +10,8 @@ import { fetchBoundedJson } from './bounded-json.ts'
 /** What the sidecar keeps of a token it has verified. */
 export interface VerifiedToken {
   readonly projectId: string | undefined
+  /** Its `sub`: the caller it names ('' for a token without one, so all such tokens are one caller). */
+  readonly subject: string
   readonly jti: string | undefined
   /** Expiry in epoch milliseconds (`exp` is required). */
   readonly expiresAtMs: number
@@ -27,6 +29,11 @@ export interface TokenVerifierOptions {
   keys?: JWTVerifyGetKey
   /** Token ids revoked at the store; a revoked token is refused even when cached. */
   revoked?: { has: (jti: string | undefined) => boolean }
+}
+
+/** Who learns the caller a verified token names (a call, whose Idempotency-Keys are scoped to it). */
+export interface TokenCaller {
+  caller: string
 }
 
 /** Asymmetric algorithms only: `none` and HMAC are refused whatever a token's header says. */
@@ -82,20 +89,23 @@ export class TokenVerifier {
   stop (): void { clearTimeout(this.#loading) }
 
   /**
-   * Resolves when `token` is valid for `projectId`; rejects with the SidecarError to answer.
-   * Returns synchronously (undefined) when the token is cached, sparing a promise per request.
+   * Resolves when `token` is valid for `projectId` (then `to.caller` is its `sub`); rejects with the
+   * SidecarError to answer. Returns synchronously (undefined) when the token is cached, sparing a
+   * promise per request.
    */
-  authorize (token: string, projectId: string): Promise<void> | undefined {
+  authorize (token: string, projectId: string, to?: TokenCaller): Promise<void> | undefined {
     const cached = this.#cache.get(token)
     if (cached !== undefined && cached.expiresAtMs > Date.now()) {
       if (this.#revoked.has(cached.jti)) throw new InvalidTokenError('revoked')
       if (cached.projectId !== projectId) throw new ForbiddenProjectError()
+      if (to !== undefined) to.caller = cached.subject
       return undefined
     }
     if (cached !== undefined) this.#cache.delete(token)
     return this.#verify(token).then(verified => {
       if (this.#revoked.has(verified.jti)) throw new InvalidTokenError('revoked')
       if (verified.projectId !== projectId) throw new ForbiddenProjectError()
+      if (to !== undefined) to.caller = verified.subject
     })
   }
 
@@ -108,6 +118,7 @@ export class TokenVerifier {
     }
     const verified: VerifiedToken = {
       projectId: typeof payload.projectId === 'string' ? payload.projectId : undefined,
+      subject: typeof payload.sub === 'string' ? payload.sub : '',
       jti: payload.jti,
       expiresAtMs: (payload.exp as number) * 1000
     }

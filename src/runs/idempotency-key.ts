@@ -1,9 +1,10 @@
-import { hash } from 'node:crypto'
+import { createHash, hash } from 'node:crypto'
 import { MalformedRequestError } from '../errors.ts'
 import type { RunScope } from './store/run-store.ts'
 
 // SPEC, Runs → Idempotency: `Idempotency-Key: <1 to 255 visible ASCII characters>` on a POST,
-// per project, app and path; a repeat is compared with the first by a digest of its body.
+// per project, app, path and caller; a repeat is compared with the first by a digest of its query
+// and body.
 
 const VISIBLE_ASCII = /^[\x21-\x7e]{1,255}$/
 
@@ -19,17 +20,22 @@ export function idempotencyKey (header: string | string[] | undefined): string |
   return header
 }
 
-/** What a repeat's body is compared by: SHA-256 of its bytes (base64url). The body itself is never kept. */
-export function bodyDigest (body: Buffer | null): string {
-  return hash('sha256', body ?? EMPTY, 'base64url')
+/**
+ * What a repeat is compared by: SHA-256 (base64url) of its query (without the parameters the
+ * sidecar takes) and its body bytes, the query's length first so that no two pairs run together.
+ * Neither is kept.
+ */
+export function requestDigest (query: string, body: Buffer | null): string {
+  const digest = createHash('sha256').update(`${query.length}:${query}\n`)
+  if (body !== null) digest.update(body)
+  return digest.digest('base64url')
 }
 
 /**
- * The name of a key's slot in the store: one per project, app, path and key, of fixed length
- * (SHA-256 of path and key, base64url), so a key of any length or content makes a safe store key.
+ * The name of a key's slot in the store: one per project, app, path, caller (a token's `sub`) and
+ * key, of fixed length (SHA-256, base64url), so a key or caller of any length or content makes a
+ * safe store key.
  */
-export function idempotencySlot (scope: RunScope, path: string, key: string): string {
-  return hash('sha256', `${scope.projectId}\n${scope.appName}\n${path}\n${key}`, 'base64url')
+export function idempotencySlot (scope: RunScope, path: string, caller: string, key: string): string {
+  return hash('sha256', JSON.stringify([scope.projectId, scope.appName, path, caller, key]), 'base64url')
 }
-
-const EMPTY = Buffer.alloc(0)

@@ -39,11 +39,14 @@ export class SseWriter {
       this.#timer = setTimeout(this.#beat, heartbeatMs)
       this.#timer.unref()
     }
-    res.once('close', () => {
+    const closed = (): void => {
       this.#closed = true
       clearTimeout(this.#timer)
       metrics.sseStreams.dec()
-    })
+    }
+    // a recorded run's stream may begin after its caller left (it is kept for its Idempotency-Key)
+    if (res.destroyed) closed()
+    else res.once('close', closed)
   }
 
   /** Sends one event whose data is `data`; false when the caller's buffer is full. */
@@ -71,9 +74,12 @@ export class SseWriter {
     return this.#res.write(bytes)
   }
 
-  /** Ends the stream with `event: error` and `data: {"message": …}`, then `last` (a frame, if any). */
+  /**
+   * Ends the stream with `event: error` and `data: {"message": …}`, then `last` (a frame, if any);
+   * also once the caller left (a recorded run keeps it).
+   */
   fail (message: string, last = ''): void {
-    if (this.#closed || this.#res.writableEnded) return
+    if (this.#res.writableEnded) return
     clearTimeout(this.#timer)
     const close = this.#boundary === 'event' ? '' : '\n\n'
     this.#res.end(close + frameSseError(message) + last)

@@ -95,6 +95,24 @@ t.test('one server can hold several keys of different algorithms', async t => {
   t.equal(server.fetches, 1)
 })
 
+t.test('the caller a token names is its sub, when verified and on a cache hit; a token without one names the empty caller', async t => {
+  const issuer = await createTokenIssuer()
+  const v = verifier(await jwks(t, [issuer]))
+  const token = await issuer.sign(PROJECT, { claims: { sub: 'sa-alice' } })
+  const first = { caller: 'before' }
+  t.equal(await v.authorize(token, PROJECT, first), undefined)
+  t.equal(first.caller, 'sa-alice', 'verified')
+  const hit = { caller: 'before' }
+  t.equal(v.authorize(token, PROJECT, hit), undefined)
+  t.equal(hit.caller, 'sa-alice', 'a cache hit')
+  const refused = { caller: 'before' }
+  syncThrow(t, () => v.authorize(token, 'proj-2', refused))
+  t.equal(refused.caller, 'before', 'a refused token names nobody')
+  const anonymous = { caller: 'before' }
+  await v.authorize(await issuer.sign(PROJECT, { claims: { sub: undefined } }), PROJECT, anonymous)
+  t.equal(anonymous.caller, '')
+})
+
 t.test('a valid token for another project is 403, also on a cache hit', async t => {
   const issuer = await createTokenIssuer()
   const server = await jwks(t, [issuer])

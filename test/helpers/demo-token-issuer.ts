@@ -25,9 +25,9 @@ export async function createTokenIssuer (alg: 'EdDSA' | 'ES256' | 'RS256' = 'EdD
     jwks: { keys: [jwk] },
     sign: async (projectId, options = {}) => {
       const now = Math.floor(Date.now() / 1000)
-      return await new SignJWT({ projectId, name: 'demo', ...options.claims })
+      // `claims` may replace `sub` (or drop it, as undefined)
+      return await new SignJWT({ sub: 'sa-demo', projectId, name: 'demo', ...options.claims })
         .setProtectedHeader({ alg, kid, typ: 'JWT' })
-        .setSubject('sa-demo')
         .setIssuedAt(now)
         .setExpirationTime(now + (options.ttlSeconds ?? 3600))
         .setJti(randomUUID())

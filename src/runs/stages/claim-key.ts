@@ -1,12 +1,13 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../../errors.ts'
-import { bodyDigest, idempotencyKey, idempotencySlot } from '../idempotency-key.ts'
+import { idempotencyKey, idempotencySlot, requestDigest } from '../idempotency-key.ts'
 import { recordedRun } from '../run-record.ts'
 import type { KeptAnswer, KeyEntry, RunStatus, RunStore } from '../store/run-store.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import type { CallRoute } from '../../sidecar/call/match-route.ts'
+import { splitQuery } from '../../sidecar/call/invoke-route.ts'
 import { wholeRequestBody } from '../../sidecar/call/request-body.ts'
 import { answerQueued, queuedBody, runLocation } from './queued-answer.ts'
 import { type RecordedRun, RecordedRunTee } from './recorded-run.ts'
@@ -30,10 +31,10 @@ const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large 
 
 /**
  * The idempotency stage (SPEC: Runs → Idempotency), for a call with an Idempotency-Key: claims
- * the key's slot for this call (`call.keySlot`; its body is read whole for the digest), or answers
- * a repeat: the kept answer again (`Idempotent-Replayed: true`, the first's `X-Request-Id`); while
- * the first runs, 409 for a sync repeat and 202 with the first's run id for an async one; 422 when
- * the body differs. True when the call was answered. A sync call that holds the key is recorded as
+ * the key's slot for this call and its caller (`call.keySlot`; its body is read whole for the
+ * digest), or answers a repeat: the kept answer again (`Idempotent-Replayed: true`, the first's
+ * `X-Request-Id`); while the first runs, 409 for a sync repeat and 202 with the first's run id for
+ * an async one; 422 when the query or body differs. True when the call was answered. A sync call that holds the key is recorded as
  * a run (`call.recording`), and its answer is kept for repeats as it ends (keepSyncAnswer).
  */
 export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => Promise<boolean> {
@@ -42,8 +43,8 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
     const body = await wholeRequestBody(call.body)
     call.body = body
     const scope = { projectId: route.projectId, appName: route.appName }
-    const slot = idempotencySlot(scope, route.appPath, call.idempotencyKey as string)
-    const digest = bodyDigest(body)
+    const slot = idempotencySlot(scope, route.appPath, call.caller, call.idempotencyKey as string)
+    const digest = requestDigest(fingerprintQuery(route), body)
     const async = call.async
     // a sync call is recorded with its claim, in one step: running from now on (GET …/_runs/{id}
     // on any replica); an async one is recorded as it is submitted
@@ -80,9 +81,10 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
 
 /**
  * Watches a sync call that holds a key (in `slot`): what the caller gets is copied (up to `maxAnswerBytes`)
- * and kept for repeats when the answer ends, before the caller has its last bytes. A call that never reached the app (503
- * queue full, the deadline while it waited) or whose caller left (the sidecar cut the app
- * request) frees the key instead: a retry runs.
+ * and kept for repeats when the answer ends, before the caller has its last bytes. A caller that
+ * leaves once its request reached the app does not stop it: the answer is made all the same, copied
+ * and kept, and nothing more goes to its socket. A call that never reached the app (503 queue
+ * full, the deadline or its caller leaving while it waited) frees the key instead: a retry runs.
  */
 function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: RecordedRun): void {
   const res = call.res
@@ -113,12 +115,16 @@ function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: Record
   const end = res.end
   res.write = function (this: ServerResponse, chunk: unknown, encoding?: unknown, callback?: unknown) {
     keep(chunk, encoding)
+    if (call.outliving) return true // its caller left: the copy is all there is to write
     return (write as (...args: unknown[]) => boolean).call(this, chunk, encoding, callback)
   } as ServerResponse['write']
   let kept = false
   res.end = function (this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-    const finish = (): ServerResponse => (end as (...args: unknown[]) => ServerResponse).call(this, chunk, encoding, callback)
-    if (kept || !call.forwarded || this.destroyed) return finish()
+    const outliving = call.outliving
+    const finish = (): ServerResponse => outliving
+      ? (end as () => ServerResponse).call(this) // the response only ends: no byte for a socket that is gone
+      : (end as (...args: unknown[]) => ServerResponse).call(this, chunk, encoding, callback)
+    if (kept || !call.forwarded || (this.destroyed && !outliving)) return finish()
     kept = true
     keep(chunk, encoding)
     const answer: KeptAnswer = tooLarge
@@ -138,8 +144,8 @@ function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: Record
     return this
   } as ServerResponse['end']
   call.onClose(() => {
-    // no complete answer from the app (never forwarded, or its caller left and the app request was
-    // cut): a retry runs; a run that never reached the app is forgotten too (it never ran)
+    // no complete answer (never forwarded, or the app failed mid-answer, which cuts the caller's
+    // connection): a retry runs; a run that never reached the app is forgotten too (it never ran)
     if (!kept) deps.store.keys.drop(recorded.run.scope, recorded.slot, call.runId, !call.forwarded).catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key not freed') })
   })
 }
@@ -168,6 +174,9 @@ function replay (res: ServerResponse, held: KeyEntry, answer: KeptAnswer, route:
   res.writeHead(answer.status, headers)
   res.end(answer.body)
 }
+
+/** The query a repeat must match: the one the app gets, without `access_token` even when it is not the sidecar's. */
+const fingerprintQuery = (route: CallRoute): string => splitQuery(route.forwardedQuery, true).forwarded
 
 const replayHeaders = (held: KeyEntry): Record<string, string> => ({ 'x-request-id': held.runId, 'idempotent-replayed': 'true' })
 

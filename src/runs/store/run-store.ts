@@ -102,7 +102,7 @@ export type RunEventItem =
 export interface KeyClaim {
   /** The first request's run id: a repeat is answered with it. */
   readonly runId: string
-  /** bodyDigest of the first request's body: a repeat with another body is refused (422). */
+  /** requestDigest of the first request's query and body: a repeat with another one is refused (422). */
   readonly digest: string
   readonly async: boolean
 }

@@ -19,6 +19,11 @@ export interface CallRecorder {
 /** Whoever acts on a call's abort once it holds the call (the app request's relay). */
 export interface AbortTaker {
   abortFor: (reason: Error) => void
+  /**
+   * The caller left: true when the work goes on without it (a recorded run's app request), and
+   * then calls the call's `outlived()` as it ends; false, and the call aborts.
+   */
+  outlivesCaller?: () => boolean
 }
 
 /** The request's log line. */
@@ -43,6 +48,8 @@ export abstract class CallRecord {
   readonly runId: string
   /** What the route stage found: set first by either /v4 pipeline (a /v2 read has none). */
   route!: CallRoute
+  /** Who calls, as an Idempotency-Key is scoped: the verified token's `sub` ('' with auth off, or for a token without one). */
+  caller = ''
   /** The app has the request: its relay answers from now on. */
   forwarded = false
   /** How long it waited for its slot, in ms (Server-Timing's `queue`): 0 when one was free. */
@@ -56,23 +63,26 @@ export abstract class CallRecord {
   #onAbort: AbortTaker | undefined
   /** One cleanup, or several (most calls have one: the slot). */
   #onClose: (() => void) | Array<() => void> | undefined
-  #closed = false
+  #freed = false
+  /** Its caller left, and its app request goes on: what the call holds is freed as that ends. */
+  #outliving = false
   readonly #metrics: SidecarMetrics
+  readonly #inflight: InflightTracker
 
   constructor (recorder: CallRecorder, label: RouteLabel, req: IncomingMessage, closes: Duplex | ServerResponse) {
     this.req = req
     this.#metrics = recorder.metrics
+    this.#inflight = recorder.inflight
     this.runId = runIdFor(req.headers['x-request-id'])
     const startedAt = performance.now()
     const url = req.url as string // before a forward step rewrites it
     recorder.inflight.begin()
     closes.once('close', () => {
-      this.#closed = true
-      if (!this.finished) this.abort(new CallerGoneError())
-      const cleanups = this.#onClose
-      if (typeof cleanups === 'function') cleanups()
-      else if (cleanups !== undefined) for (const free of cleanups) free()
-      recorder.inflight.end()
+      if (!this.finished) {
+        if (this.#onAbort?.outlivesCaller?.() === true) this.#outliving = true
+        else this.abort(new CallerGoneError())
+      }
+      if (!this.#outliving) this.#free()
       const seconds = (performance.now() - startedAt) / 1000
       const status = this.status
       this.trace?.end(status, this.runId)
@@ -135,12 +145,33 @@ export abstract class CallRecord {
     }
   }
 
-  /** Runs `free` when the call closes (finished or cut), or at once when it already has. */
+  /** Its caller left, and its app request goes on without it (a recorded run): it is answered all the same. */
+  get outliving (): boolean { return this.#outliving }
+
+  /** The app request that outlived its caller has ended: what the call held is freed now. */
+  outlived (): void {
+    if (!this.#outliving) return
+    this.#outliving = false
+    this.#free()
+  }
+
+  /**
+   * Runs `free` when the call closes (finished or cut), or at once when it already has; for a
+   * call that outlives its caller, when its app request ends.
+   */
   onClose (free: () => void): void {
     const cleanups = this.#onClose
-    if (this.#closed) free()
+    if (this.#freed) free()
     else if (cleanups === undefined) this.#onClose = free
     else if (typeof cleanups === 'function') this.#onClose = [cleanups, free]
     else cleanups.push(free)
+  }
+
+  #free (): void {
+    this.#freed = true
+    const cleanups = this.#onClose
+    if (typeof cleanups === 'function') cleanups()
+    else if (cleanups !== undefined) for (const free of cleanups) free()
+    this.#inflight.end()
   }
 }

@@ -41,7 +41,8 @@ export class HttpCall extends CallRecord {
 
   get status (): number { return this.res.headersSent ? this.res.statusCode : 499 }
   get finished (): boolean { return this.res.writableFinished }
-  get settled (): boolean { return this.res.writableEnded || this.res.destroyed }
+  // a call that outlives its caller is still answered, for its Idempotency-Key (nothing reaches the socket)
+  get settled (): boolean { return this.res.writableEnded || (this.res.destroyed && !this.outliving) }
 
   answer (error: unknown): void {
     if (this.settled) return

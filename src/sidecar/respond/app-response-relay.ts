@@ -15,7 +15,7 @@ const CALLER_GONE = new CallerDisconnectedError()
 /**
  * An undici dispatch handler that relays one upstream response to one caller: it picks a sink
  * when headers arrive, pauses the upstream when the caller cannot keep up, and aborts the
- * upstream when the caller disconnects or the deadline passes.
+ * upstream when the caller disconnects (a recorded run's goes on) or the deadline passes.
  */
 export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext, AbortTaker {
   readonly res: ServerResponse
@@ -32,6 +32,9 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   #controller: Dispatcher.DispatchController | undefined
   #sink: ResponseSink | undefined
   #callerGone = false
+  /** Its caller left a recorded run: the app request goes on, answered for its Idempotency-Key alone. */
+  #outlived = false
+  #ended = false
   #expired: SidecarError | undefined
   readonly #choose: SinkChooser
   readonly #unreachable: (detail: string) => SidecarError
@@ -64,6 +67,14 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     else this.callerGone()
   }
 
+  /** The caller left: a recorded run's app request goes on to its end (its answer kept for its key); any other is cut. */
+  outlivesCaller (): boolean {
+    if (this.#call.recording === undefined || this.#ended) return false
+    this.#outlived = true
+    this.#resume() // paused for the caller's reading, which is over
+    return true
+  }
+
   /** The caller disconnected before the response was complete. */
   callerGone (): void {
     this.#callerGone = true
@@ -88,7 +99,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   }
 
   onResponseData (controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (!(this.#sink as ResponseSink).write(chunk) && !this.#callerGone) {
+    if (!(this.#sink as ResponseSink).write(chunk) && !this.#callerGone && !this.#outlived) {
       controller.pause()
       this.res.once('drain', this.#resume)
     }
@@ -96,8 +107,10 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
 
   onResponseEnd (): void {
     (this.#sink as ResponseSink).end()
+    this.#ended = true
     this.#span?.end(this.#status)
     this.#tee?.finish()
+    if (this.#outlived) this.#call.outlived()
   }
 
   /**
@@ -111,6 +124,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
    * A stream's webhook reports the events sent instead, with status 200.
    */
   onResponseError (_controller: Dispatcher.DispatchController, cause: Error): void {
+    this.#ended = true
     this.#span?.end(this.#status, describeNetworkError(cause))
     const sink = this.#sink
     let reported: SidecarError
@@ -127,6 +141,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     } else if (cause instanceof SidecarError) {
       this.answer(cause)
       this.#tee?.cancel()
+      if (this.#outlived) this.#call.outlived()
       return
     } else {
       reported = this.#unreachable(describeNetworkError(cause))
@@ -134,5 +149,6 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     }
     if (sink?.streaming === true) this.#tee?.finish()
     else this.#tee?.finishWith(reported.status, reported.body())
+    if (this.#outlived) this.#call.outlived()
   }
 }
