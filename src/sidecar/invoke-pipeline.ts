@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Pool } from 'undici'
 import type { TokenVerifier } from '../auth/token-verifier.ts'
+import { RouteNotFoundError } from '../errors.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
 import { pathPrefix } from '../shared/url-paths.ts'
 import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
@@ -98,6 +99,7 @@ export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' 
   async function upgrade (call: UpgradeCall, head: Buffer, caller: ReturnType<typeof watchCaller>): Promise<void> {
     call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
     await authorizeCall(call, verifier)                                    // 401 bad token, 403 another project
+    if (matchRunRoute(call.route) !== undefined) throw new RouteNotFoundError() // 404: `_` paths are the sidecar's, never upgraded
     const slot = await takeSlot(gate, call)                                // 503 queue full; held until the socket closes
     forward.toApp(call, slot, caller.stop(head))                           // 502; the app's 101 or its refusal
   }

@@ -21,14 +21,21 @@ export interface RunRoute {
 
 const RUNS_PREFIX = '/_runs'
 const UNDERSCORE = 0x5f
+const SLASH = 0x2f
+const PERCENT = 0x25
 
 /**
- * The runs stage: undefined when the app path does not start with `_` (the call goes to the app);
- * else the `_runs` route it names. 400 for a malformed run id, 404 for any other shape and any
- * other `_` path (reserved, never forwarded).
+ * The runs stage: undefined when the app path does not start with `_` (the call goes to the app,
+ * its path as sent); else the `_runs` route it names. The path is read as it decodes and
+ * normalises to (`%5F`, `%5f` and empty segments; no other escape). 400 for a malformed run id,
+ * 404 for any other shape and any other `_` path (reserved, never forwarded).
  */
 export function matchRunRoute (route: CallRoute): RunRoute | undefined {
-  const path = route.appPath
+  const raw = route.appPath
+  const second = raw.charCodeAt(1)
+  // the common path: its first segment starts with neither `_`, an escape, nor another `/`
+  if (second !== UNDERSCORE && second !== SLASH && second !== PERCENT) return undefined
+  const path = raw.includes('%5') || raw.includes('//') ? raw.replace(ESCAPED_UNDERSCORE, '_').replace(EMPTY_SEGMENTS, '/') : raw
   if (path.charCodeAt(1) !== UNDERSCORE) return undefined
   // app paths starting with `_` are reserved for the sidecar: only `_runs` is one of its routes yet
   if (!path.startsWith(RUNS_PREFIX) || (path.length > RUNS_PREFIX.length && path[RUNS_PREFIX.length] !== '/')) throw new RouteNotFoundError()
@@ -40,6 +47,9 @@ export function matchRunRoute (route: CallRoute): RunRoute | undefined {
   if (action === undefined) throw new RouteNotFoundError()
   return { scope: { projectId: route.projectId, appName: route.appName }, runId, action, query: route.forwardedQuery }
 }
+
+const ESCAPED_UNDERSCORE = /%5f/gi
+const EMPTY_SEGMENTS = /\/{2,}/g
 
 export interface RunRoutesDeps {
   readonly store: RunStore
