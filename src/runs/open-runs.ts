@@ -56,6 +56,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
     maxResultBytes: config.envelopeMaxBodyBytes,
+    maxEventBytes: config.streamMaxEventBytes,
     deadlineSeconds: config.deadlineSeconds,
     replicaConcurrency: config.replicaConcurrency,
     runsTotal: metrics.runsTotal,

@@ -47,7 +47,7 @@ export interface InvokeDeps extends CallRecorder {
 export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, gate, verifier } = deps
   const heartbeatMs = config.sseHeartbeatSeconds * 1000
-  const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs })
+  const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs, maxEventBytes: config.streamMaxEventBytes })
   const basePath = pathPrefix(config.appUrl)
   const headerRules = { dropAuthorization: verifier !== undefined, dropAcceptEncoding: config.runtime === 'cortex', upgrade: false }
   const forwardToApp = createAppForward({

@@ -23,6 +23,8 @@ export interface AsyncRunnerDeps {
   readonly webhookMaxBodyBytes: number
   /** ENVELOPE_MAX_BODY_BYTES: the largest body kept as a result. */
   readonly maxResultBytes: number
+  /** STREAM_MAX_EVENT_BYTES: the longest event of a streamed answer. */
+  readonly maxEventBytes: number
   readonly deadlineSeconds: number
   /** REPLICA_CONCURRENCY (0: no limit, and then at most UNLIMITED_PARALLEL async runs at once). */
   readonly replicaConcurrency: number
@@ -190,6 +192,7 @@ export class AsyncRunner implements RunStoreListener {
       method: request.method,
       accept: headerValue(request.headers, 'accept'),
       maxResultBytes: this.#deps.maxResultBytes,
+      maxEventBytes: this.#deps.maxEventBytes,
       appUrl: this.#deps.appUrl,
       onEvent: (n, data) => { store.records.appendEvent(run, n, data) }
     })
