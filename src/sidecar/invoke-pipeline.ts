@@ -4,6 +4,7 @@ import type { Pool } from 'undici'
 import type { TokenVerifier } from '../auth/token-verifier.ts'
 import { RouteNotFoundError } from '../errors.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
+import type { InternalErrorReporter } from '../shared/internal-errors.ts'
 import { pathPrefix } from '../shared/url-paths.ts'
 import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import type { RunStore } from '../runs/store/run-store.ts'
@@ -38,6 +39,8 @@ export interface InvokeDeps extends CallRecorder {
   readonly runs: RunStore
   /** Makes each call's spans (tracing on). */
   readonly tracer?: Tracer | undefined
+  /** Where an exception in a recorded run's store writes goes (it fails the run, not the call). */
+  readonly reportInternal: InternalErrorReporter
 }
 
 /**
@@ -61,7 +64,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   })
   const serveRunRoute = createRunRoutes({ store: deps.runs, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
   const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
-  const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal })
+  const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal })
 
   async function invoke (call: HttpCall): Promise<void> {
     call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
@@ -90,7 +93,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
  * A WebSocket upgrade on `/v4/…`: the same route, auth and gate stages as a call (no webhook, no
  * deadline), then the handshake and every frame pass to and from the app untouched.
  */
-export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' | 'runs'>): WebSocketForward & {
+export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' | 'runs' | 'reportInternal'>): WebSocketForward & {
   handleUpgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void
 } {
   const { config, gate, verifier } = deps

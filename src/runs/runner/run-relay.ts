@@ -86,7 +86,14 @@ export class RunRelay implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd (): void {
+    const cutBefore = this.#cut
     this.#splitter?.end()
+    const cut = this.#cut
+    if (cut !== cutBefore && cut !== undefined) {
+      // the last event broke the run (a store write that threw): it ends with that error
+      this.#settle('failed', cut.status, cut.body(), cut.message)
+      return
+    }
     const status = this.#capture.status
     const failed = status < 200 || status >= 300
     this.#settle(failed ? 'failed' : 'succeeded', status, this.#capture.resultJson(), failed ? `app answered ${this.#status}` : undefined)
