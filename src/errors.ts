@@ -270,6 +270,11 @@ export class EventTooLargeError extends SidecarError {
   constructor (limit: number) { super(502, 'SIDECAR_EVENT_TOO_LARGE', `event larger than ${limit} bytes`) }
 }
 
+/** More than RUN_MAX_READERS readers of run events on this replica. */
+export class TooManyReadersError extends SidecarError {
+  constructor () { super(503, 'SIDECAR_TOO_MANY_READERS', 'too many readers of run events', { 'retry-after': '1' }) }
+}
+
 /** An async run still at the app when SIGTERM's grace period ended: recorded on the run, 503. */
 export class ReplicaStoppedError extends SidecarError {
   constructor () { super(503, 'SIDECAR_REPLICA_STOPPED', 'replica stopped') }

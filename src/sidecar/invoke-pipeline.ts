@@ -62,7 +62,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
     headerRules
   })
-  const serveRunRoute = createRunRoutes({ store: deps.runs, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
+  const serveRunRoute = createRunRoutes({ store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
   const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
   const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal })
 

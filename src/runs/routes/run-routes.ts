@@ -1,5 +1,5 @@
 import { once } from 'node:events'
-import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError, SidecarError } from '../../errors.ts'
+import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError, SidecarError, TooManyReadersError } from '../../errors.ts'
 import { recordJson } from '../run-record.ts'
 import type { RunScope, RunStatus, RunStore } from '../store/run-store.ts'
 import { sendJson } from '../../shared/http-answers.ts'
@@ -53,6 +53,8 @@ const EMPTY_SEGMENTS = /\/{2,}/g
 
 export interface RunRoutesDeps {
   readonly store: RunStore
+  /** RUN_MAX_READERS: most readers of run events served at once; beyond it 503. */
+  readonly maxReaders: number
   readonly heartbeatMs: number
   readonly metrics: StreamMetrics
   readonly runsTotal: LabelledCounter<RunStatus>
@@ -102,12 +104,26 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
   }
 
   const METHODS = { record: ['GET', 'HEAD'], events: ['GET'], cancel: ['POST'] } as const
-  const serve = { record, events, cancel }
+  const serve = { record, events: boundedReaders(events, deps.maxReaders), cancel }
 
   return async function serveRunRoute (call, route) {
     const allowed: readonly string[] = METHODS[route.action]
     if (!allowed.includes(call.req.method as string)) throw new MethodNotAllowedError(allowed.join(', '))
     await serve[route.action](call, route)
+  }
+}
+
+/** `serve` for at most `max` readers at once (each until its stream ends or its caller leaves); beyond it 503. */
+function boundedReaders (serve: (call: HttpCall, route: RunRoute) => Promise<void>, max: number): (call: HttpCall, route: RunRoute) => Promise<void> {
+  let readers = 0
+  return async (call, route) => {
+    if (readers >= max) throw new TooManyReadersError()
+    readers++
+    try {
+      await serve(call, route)
+    } finally {
+      readers--
+    }
   }
 }
 
