@@ -1,9 +1,9 @@
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { MemoryRunStore } from '../../src/runs/store/memory/memory-run-store.ts'
 import { metric } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
-import { runsClient, startRunsApp } from '../helpers/runs-client.ts'
-import { eventually, startHarness } from '../helpers/sidecar-harness.ts'
+import { runsClient, type RunsApp, type RunsClient, startRunsApp } from '../helpers/runs-client.ts'
+import { eventually, type Harness, startHarness } from '../helpers/sidecar-harness.ts'
 
 // An exception in a store write fails that one run, never the process nor the call: it is logged
 // once with its stack and counted in sidecar_internal_errors_total.
@@ -17,12 +17,17 @@ function throwingStore (): MemoryRunStore {
 
 const INTERNAL = { message: 'internal error' }
 
-t.test('a store write that throws fails its async run (500), once; the next calls and runs work', async t => {
+/** A runs app, and a sidecar in front of it over a throwingStore(), both closed at `t`'s teardown. */
+async function sidecarOverThrowingStore (t: Test): Promise<{ app: RunsApp, h: Harness, client: RunsClient }> {
   const app = await startRunsApp()
   t.teardown(() => app.close())
   const h = await startHarness(app.url, { DISABLE_AUTH: 'true' }, { runStore: throwingStore() })
   t.teardown(() => h.close())
-  const client = runsClient({ base: h.base })
+  return { app, h, client: runsClient({ base: h.base }) }
+}
+
+t.test('a store write that throws fails its async run (500), once; the next calls and runs work', async t => {
+  const { app, h, client } = await sidecarOverThrowingStore(t)
   t.equal((await client.submit('/ndjson', 'broken-run')).status, 202)
   const held = await app.waitForHeld(1)
   held.res.write('{"n":1}\n{"n":2}\n')
@@ -45,11 +50,7 @@ t.test('a store write that throws fails its async run (500), once; the next call
 })
 
 t.test('a store write that throws under a recorded sync call: the caller gets its whole answer, the run says it failed', async t => {
-  const app = await startRunsApp()
-  t.teardown(() => app.close())
-  const h = await startHarness(app.url, { DISABLE_AUTH: 'true' }, { runStore: throwingStore() })
-  t.teardown(() => h.close())
-  const client = runsClient({ base: h.base })
+  const { app, h, client } = await sidecarOverThrowingStore(t)
   const answer = client.call('/ndjson', { headers: { 'idempotency-key': 'k-broken', 'x-request-id': 'recorded-broken' } })
   const held = await app.waitForHeld(1)
   held.res.write('{"n":1}\n{"n":2}\n')
