@@ -265,6 +265,16 @@ export class RunCanceledError extends SidecarError {
   constructor () { super(499, 'SIDECAR_RUN_CANCELED', 'run canceled') }
 }
 
+/** An event of the app's stream longer than STREAM_MAX_EVENT_BYTES: the stream ends with it, the app request is cut (502 on a run). */
+export class EventTooLargeError extends SidecarError {
+  constructor (limit: number) { super(502, 'SIDECAR_EVENT_TOO_LARGE', `event larger than ${limit} bytes`) }
+}
+
+/** More than RUN_MAX_READERS readers of run events on this replica. */
+export class TooManyReadersError extends SidecarError {
+  constructor () { super(503, 'SIDECAR_TOO_MANY_READERS', 'too many readers of run events', { 'retry-after': '1' }) }
+}
+
 /** An async run still at the app when SIGTERM's grace period ended: recorded on the run, 503. */
 export class ReplicaStoppedError extends SidecarError {
   constructor () { super(503, 'SIDECAR_REPLICA_STOPPED', 'replica stopped') }

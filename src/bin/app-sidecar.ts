@@ -3,6 +3,7 @@ import { applyBuildSettings } from '../config/build-settings.ts'
 import { packageVersion } from '../config/package-version.ts'
 import { loadSidecarConfig, type SidecarConfig, sidecarHelp } from '../config/sidecar-config.ts'
 import { ConfigError } from '../errors.ts'
+import { guardProcess } from '../sidecar/process-guard.ts'
 import { startSidecar } from '../sidecar/sidecar.ts'
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
@@ -35,6 +36,9 @@ const sidecar = await startSidecar(config).catch((error: NodeJS.ErrnoException) 
   process.stderr.write(`app-sidecar: cannot start: ${error.code ?? ''} ${error.message}\n`)
   process.exit(1)
 })
+
+// from here on, no exception may stop the process: it fails what it belongs to, and is counted
+guardProcess(sidecar.reportInternal)
 
 let stopping = false
 async function stop (signal: string): Promise<void> {

@@ -3,6 +3,7 @@ import type { Pool } from 'undici'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
 import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
+import type { InternalErrorReporter } from '../shared/internal-errors.ts'
 import type { Tracer } from '../shared/trace-contracts.ts'
 import type { SidecarMetrics } from '../sidecar/metrics/metrics.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
@@ -19,6 +20,8 @@ export interface RunsDeps {
   readonly sender: WebhookSubmitter
   readonly metrics: SidecarMetrics
   readonly logger: Logger
+  /** Logs and counts an exception nobody expected (sidecar_internal_errors_total). */
+  readonly reportInternal: InternalErrorReporter
   readonly inflight: InflightTracker
   readonly tracer: Tracer | undefined
   /** A run store to use instead of the one RUN_STORE_URL names (tests). */
@@ -56,10 +59,12 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
     maxResultBytes: config.envelopeMaxBodyBytes,
+    maxEventBytes: config.streamMaxEventBytes,
     deadlineSeconds: config.deadlineSeconds,
     replicaConcurrency: config.replicaConcurrency,
     runsTotal: metrics.runsTotal,
     logger,
+    reportInternal: deps.reportInternal,
     inflight: deps.inflight,
     tracer: deps.tracer
   })

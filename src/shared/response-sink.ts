@@ -49,6 +49,9 @@ export interface SinkContext {
   readonly capture: ResponseCapture | undefined
   /** Answers with the sidecar's own JSON error (the response has not begun). */
   answer: (error: SidecarError) => void
-  /** Answers with the sidecar's own error and cuts the app request (the sink will not take the rest). */
+  /**
+   * Answers with the sidecar's own error (unless the response has begun: then the sink has ended it)
+   * and cuts the app request (the sink will not take the rest); its tee reports that error.
+   */
   cut: (error: SidecarError) => void
 }

@@ -2,7 +2,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Pool } from 'undici'
 import type { TokenVerifier } from '../auth/token-verifier.ts'
+import { RouteNotFoundError } from '../errors.ts'
 import type { SidecarConfig } from '../config/sidecar-config.ts'
+import type { InternalErrorReporter } from '../shared/internal-errors.ts'
 import { pathPrefix } from '../shared/url-paths.ts'
 import type { ConcurrencyGate } from '../lifecycle/concurrency-gate.ts'
 import type { RunStore } from '../runs/store/run-store.ts'
@@ -38,6 +40,8 @@ export interface InvokeDeps extends CallRecorder {
   readonly runs: RunStore
   /** Makes each call's spans (tracing on). */
   readonly tracer?: Tracer | undefined
+  /** Where an exception in a recorded run's store writes goes (it fails the run, not the call). */
+  readonly reportInternal: InternalErrorReporter
 }
 
 /**
@@ -47,7 +51,7 @@ export interface InvokeDeps extends CallRecorder {
 export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, gate, verifier } = deps
   const heartbeatMs = config.sseHeartbeatSeconds * 1000
-  const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs })
+  const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs, maxEventBytes: config.streamMaxEventBytes })
   const basePath = pathPrefix(config.appUrl)
   const headerRules = { dropAuthorization: verifier !== undefined, dropAcceptEncoding: config.runtime === 'cortex', upgrade: false }
   const forwardToApp = createAppForward({
@@ -59,9 +63,9 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
     headerRules
   })
-  const serveRunRoute = createRunRoutes({ store: deps.runs, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
+  const serveRunRoute = createRunRoutes({ store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
   const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
-  const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal })
+  const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal })
 
   async function invoke (call: HttpCall): Promise<void> {
     call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
@@ -91,7 +95,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
  * A WebSocket upgrade on `/v4/…`: the same route, auth and gate stages as a call (no webhook, no
  * deadline), then the handshake and every frame pass to and from the app untouched.
  */
-export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' | 'runs'>): WebSocketForward & {
+export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' | 'runs' | 'reportInternal'>): WebSocketForward & {
   handleUpgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void
 } {
   const { config, gate, verifier } = deps
@@ -100,6 +104,7 @@ export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' 
   async function upgrade (call: UpgradeCall, head: Buffer, caller: ReturnType<typeof watchCaller>): Promise<void> {
     call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
     await authorizeCall(call, verifier)                                    // 401 bad token, 403 another project
+    if (matchRunRoute(call.route) !== undefined) throw new RouteNotFoundError() // 404: `_` paths are the sidecar's, never upgraded
     const slot = await takeSlot(gate, call)                                // 503 queue full; held until the socket closes
     forward.toApp(call, slot, caller.stop(head))                           // 502; the app's 101 or its refusal
   }

@@ -10,6 +10,7 @@ import { ConcurrencyStats } from '../lifecycle/concurrency-stats.ts'
 import { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import { openRuns } from '../runs/open-runs.ts'
 import type { RunStore } from '../runs/store/run-store.ts'
+import { type InternalErrorReporter, internalErrorReporter } from '../shared/internal-errors.ts'
 import { Pool } from '../shared/undici-core.ts'
 import { pathPrefix, underUrl } from '../shared/url-paths.ts'
 import { openTracer, traceSettingsOf } from '../tracing/trace-settings.ts'
@@ -54,6 +55,8 @@ export interface RunningSidecar {
   readonly inflight: InflightTracker
   readonly webhooks: WebhookSender
   readonly runs: RunStore
+  /** Logs and counts an exception nobody expected (the bin's process guard reports to it). */
+  readonly reportInternal: InternalErrorReporter
   /** SIGTERM: /readyz turns 503, in-flight work gets `graceSeconds`, then everything closes. True when nothing was cut. */
   drain: (graceSeconds: number) => Promise<boolean>
   /** Closes everything at once. */
@@ -64,6 +67,7 @@ export interface RunningSidecar {
 export async function startSidecar (config: SidecarConfig, options: SidecarOptions = {}): Promise<RunningSidecar> {
   const logger = createLogger(config.logLevel, options.logDestination)
   const metrics = new SidecarMetrics()
+  const reportInternal = internalErrorReporter(logger, metrics.internalErrors)
   const inflight = new InflightTracker()
   const revocations = new RevocationList({
     url: underUrl(config.storeUrl, '.well-known/revoked-tokens'),
@@ -112,11 +116,11 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   }, options.notReadyWarningMs ?? NOT_READY_WARNING_MS).unref()
 
   const { store: runs, webhooks: deliveries, runner } = await openRuns(config, {
-    gate, app, sender: webhooks, metrics, logger, inflight, tracer, store: options.runStore
+    gate, app, sender: webhooks, metrics, logger, reportInternal, inflight, tracer, store: options.runStore
   })
 
   const recorder = { logger, metrics, inflight }
-  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks: deliveries, gate, runs, tracer })
+  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks: deliveries, gate, runs, tracer, reportInternal })
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl), storeUrl: config.storeUrl.href })
   const websockets = createUpgradeHandler({ ...recorder, config, verifier, gate })
 
@@ -160,7 +164,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     return await drainSidecar({ logger, server, inflight, webhooks, drainRuns: async graceOver => await runner.drain(graceOver), close }, graceSeconds)
   }
 
-  return { port, adminPort, logger, metrics, inflight, webhooks, runs, drain, close }
+  return { port, adminPort, logger, metrics, inflight, webhooks, runs, reportInternal, drain, close }
 }
 
 /** How often the key set is fetched again while none was ever fetched: just past the verifier's 5 s back-off after a failure. */

@@ -67,6 +67,7 @@ export class SseWriter {
 
   /** Sends bytes that are already SSE (passthrough), counting `events` complete events in them. */
   raw (bytes: Buffer, events: number): boolean {
+    if (bytes.length === 0) return true // an empty read (undici passes some) leaves the stream where it was
     if (events > 0) this.#metrics.sseEvents.inc(events)
     this.#boundary = boundaryAfter(bytes, this.#lastByte)
     this.#lastByte = bytes[bytes.length - 1] ?? this.#lastByte

@@ -1,5 +1,5 @@
 import { StringDecoder } from 'node:string_decoder'
-import { SidecarError } from '../errors.ts'
+import { EventTooLargeError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import type { StreamMetrics } from '../shared/metric-contracts.ts'
 import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
@@ -12,6 +12,8 @@ import { SseWriter } from './sse-writer.ts'
 export interface StreamSinkDeps {
   readonly metrics: StreamMetrics
   readonly heartbeatMs: number
+  /** STREAM_MAX_EVENT_BYTES: a longer event ends the stream with an error event and cuts the app request. */
+  readonly maxEventBytes: number
 }
 
 /** The three ways an app response becomes a server-sent event stream. */
@@ -33,17 +35,24 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
     if (ctx.capture !== undefined) ctx.capture.status = 200
     return new SseWriter(ctx.res, ctx.runId, deps.heartbeatMs, deps.metrics, serverTiming(ctx.queueMs))
   }
+  const tooLarge = new EventTooLargeError(deps.maxEventBytes)
+  /** An event over STREAM_MAX_EVENT_BYTES: the error event (then `last`, a converted stream's end frame), and the app request cut. */
+  const refuse = (ctx: SinkContext, writer: SseWriter, last?: string): true => {
+    writer.fail(tooLarge.message, last)
+    ctx.cut(tooLarge)
+    return true
+  }
 
   return {
     eventStream (ctx) {
       const capture = ctx.capture
       const writer = open(ctx)
       let events = 0
-      const parser = createSseDataParser(data => { events++; capture?.event(data) })
+      const parser = createSseDataParser(data => { events++; capture?.event(data) }, deps.maxEventBytes)
       return {
         write: chunk => {
           events = 0
-          parser.push(chunk)
+          if (!parser.push(chunk)) return refuse(ctx, writer)
           return writer.raw(chunk, events)
         },
         end: () => { writer.end() },
@@ -55,7 +64,7 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
     ndjson (ctx) {
       const capture = ctx.capture
       const writer = open(ctx)
-      const splitter = new NdjsonSplitter()
+      const splitter = new NdjsonSplitter(deps.maxEventBytes)
       let writable = true
       const onLine = (line: string): void => {
         capture?.event(line)
@@ -64,12 +73,12 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
       return {
         write: chunk => {
           writable = true
-          splitter.push(chunk, onLine)
+          if (!splitter.push(chunk, onLine)) return refuse(ctx, writer, frameSseDone(ctx.runId))
           return writable
         },
         end: () => {
-          splitter.flush(onLine)
-          writer.end(frameSseDone(ctx.runId))
+          if (splitter.flush(onLine)) writer.end(frameSseDone(ctx.runId))
+          else refuse(ctx, writer, frameSseDone(ctx.runId))
         },
         fail: error => {
           writer.fail(failure(error), frameSseDone(ctx.runId))

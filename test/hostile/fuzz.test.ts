@@ -115,7 +115,7 @@ const pieces = fc.oneof(
   { weight: 6, arbitrary: fc.stringMatching(/^[A-Za-z0-9._-]{1,6}$/).map(bytesOf) },
   {
     weight: 6,
-    arbitrary: fc.constantFrom('/', '/', '.', '..', '%', '%2F', '%2f', '%00', '%FF', '%E2%82', '?', '&', '=', '#', '+', ';', '@', ':', '~', '//',
+    arbitrary: fc.constantFrom('/', '/', '.', '..', '%', '%2F', '%2f', '%5F', '%5f', '_', '%00', '%FF', '%E2%82', '?', '&', '=', '#', '+', ';', '@', ':', '~', '//',
       '\\', '"', '<', '>', '{', '|', '^', '`', '[', ']', 'webhookEndpoint=', 'access_token=', 'proj', 'app', 'v4').map(bytesOf)
   },
   // one byte the parser refuses in a target: controls, space, DEL, anything >= 0x80
@@ -151,7 +151,8 @@ function targetOracle (sent: Buffer, verb: string): TargetOutcome {
   const [projectId, appName] = segments as [string, string]
   if (!ID.test(projectId) || !ID.test(appName) || projectId !== 'proj' || appName !== 'app') return { kind: 'no-app' }
   const appPath = segments.length === 2 ? '/' : '/' + segments.slice(2).join('/')
-  if (appPath.startsWith('/_')) return { kind: 'reserved' } // the sidecar's own paths: _runs routes, else 404
+  // the sidecar's own paths, read as %5F/%5f and empty segments decode and normalise to: _runs routes, else 404
+  if (appPath.replace(/%5f/gi, '_').replace(/\/{2,}/g, '/').startsWith('/_')) return { kind: 'reserved' }
   const { endpoint, forwarded } = splitOracle(query)
   if (endpoint !== undefined) {
     const message = endpointError(endpoint)

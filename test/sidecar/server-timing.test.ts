@@ -1,6 +1,6 @@
 import t from 'tap'
 import { fetchMetrics, sampleValue } from '../helpers/admin-metrics.ts'
-import { send } from '../helpers/http-client.ts'
+import { send, sendRaw } from '../helpers/http-client.ts'
 import { eventually } from '../helpers/sidecar-harness.ts'
 import { gaugesReach, invoke, json, type SeenRequest, sidecarFor, startMixedApp } from './concurrency-kit.ts'
 
@@ -87,4 +87,38 @@ t.test('answers the app did not give carry no Server-Timing', async t => {
   const missing = await send(`${h.base}/v9/proj/app/x`)
   t.equal(missing.status, 404)
   t.equal(missing.headers['server-timing'], undefined)
+})
+
+t.test('the names queue and app are the sidecar\'s: the app\'s entries of those names are dropped, its others kept first', async t => {
+  // the app's Server-Timing, as raw header lines (a repeated header, a quoted comma, any case, odd spacing)
+  const spoofs: Record<string, string[]> = {
+    '/only': ['queue;dur=0, app;dur=1'],
+    '/mixed': ['db;dur=5, queue;dur=0', 'APP;dur=1 , cache;desc="hit, app;dur=9";dur=2', ' Queue ;dur=7,,total;dur=3'],
+    '/prefix': ['queued;dur=4, application;dur=5']
+  }
+  const app = await startMixedApp(seen => {
+    const lines = spoofs[seen.path.replace(/^\/(cortex|custom)/, '')] ?? []
+    const head = ['content-type', 'application/json']
+    for (const line of lines) head.push('server-timing', line)
+    seen.res.writeHead(200, head)
+    seen.res.end('{"ok":true}')
+  })
+  t.teardown(() => app.close())
+  const custom = await sidecarFor(t, app.url, { RUNTIME: 'custom' })
+  const cortex = await sidecarFor(t, app.url)
+  for (const h of [custom, cortex]) await eventually(async () => (await send(`${h.admin}/readyz`)).status === 200)
+  /** The Server-Timing lines of a raw answer, exactly as sent. */
+  const timingLines = async (h: typeof custom, path: string): Promise<string[]> => {
+    const raw = await sendRaw(h.sidecar.port, `GET /v4/proj/app${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)
+    t.match(raw, /^HTTP\/1\.1 200 /, `${path} answered 200`)
+    return raw.slice(0, raw.indexOf('\r\n\r\n')).split('\r\n').filter(line => /^server-timing:/i.test(line))
+  }
+  t.same(await timingLines(custom, '/custom/only'), ['server-timing: queue;dur=0'], 'passthrough: only the sidecar\'s queue')
+  t.same(await timingLines(custom, '/custom/mixed'), ['server-timing: db;dur=5, cache;desc="hit, app;dur=9";dur=2, total;dur=3, queue;dur=0'],
+    'passthrough: the app\'s other entries first, in order, then the sidecar\'s')
+  t.same(await timingLines(custom, '/custom/prefix'), ['server-timing: queued;dur=4, application;dur=5, queue;dur=0'], 'names that only start like ours are the app\'s')
+  const [envelope] = await timingLines(cortex, '/cortex/mixed')
+  t.match(envelope, /^server-timing: db;dur=5, cache;desc="hit, app;dur=9";dur=2, total;dur=3, queue;dur=0, app;dur=\d+(\.\d+)?$/, 'envelope: queue and app once each, the sidecar\'s')
+  const [only] = await timingLines(cortex, '/cortex/only')
+  t.match(only, /^server-timing: queue;dur=0, app;dur=\d+(\.\d+)?$/)
 })

@@ -5,7 +5,7 @@ import { createEventSplitter, type StreamKind } from '../../src/stream/event-spl
 /** The values `kind` splits `chunks` into, fed one push per chunk, then end(). */
 function split (kind: StreamKind, chunks: Array<string | Buffer>, end = true): string[] {
   const values: string[] = []
-  const splitter = createEventSplitter(kind, data => { values.push(data) })
+  const splitter = createEventSplitter(kind, data => { values.push(data) }, Infinity)
   for (const chunk of chunks) splitter.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk)
   if (end) splitter.end()
   return values
@@ -80,4 +80,33 @@ t.test('chunks: each read is one value, as text; a character cut between reads j
   t.same(split('chunks', [Buffer.concat([Buffer.from('a'), euro.subarray(0, 1)]), euro.subarray(1)]), ['a', '€'])
   t.same(split('chunks', [euro.subarray(0, 1), euro.subarray(1, 2), euro.subarray(2)]), ['€'], 'reads holding only part of a character wait for the rest')
   t.same(split('chunks', [Buffer.concat([Buffer.from('z'), euro.subarray(0, 2)])]), ['z', '\ufffd'], 'a character cut by the end becomes U+FFFD')
+})
+
+t.test('STREAM_MAX_EVENT_BYTES: an event longer than the bound stops the splitting, in every row but chunks', async t => {
+  const MAX = 1000
+  /** The values, and whether each push was accepted. */
+  const bounded = (kind: StreamKind, chunks: Array<string | Buffer>): { values: string[], accepted: boolean[] } => {
+    const values: string[] = []
+    const splitter = createEventSplitter(kind, data => { values.push(data) }, MAX)
+    const accepted = chunks.map(chunk => splitter.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk))
+    splitter.end()
+    return { values, accepted }
+  }
+  const x = (n: number): string => 'x'.repeat(n)
+  t.same(bounded('ndjson', [`${x(MAX)}\n`, `${x(MAX)}\r\n`, 'a\n']), { values: [x(MAX), x(MAX), 'a'], accepted: [true, true, true] }, 'a line of the bound passes, LF or CRLF')
+  t.same(bounded('ndjson', ['a\n' + x(MAX + 1) + '\nb\n', 'c\n']), { values: ['a'], accepted: [false, false] }, 'one byte more: the lines before it only')
+  t.same(bounded('ndjson', [x(600), x(400), 'y', '\nz\n']), { values: [], accepted: [true, true, true, false] }, 'over several reads: one byte past the bound may be a CR')
+  t.same(bounded('ndjson', [x(600), x(400), 'yy', '\nz\n']), { values: [], accepted: [true, true, false, false] }, 'two are not: refused before the line\'s end')
+  t.same(bounded('ndjson', [x(600), x(400), '\r', '\n']), { values: [x(MAX)], accepted: [true, true, true, true] }, 'the CR of a CRLF is not the line\'s')
+
+  const event = (n: number): string => `data: ${x(n - 8)}\n\n` // n bytes in all
+  t.same(bounded('event-stream', [event(MAX), event(MAX)]), { values: [x(MAX - 8), x(MAX - 8)], accepted: [true, true] }, 'events of the bound pass')
+  t.same(bounded('event-stream', ['data: a\n\n', `data: ${x(600)}\n`, `data: ${x(600)}\n`, '\n']), { values: ['a'], accepted: [true, true, false, false] },
+    'an event of several data lines is counted whole')
+  t.same(bounded('event-stream', [`data: ${x(500)}\r\n\r\n`, `data: ${x(500)}\r\r`, `data: ${x(500)}\n`, '\ndata: b\n\n']).accepted, [true, true, true, true],
+    'every blank line ends the count: CRLF CRLF, CR CR, and LF LF cut between reads')
+  const comments = Array.from({ length: 20 }, () => ': keep-alive\n\n')
+  t.same(bounded('event-stream', [...comments, ...comments, event(20)]).values, [x(12)], 'comments between events count for nothing')
+
+  t.same(bounded('chunks', [x(MAX + 500)]), { values: [x(MAX + 500)], accepted: [true] }, 'a chunk is never assembled: one read is one value')
 })

@@ -32,3 +32,20 @@ t.test('a multibyte character split between reads survives', async t => {
   const chunks = [...bytes].map(b => Buffer.from([b]))
   t.same(split(chunks), ['{"t":"é日本😀"}'])
 })
+
+t.test('a bound: no more than it is kept while a line\'s end is looked for', async t => {
+  const MAX = 4 * 1024 * 1024
+  const splitter = new NdjsonSplitter(MAX)
+  const lines: string[] = []
+  const megabyte = Buffer.alloc(1024 * 1024, 'x')
+  t.ok(splitter.push(Buffer.from('{"n":1}\n"'), line => lines.push(line)))
+  for (let i = 0; i < 4; i++) t.ok(splitter.push(megabyte, line => lines.push(line)), `MiB ${i + 1}: within the bound (and one byte, for a CR)`)
+  t.equal(splitter.pendingBytes, MAX + 1)
+  t.notOk(splitter.push(megabyte, line => lines.push(line)), 'the fifth MiB passes the bound')
+  t.equal(splitter.pendingBytes, 0, 'nothing kept once it is passed')
+  for (let i = 0; i < 300; i++) if (splitter.push(megabyte, line => lines.push(line))) t.fail('accepted after the bound')
+  t.equal(splitter.pendingBytes, 0, 'nor after 300 MiB more')
+  t.notOk(splitter.push(Buffer.from('"\n{"n":2}\n'), line => lines.push(line)), 'the line\'s end and later lines are not split')
+  t.notOk(splitter.flush(line => lines.push(line)))
+  t.same(lines, ['{"n":1}'])
+})

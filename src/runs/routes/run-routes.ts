@@ -1,5 +1,5 @@
 import { once } from 'node:events'
-import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError, SidecarError } from '../../errors.ts'
+import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError, SidecarError, TooManyReadersError } from '../../errors.ts'
 import { recordJson } from '../run-record.ts'
 import type { RunScope, RunStatus, RunStore } from '../store/run-store.ts'
 import { sendJson } from '../../shared/http-answers.ts'
@@ -21,14 +21,21 @@ export interface RunRoute {
 
 const RUNS_PREFIX = '/_runs'
 const UNDERSCORE = 0x5f
+const SLASH = 0x2f
+const PERCENT = 0x25
 
 /**
- * The runs stage: undefined when the app path does not start with `_` (the call goes to the app);
- * else the `_runs` route it names. 400 for a malformed run id, 404 for any other shape and any
- * other `_` path (reserved, never forwarded).
+ * The runs stage: undefined when the app path does not start with `_` (the call goes to the app,
+ * its path as sent); else the `_runs` route it names. The path is read as it decodes and
+ * normalises to (`%5F`, `%5f` and empty segments; no other escape). 400 for a malformed run id,
+ * 404 for any other shape and any other `_` path (reserved, never forwarded).
  */
 export function matchRunRoute (route: CallRoute): RunRoute | undefined {
-  const path = route.appPath
+  const raw = route.appPath
+  const second = raw.charCodeAt(1)
+  // the common path: its first segment starts with neither `_`, an escape, nor another `/`
+  if (second !== UNDERSCORE && second !== SLASH && second !== PERCENT) return undefined
+  const path = raw.includes('%5') || raw.includes('//') ? raw.replace(ESCAPED_UNDERSCORE, '_').replace(EMPTY_SEGMENTS, '/') : raw
   if (path.charCodeAt(1) !== UNDERSCORE) return undefined
   // app paths starting with `_` are reserved for the sidecar: only `_runs` is one of its routes yet
   if (!path.startsWith(RUNS_PREFIX) || (path.length > RUNS_PREFIX.length && path[RUNS_PREFIX.length] !== '/')) throw new RouteNotFoundError()
@@ -41,8 +48,13 @@ export function matchRunRoute (route: CallRoute): RunRoute | undefined {
   return { scope: { projectId: route.projectId, appName: route.appName }, runId, action, query: route.forwardedQuery }
 }
 
+const ESCAPED_UNDERSCORE = /%5f/gi
+const EMPTY_SEGMENTS = /\/{2,}/g
+
 export interface RunRoutesDeps {
   readonly store: RunStore
+  /** RUN_MAX_READERS: most readers of run events served at once; beyond it 503. */
+  readonly maxReaders: number
   readonly heartbeatMs: number
   readonly metrics: StreamMetrics
   readonly runsTotal: LabelledCounter<RunStatus>
@@ -93,12 +105,26 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
   }
 
   const METHODS = { record: ['GET', 'HEAD'], events: ['GET'], cancel: ['POST'] } as const
-  const serve = { record, events, cancel }
+  const serve = { record, events: boundedReaders(events, deps.maxReaders), cancel }
 
   return async function serveRunRoute (call, route) {
     const allowed: readonly string[] = METHODS[route.action]
     if (!allowed.includes(call.req.method as string)) throw new MethodNotAllowedError(allowed.join(', '))
     await serve[route.action](call, route)
+  }
+}
+
+/** `serve` for at most `max` readers at once (each until its stream ends or its caller leaves); beyond it 503. */
+function boundedReaders (serve: (call: HttpCall, route: RunRoute) => Promise<void>, max: number): (call: HttpCall, route: RunRoute) => Promise<void> {
+  let readers = 0
+  return async (call, route) => {
+    if (readers >= max) throw new TooManyReadersError()
+    readers++
+    try {
+      await serve(call, route)
+    } finally {
+      readers--
+    }
   }
 }
 

@@ -1,10 +1,11 @@
 import pRetry from 'p-retry'
 import type { Logger } from 'pino'
 import type { Pool } from 'undici'
-import { DeadlineExceededError, ReplicaStoppedError, RunCanceledError, RunStoreUnavailableError } from '../../errors.ts'
+import { DeadlineExceededError, ReplicaStoppedError, RunCanceledError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
 import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
+import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { TraceContext, Tracer } from '../../shared/trace-contracts.ts'
 import { runWebhookBody } from '../../webhook/result-capture.ts'
@@ -23,11 +24,15 @@ export interface AsyncRunnerDeps {
   readonly webhookMaxBodyBytes: number
   /** ENVELOPE_MAX_BODY_BYTES: the largest body kept as a result. */
   readonly maxResultBytes: number
+  /** STREAM_MAX_EVENT_BYTES: the longest event of a streamed answer. */
+  readonly maxEventBytes: number
   readonly deadlineSeconds: number
   /** REPLICA_CONCURRENCY (0: no limit, and then at most UNLIMITED_PARALLEL async runs at once). */
   readonly replicaConcurrency: number
   readonly runsTotal: LabelledCounter<RunStatus>
   readonly logger: Logger
+  /** An exception nobody expected while a run ran: reported once; the run fails, 500. */
+  readonly reportInternal: InternalErrorReporter
   readonly inflight: InflightTracker
   /** Makes the app request's client span, under the submitter's trace (tracing on). */
   readonly tracer?: Tracer | undefined
@@ -174,7 +179,8 @@ export class AsyncRunner implements RunStoreListener {
       this.#deps.runsTotal.labels(view.record.status).inc()
       this.#sendWebhook(run, view)
     } catch (error) {
-      logger.error({ err: error, runId: run.runId }, 'async run could not be recorded')
+      if (error instanceof SidecarError) logger.error({ err: error, runId: run.runId }, 'async run could not be recorded')
+      else this.#failInternally(run, error)
     } finally {
       release?.()
       this.#active--
@@ -183,15 +189,38 @@ export class AsyncRunner implements RunStoreListener {
     }
   }
 
+  /** An exception nobody expected (a store write, a bug): reported, and the run ends failed if the store lets it. */
+  #failInternally (run: TakenRun, error: unknown): void {
+    const { store, runsTotal, reportInternal } = this.#deps
+    reportInternal(error, { runId: run.runId })
+    const outcome: RunOutcome = { status: 'failed', statusCode: SIDECAR_INTERNAL.status, resultJson: SIDECAR_INTERNAL.body(), runTimeMs: 0, error: SIDECAR_INTERNAL.message, completedAt: Date.now() }
+    void Promise.resolve().then(async () => await store.records.finish(run, outcome)).then(view => {
+      runsTotal.labels(view.record.status).inc()
+      this.#sendWebhook(run, view)
+    }, () => {}) // the store itself is what failed: the run stays as it can be read
+  }
+
   async #dispatch (run: TakenRun): Promise<RunOutcome> {
-    const { store, app, deadlineSeconds } = this.#deps
+    const { store, app, deadlineSeconds, reportInternal } = this.#deps
     const { request } = run
-    const relay = new RunRelay({
+    let broken = false
+    const relay: RunRelay = new RunRelay({
       method: request.method,
       accept: headerValue(request.headers, 'accept'),
       maxResultBytes: this.#deps.maxResultBytes,
+      maxEventBytes: this.#deps.maxEventBytes,
       appUrl: this.#deps.appUrl,
-      onEvent: (n, data) => { store.records.appendEvent(run, n, data) }
+      onEvent: (n, data) => {
+        if (broken) return
+        try {
+          store.records.appendEvent(run, n, data)
+        } catch (error) {
+          // a store write that throws fails this run (500), never the others nor the process
+          broken = true
+          reportInternal(error, { runId: run.runId })
+          relay.abort(SIDECAR_INTERNAL)
+        }
+      }
     })
     const key = runKey(run.scope, run.runId)
     this.#running.set(key, relay)

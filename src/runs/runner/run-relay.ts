@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
-import { AppUnreachableError, RunCanceledError, SidecarError } from '../../errors.ts'
+import { AppUnreachableError, EventTooLargeError, RunCanceledError, SidecarError } from '../../errors.ts'
 import { CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS } from '../run-record.ts'
 import type { RunOutcome } from '../store/run-store.ts'
 import { describeNetworkError } from '../../shared/network-errors.ts'
@@ -16,6 +16,8 @@ export interface RunRelayOptions {
   readonly accept: string | undefined
   /** Most bytes of a result kept (ENVELOPE_MAX_BODY_BYTES): a larger body fails the run with 502; a larger stream keeps `null`. */
   readonly maxResultBytes: number
+  /** STREAM_MAX_EVENT_BYTES: a longer event fails the run with 502 and cuts the app request. */
+  readonly maxEventBytes: number
   /** Each event of a streamed answer, numbered from 0, as it arrives. */
   readonly onEvent: (n: number, data: string) => void
   /** APP_URL, as a failure's log reason names it. */
@@ -69,12 +71,12 @@ export class RunRelay implements Dispatcher.DispatchHandler {
     this.#splitter = createEventSplitter(kind, data => {
       this.#capture.event(data)
       this.#options.onEvent(this.#events++, data)
-    })
+    }, this.#options.maxEventBytes)
   }
 
   onResponseData (controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.#splitter !== undefined) {
-      this.#splitter.push(chunk)
+      if (!this.#splitter.push(chunk)) this.abort(new EventTooLargeError(this.#options.maxEventBytes))
       return
     }
     this.#capture.body(chunk)
@@ -84,7 +86,14 @@ export class RunRelay implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd (): void {
+    const cutBefore = this.#cut
     this.#splitter?.end()
+    const cut = this.#cut
+    if (cut !== cutBefore && cut !== undefined) {
+      // the last event broke the run (a store write that threw): it ends with that error
+      this.#settle('failed', cut.status, cut.body(), cut.message)
+      return
+    }
     const status = this.#capture.status
     const failed = status < 200 || status >= 300
     this.#settle(failed ? 'failed' : 'succeeded', status, this.#capture.resultJson(), failed ? `app answered ${this.#status}` : undefined)
@@ -94,6 +103,7 @@ export class RunRelay implements Dispatcher.DispatchHandler {
    * | why the app request ended early    | the run                                              |
    * | canceled                           | canceled, 499 `{"message": "run canceled"}`          |
    * | the deadline, the grace period end | failed, 504 / 503 with the sidecar's error           |
+   * | an event over STREAM_MAX_EVENT_BYTES | failed, 502 with that error                        |
    * | a stream that had begun failed     | failed, 502; its result the events so far            |
    * | anything else                      | failed, 502 app unreachable (or a body too large)    |
    */

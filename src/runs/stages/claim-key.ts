@@ -4,6 +4,7 @@ import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../../err
 import { idempotencyKey, idempotencySlot, requestDigest } from '../idempotency-key.ts'
 import { recordedRun } from '../run-record.ts'
 import type { KeptAnswer, KeyEntry, RunStatus, RunStore } from '../store/run-store.ts'
+import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import type { CallRoute } from '../../sidecar/call/match-route.ts'
@@ -25,6 +26,8 @@ export interface IdempotencyDeps {
   readonly logger: Logger
   /** sidecar_runs_total: a recorded sync call counts as its run ends. */
   readonly runsTotal: LabelledCounter<RunStatus>
+  /** Where an exception in a recorded run's store writes goes. */
+  readonly reportInternal: InternalErrorReporter
 }
 
 const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large to keep"}'
@@ -62,7 +65,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
     if (held === undefined) {
       call.keySlot = slot
       if (run !== undefined) {
-        const recorded: RecordedRun = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, slot }
+        const recorded: RecordedRun = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal, slot }
         call.recording = webhook => new RecordedRunTee(recorded, webhook, deps.maxAnswerBytes)
         keepSyncAnswer(deps, call, recorded)
       }

@@ -1,6 +1,8 @@
 import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
 import type { KeptAnswer, RunStatus, RunStore, TakenRun } from '../store/run-store.ts'
+import { SIDECAR_INTERNAL } from '../../errors.ts'
+import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { AnswerTee, ResponseCapture } from '../../shared/response-sink.ts'
 import { ResultCapture } from '../../webhook/result-capture.ts'
@@ -14,6 +16,8 @@ export interface RecordedRun {
   readonly logger: Logger
   /** sidecar_runs_total: the run's final status, counted once it is written. */
   readonly runsTotal: LabelledCounter<RunStatus>
+  /** An exception in a store write: reported once, and the run ends failed (the caller's answer goes on). */
+  readonly reportInternal: InternalErrorReporter
   /** Its Idempotency-Key's slot: the answer is kept in it with the run's end, in one step. */
   readonly slot: string
   /** The answer the caller got, handed over as it ends (keepSyncAnswer), before the run's end is written. */
@@ -37,6 +41,8 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
   #startedAt = Date.now()
   #events = 0
   #done = false
+  /** A store write threw: the run's end says so. */
+  #broken = false
 
   constructor (recorded: RecordedRun, webhook: WebhookTee | undefined, maxResultBytes: number) {
     this.#recorded = recorded
@@ -52,7 +58,14 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
 
   event (data: string): void {
     this.#result.event(data)
-    this.#recorded.store.records.appendEvent(this.#recorded.run, this.#events++, data)
+    if (this.#broken) return
+    const { store, run, reportInternal } = this.#recorded
+    try {
+      store.records.appendEvent(run, this.#events++, data)
+    } catch (error) {
+      this.#broken = true
+      reportInternal(error, { runId: run.runId })
+    }
   }
 
   forwarded (): void {
@@ -84,6 +97,11 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
   #end (statusCode: number, resultJson: string, error: string | undefined): void {
     if (this.#done) return
     this.#done = true
+    if (this.#broken) {
+      statusCode = SIDECAR_INTERNAL.status
+      resultJson = SIDECAR_INTERNAL.body()
+      error = SIDECAR_INTERNAL.message
+    }
     const recorded = this.#recorded
     const { store, run, logger, runsTotal } = recorded
     const runTimeMs = performance.now() - this.#forwardedAt

@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http'
 import type { TLSSocket } from 'node:tls'
+import { withServerTiming } from '../../shared/server-timing.ts'
 import type { TraceContext } from '../../shared/trace-contracts.ts'
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1) and the ones the sidecar sets or consumes itself. */
@@ -91,7 +92,7 @@ const BODY_DESCRIBING = new Set(['content-type', 'content-length', 'content-enco
 
 /**
  * The app's response headers minus hop-by-hop ones, with the run id set and the sidecar's
- * `timing` after the app's own Server-Timing entries; `forEnvelope` also drops the ones that
+ * `timing` after the app's own Server-Timing entries (less any it names `queue` or `app`); `forEnvelope` also drops the ones that
  * describe the app's body (the caller gets the envelope instead).
  */
 export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: string, timing: string, forEnvelope = false): OutgoingHttpHeaders {
@@ -103,8 +104,7 @@ export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: s
     out[name] = appHeaders[name]
   }
   out['x-request-id'] = runId
-  const theirs = out['server-timing']
-  out['server-timing'] = theirs === undefined ? timing : `${Array.isArray(theirs) ? theirs.join(', ') : String(theirs)}, ${timing}`
+  out['server-timing'] = withServerTiming(out['server-timing'] as string | string[] | undefined, timing)
   return out
 }
 

@@ -102,6 +102,13 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     registers: [this.registry]
   })
 
+  /** Exceptions nobody expected, caught in a background path or by the process guard (each also logged once). */
+  readonly internalErrors = new Counter({
+    name: 'sidecar_internal_errors_total',
+    help: 'Exceptions nobody expected, contained (a background path, a store write, the process guard): each failed one run at most',
+    registers: [this.registry]
+  })
+
   readonly runsTotal = new Counter({
     name: 'sidecar_runs_total',
     help: 'Recorded runs (async) that ended, by final status',

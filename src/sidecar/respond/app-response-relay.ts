@@ -36,6 +36,8 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   #outlived = false
   #ended = false
   #expired: SidecarError | undefined
+  /** The sink refused the body (too large to wrap, an event too large): the tee reports its error, not what was sent. */
+  #refused = false
   readonly #choose: SinkChooser
   readonly #unreachable: (detail: string) => SidecarError
   readonly #resume = (): void => { this.#controller?.resume() }
@@ -57,7 +59,8 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   answer (error: SidecarError): void { this.#call.answer(error) }
 
   cut (error: SidecarError): void {
-    this.answer(error)
+    this.#refused = true
+    if (!this.res.headersSent) this.answer(error) // a begun stream has written its own end
     this.#controller?.abort(error)
   }
 
@@ -118,7 +121,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
    * | the deadline passed               | 504 (a begun response: the sink's failure)        | the 504                    |
    * | the caller left                   | nothing more: the connection is cut               | 499                        |
    * | the app failed mid-response       | the sink's failure (an error event, a 502, a cut) | a 502                      |
-   * | the sink refused the body (too large to wrap) | its 502, already sent                 | that 502                   |
+   * | the sink refused the body (too large to wrap, an event too large) | its 502 (a stream: its error event) | that 502 |
    * | the request body was refused (413) | that error, and the connection closes            | nothing (app never answered) |
    * | the app could not be reached      | 502                                               | the 502                    |
    * A stream's webhook reports the events sent instead, with status 200.
@@ -147,7 +150,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
       reported = this.#unreachable(describeNetworkError(cause))
       this.answer(reported)
     }
-    if (sink?.streaming === true) this.#tee?.finish()
+    if (sink?.streaming === true && !this.#refused) this.#tee?.finish()
     else this.#tee?.finishWith(reported.status, reported.body())
     if (this.#outlived) this.#call.outlived()
   }

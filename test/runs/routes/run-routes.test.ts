@@ -72,7 +72,7 @@ t.test('route shapes: malformed run id 400, other shapes 404, a wrong method 405
   }
   t.equal((await send(client.runUrl('x'.repeat(128)))).text, NO_SUCH_RUN, 'an id of 128 characters is well formed')
   // every app path starting with `_` is reserved: the sidecar's, 404 unless one of its routes
-  for (const path of ['/_runs', '/_runs/', '/_runs/shape/', '/_runs/shape/other', '/_runs/shape/events/more', '/_runs//events', '/_runs/shape/cancel/x',
+  for (const path of ['/_runs', '/_runs/', '/_runs/shape/', '/_runs/shape/other', '/_runs/shape/events/more', '/_runs/shape/cancel/x',
     '/_', '/_/x', '/_other', '/_runsx', '/_health?async=true']) {
     const r = await send(`${h.base}${client.prefix}${path}`)
     t.equal(r.status, 404, path)
@@ -100,6 +100,40 @@ t.test('route shapes: malformed run id 400, other shapes 404, a wrong method 405
   t.equal((await send(client.runUrl('shape'), { headers: { prefer: 'respond-async' } })).text, record)
   t.equal((await send(`${h.base}${client.prefix}/json/_runs`)).status, 200, 'an underscore further on is the app\'s')
   t.same(app.requests.map(r => r.url), ['/json', '/json/_runs'], 'only the submitted run and the app\'s own path reached the app')
+})
+
+t.test('reserved paths are read as they decode and normalise to: %5F, %5f and empty segments', async t => {
+  const app = await appFor(t)
+  const h = await sidecarFor(t, app.url, { DISABLE_AUTH: 'true' })
+  const client = runsClient({ base: h.base })
+  t.equal((await client.submit('/json', 'spelled')).status, 202)
+  const record = (await client.finished('spelled')).response.text
+  const at = (path: string): string => `${h.base}${client.prefix}${path}`
+  // _runs routes, however spelled
+  for (const path of ['/%5Fruns/spelled', '/%5fruns/spelled', '//_runs/spelled', '///%5Fruns//spelled', '/_runs//spelled']) {
+    const r = await send(at(path))
+    t.equal(r.status, 200, path)
+    t.equal(r.text, record, `${path}: the run's record`)
+  }
+  t.equal((await send(at('/%5Fruns/%5Fnone'))).text, NO_SUCH_RUN, 'an escaped _ in the run id decodes too: run "_none"')
+  const events = await send(at('//%5fruns/spelled//events'))
+  t.equal(events.status, 200)
+  t.match(events.text, /event: done\n/, 'the events route, so spelled')
+  const cancel = await send(at('/%5Fruns/spelled/cancel'), { method: 'POST' })
+  t.equal(cancel.status, 409, 'the cancel route, so spelled')
+  t.equal(cancel.text, '{"message":"run already finished"}')
+  // any other reserved path is 404, and none reaches the app
+  for (const path of ['/%5Fsecret', '/%5fsecret/x', '//_secret', '//%5Fsecret?async=true', '/%5F', '/%5F%5Fruns/spelled', '/%5Frunsx/spelled', '/%5Fruns']) {
+    const r = await send(at(path), { method: 'POST' })
+    t.equal(r.status, 404, path)
+    t.equal(r.text, '{"message":"no such route"}', path)
+  }
+  // only %5F, %5f and empty segments are read: other escapes, and the app's own paths, reach it as sent
+  for (const path of ['/%255Fsecret', '/%5Ajson', '/json/%5Fx', '//json', '/json//_x', '/.%5Fx']) {
+    t.not((await send(at(path))).text, '{"message":"no such route"}', `${path}: the app's answer`)
+  }
+  t.same(app.requests.map(r => r.url), ['/json', '/%255Fsecret', '/%5Ajson', '/json/%5Fx', '//json', '/json//_x', '/.%5Fx'],
+    'nothing reserved reached the app; the rest went byte for byte')
 })
 
 t.test('cancel a queued run: canceled, never reaches the app, no webhook', async t => {

@@ -346,6 +346,13 @@ t.test('routing: PROJECT_ID / APP_NAME and non-/v4 upgrades', async t => {
   const viaClient = await connectClient(s.url('/x', 'proj', 'other'), [], { headers })
   t.equal(viaClient.kind === 'refused' && viaClient.status, 404)
 
+  // app paths starting with `_` are the sidecar's, however spelled: never upgraded at the app
+  for (const path of ['/_ws', '/_runs/r1/events', '/%5Fws', '//_ws']) {
+    const reserved = parseRaw(await rawUpgrade(port, `/v4/proj/app${path}`, headers))
+    t.equal(reserved.statusLine, 'HTTP/1.1 404 Not Found', `upgrade on ${path} is 404`)
+    t.equal(reserved.body, '{"message":"no such route"}')
+  }
+
   t.equal(s.app.handshakes.length, 0, 'nothing reached the app')
   const ok = await s.open('/x', [], { headers })
   t.equal(ok.app.url, '/x')

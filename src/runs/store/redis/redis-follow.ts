@@ -1,16 +1,20 @@
 import type { Redis } from 'ioredis'
 import type { RunEventItem, RunView } from '../run-store.ts'
 
-/** Live messages a follower has not pulled yet, at most this many; past it, it reads the kept events instead. */
+/** Live messages a follower has not pulled yet, at most this many and this many bytes (of data); past it, it reads the kept events instead. */
 const PENDING_MAX = 1000
-/** Kept events read per XRANGE. */
+const PENDING_MAX_BYTES = 1024 * 1024
+/** Kept events read per XRANGE: at most this many, fewer when they are large (about PAGE_BYTES a page). */
 const PAGE = 500
+const PAGE_BYTES = 1024 * 1024
 
 /** One follower's subscription to a run's live channel. */
 export class Listening {
   readonly signal: AbortSignal
   /** Live events not pulled yet, in order. */
   pending: Array<{ n: number, data: string }> = []
+  /** The length of their data. */
+  pendingBytes = 0
   /** Live messages were dropped (a slow reader, a reconnect): read the kept events. */
   stale = true
   /** The run has ended (its `done` message came). */
@@ -26,14 +30,24 @@ export class Listening {
   push (message: string): void {
     if (message === 'done') {
       this.done = true
-    } else if (this.pending.length >= PENDING_MAX) {
+    } else if (this.pending.length >= PENDING_MAX || this.pendingBytes + message.length > PENDING_MAX_BYTES) {
       this.pending = []
+      this.pendingBytes = 0
       this.stale = true
     } else {
       const newline = message.indexOf('\n')
-      this.pending.push({ n: Number(message.slice(0, newline)), data: message.slice(newline + 1) })
+      const data = message.slice(newline + 1)
+      this.pending.push({ n: Number(message.slice(0, newline)), data })
+      this.pendingBytes += data.length
     }
     this.wakeUp()
+  }
+
+  /** The first live event not pulled yet, taken out. */
+  shift (): { n: number, data: string } | undefined {
+    const head = this.pending.shift()
+    if (head !== undefined) this.pendingBytes -= head.data.length
+    return head
   }
 
   wakeUp (): void {
@@ -121,21 +135,26 @@ export class RedisFollow {
   /** The events from `from` on, then live ones, then `done` (`finished` says when the run has ended). */
   async * events (listening: Listening, eventsKey: string, from: number, finished: () => Promise<RunView | undefined>): AsyncGenerator<RunEventItem> {
     let next = from
+    let page = PAGE
     try {
       while (!listening.signal.aborted && !this.#closed) {
         const pending = listening.pending
-        while (pending.length > 0 && (pending[0] as { n: number }).n < next) pending.shift()
+        while (pending.length > 0 && (pending[0] as { n: number }).n < next) listening.shift()
         const head = pending[0]
         if (!listening.stale && head !== undefined && head.n === next) {
-          pending.shift()
+          listening.shift()
           yield { type: 'event', n: next++, data: head.data }
           continue
         }
         if (listening.stale || listening.done || (head !== undefined && head.n > next)) {
-          const entries = await this.#guard(this.#redis.xrange(eventsKey, `0-${next + 1}`, '+', 'COUNT', PAGE))
+          const entries = await this.#guard(this.#redis.xrange(eventsKey, `0-${next + 1}`, '+', 'COUNT', page))
           if (entries.length > 0) {
             const first = eventNumber((entries[0] as [string, string[]])[0])
             if (first > next) yield { type: 'gap', first }
+            let bytes = 0
+            for (const [, fields] of entries) bytes += (fields[1] as string).length
+            // a page is held until its reader has taken all of it: the next is sized to about PAGE_BYTES
+            page = Math.max(1, Math.min(PAGE, Math.floor(entries.length * PAGE_BYTES / Math.max(bytes, 1))))
             for (const [id, fields] of entries) {
               const n = eventNumber(id)
               yield { type: 'event', n, data: fields[1] as string }
