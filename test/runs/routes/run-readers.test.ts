@@ -148,7 +148,7 @@ t.test('on Redis, a reader paused through 16 MiB of large events then reads them
         ids.push(Number(match[1]))
         if (match[2] !== line(Number(match[1]))) wrong++
       } else {
-        ids.push(frame.startsWith('event: done\n') ? -1 : -2)
+        ids.push(frame.startsWith('id: large-events.done\nevent: done\n') ? -1 : -2)
       }
       end = rest.indexOf('\n\n')
     }
