@@ -48,7 +48,9 @@ export interface SidecarConfig {
   runStoreUrl: URL | undefined
   runRetentionSeconds: number
   runMaxEvents: number
+  runMaxEventBytes: number
   asyncQueueDepth: number
+  asyncQueueMaxBytes: number
   logLevel: LogLevel
   otelSdkDisabled: boolean
   otelEndpoint: URL | undefined
@@ -106,7 +108,9 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'RUN_STORE_URL', key: 'runStoreUrl', defaultText: undefined, meaning: 'redis://[user:pass@]host:port[/db] shared by every replica; unset = memory', parse: parseRedisUrl, fallback: fixed(undefined) }),
   variable({ name: 'RUN_RETENTION_SECONDS', key: 'runRetentionSeconds', defaultText: '3600', meaning: "how long a finished run's record and events stay readable", parse: integerIn(1, MAX_SECONDS), fallback: fixed(3600) }),
   variable({ name: 'RUN_MAX_EVENTS', key: 'runMaxEvents', defaultText: '10000', meaning: 'most events kept per streamed run; the oldest go first', parse: integerIn(1, 10_000_000), fallback: fixed(10_000) }),
+  variable({ name: 'RUN_MAX_EVENT_BYTES', key: 'runMaxEventBytes', defaultText: '67108864', meaning: 'most bytes of events kept per streamed run; the oldest go first', parse: integerIn(1, 64 * GIB), fallback: fixed(67_108_864) }),
   variable({ name: 'ASYNC_QUEUE_DEPTH', key: 'asyncQueueDepth', defaultText: '10000', meaning: 'most async runs waiting per app; beyond it 503', parse: integerIn(0, 10_000_000), fallback: fixed(10_000) }),
+  variable({ name: 'ASYNC_QUEUE_MAX_BYTES', key: 'asyncQueueMaxBytes', defaultText: '268435456', meaning: 'most request-body bytes of async runs waiting per app; beyond it 503, one larger body 413', parse: integerIn(0, 64 * GIB), fallback: fixed(268_435_456) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),
   variable({ name: 'OTEL_SDK_DISABLED', key: 'otelSdkDisabled', defaultText: 'false', meaning: 'true: no tracing even with an endpoint set', parse: parseBoolean, fallback: fixed(false) }),
   variable({ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', key: 'otelEndpoint', defaultText: undefined, meaning: 'OTLP/HTTP collector base URL; spans go to $it/v1/traces; unset = no tracing', parse: parseHttpUrl, fallback: fixed(undefined) }),
