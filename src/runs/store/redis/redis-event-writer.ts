@@ -41,8 +41,9 @@ export class RunEventWriter {
   #retrying = false
   /** The rounds are under way. */
   #looping = false
-  /** Events at the end of `#pending` added since the current round was sent. */
+  /** Events at the end of `#pending` added since the current round was sent, and their bytes. */
   #unsent = 0
+  #unsentBytes = 0
   #waiters: Array<{ resolve: () => void, reject: (error: unknown) => void }> = []
 
   constructor (ctx: RedisContext, run: TakenRun, onIdle: () => void) {
@@ -57,9 +58,10 @@ export class RunEventWriter {
     const event: PendingEvent = { n, data, bytes: Buffer.byteLength(data) }
     this.#pending.push(event)
     this.#bytes += event.bytes
-    if (!this.#retrying && this.#overBounds()) this.#retrying = true // Redis is behind: hold the rest here, bounded
+    if (!this.#retrying && this.#overBounds(this.#pending.length, this.#bytes)) this.#retrying = true // Redis is behind: hold the rest here, bounded
     if (this.#retrying) {
       this.#unsent++
+      this.#unsentBytes += event.bytes
       this.#trim()
       if (this.#inFlight === 0) void this.#retry()
       return
@@ -91,6 +93,7 @@ export class RunEventWriter {
     while (this.#pending.length > 0 && !this.#ctx.closed) {
       const round = this.#pending.slice()
       this.#unsent = 0
+      this.#unsentBytes = 0
       const results = await Promise.allSettled(round.map(async (event, i) => await this.#write(event, i === 0)))
       let failure: unknown
       const written = new Set<PendingEvent>()
@@ -122,19 +125,23 @@ export class RunEventWriter {
     const keys = this.#keys
     const runId = this.#run.runId
     return Number(await guard(APPEND_EVENT.run(redis, [keys.run(runId), keys.events(runId)], [
-      `0-${event.n + 1}`, event.data, settings.maxEvents, keys.live(runId), `${event.n}\n${event.data}`, event.n, settings.maxEventBytes, skip ? '1' : ''
+      `0-${event.n + 1}`, event.data, settings.maxEvents, keys.live(runId), event.n, settings.maxEventBytes, skip ? '1' : ''
     ])))
   }
 
-  #overBounds (): boolean {
-    return this.#pending.length > this.#ctx.settings.maxEvents || this.#bytes > this.#ctx.settings.maxEventBytes
+  #overBounds (events: number, bytes: number): boolean {
+    return events > this.#ctx.settings.maxEvents || bytes > this.#ctx.settings.maxEventBytes
   }
 
-  /** The oldest events not sent yet go while over the bounds (the newest stays): they would not be kept anyway. */
+  /**
+   * The oldest events not sent yet go while they alone pass the bounds (the newest stays): newer
+   * ones would push them out of the kept events anyway, as they push out the ones sent before them.
+   */
   #trim (): void {
-    while (this.#unsent > 1 && this.#overBounds()) {
+    while (this.#unsent > 1 && this.#overBounds(this.#unsent, this.#unsentBytes)) {
       const [dropped] = this.#pending.splice(this.#pending.length - this.#unsent, 1) as [PendingEvent]
       this.#bytes -= dropped.bytes
+      this.#unsentBytes -= dropped.bytes
       this.#unsent--
     }
   }

@@ -125,24 +125,24 @@ return 1
 `)
 
 /**
- * Appends event n to a run's events and tells its followers, in order: 1 appended; 0 already
- * there (a retry) or the run is gone; -1 an event before it is missing (not appended, unless
- * `skip`: the writer knows the ones before are lost). The oldest go past RUN_MAX_EVENTS or
- * RUN_MAX_EVENT_BYTES (the newest always stays): the run's hash counts the next event number
- * (`events`) and the kept events' bytes (`event_bytes`). An event appended after the run ended (a
- * cancel) expires with it.
- * KEYS: run, events. ARGV: entry id `0-<n+1>`, data, max events, live channel, message, n, max
- * bytes, skip ('1' or '').
+ * Appends event n to a run's events and tells its followers (`<n>\n<data>`), in order: 1
+ * appended; 0 already there (a retry) or the run is gone; -1 an event before it is missing (not
+ * appended, unless `skip`: the writer knows the ones before are lost). The oldest go past
+ * RUN_MAX_EVENTS or RUN_MAX_EVENT_BYTES (the newest always stays): the run's hash counts the next
+ * event number (`events`) and the kept events' bytes (`event_bytes`). An event appended after the
+ * run ended (a cancel) expires with it.
+ * KEYS: run, events. ARGV: entry id `0-<n+1>`, data, max events, live channel, n, max bytes, skip
+ * ('1' or '').
  */
 export const APPEND_EVENT = new LuaScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local n = tonumber(ARGV[6])
+local n = tonumber(ARGV[5])
 local expected = tonumber(redis.call('HGET', KEYS[1], 'events') or '0')
 if n < expected then return 0 end
-if n > expected and ARGV[8] ~= '1' then return -1 end
+if n > expected and ARGV[7] ~= '1' then return -1 end
 local kept = tonumber(redis.call('HGET', KEYS[1], 'event_bytes') or '0') + string.len(ARGV[2])
 local count = redis.call('XLEN', KEYS[2]) + 1
-local maxEvents, maxBytes = tonumber(ARGV[3]), tonumber(ARGV[7])
+local maxEvents, maxBytes = tonumber(ARGV[3]), tonumber(ARGV[6])
 local from, last = '-', nil
 while count > 1 and (count > maxEvents or kept > maxBytes) do
   local oldest = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 1)[1]
@@ -157,7 +157,7 @@ redis.call('XADD', KEYS[2], ARGV[1], 'd', ARGV[2])
 redis.call('HSET', KEYS[1], 'events', n + 1, 'event_bytes', kept)
 local ttl = redis.call('TTL', KEYS[1])
 if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
-redis.call('PUBLISH', ARGV[4], ARGV[5])
+redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\\n' .. ARGV[2])
 return 1
 `)
 
