@@ -1,5 +1,6 @@
 import { Redis } from 'ioredis'
 import t from 'tap'
+import { RunStoreUnavailableError } from '../../../src/errors.ts'
 import { RedisRunStore } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { RunEventItem, RunStoreSettings } from '../../../src/runs/store/run-store.ts'
 import { startPrivateRedis } from '../../helpers/redis-server.ts'
@@ -14,7 +15,7 @@ const TOTAL = 20_000
 
 const nextTurn = async (): Promise<void> => { await new Promise(resolve => setImmediate(resolve)) }
 
-t.test('a fast stream on a fresh Redis, with SCRIPT FLUSH twice and a stall (CLIENT PAUSE) in the middle: every event kept, in order, none missing', async t => {
+t.test('a fast stream on a fresh Redis, with SCRIPT FLUSH twice, a stall (CLIENT PAUSE) and dropped connections in the middle: every event kept, in order, none missing', async t => {
   const redis = await startPrivateRedis(t) // knows no script yet
   const admin = new Redis(redis.url)
   t.teardown(() => admin.disconnect())
@@ -30,8 +31,18 @@ t.test('a fast stream on a fresh Redis, with SCRIPT FLUSH twice and a stall (CLI
     if (n % 250 === 249) await nextTurn() // the app's stream arrives in reads, each a turn of the event loop
     if (n === 5000 || n === 14_000) void admin.script('FLUSH')
     if (n === 9000) void admin.call('CLIENT', 'PAUSE', '300', 'ALL')
+    if (n === 17_000) void admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes') // the store's connections drop mid-write
   }
-  await store.records.finish(run, { status: 'succeeded', statusCode: 200, resultJson: '[]', runTimeMs: 1, error: undefined, completedAt: Date.now() })
+  // as the runner does: the end is retried while the store cannot be reached
+  const outcome = { status: 'succeeded' as const, statusCode: 200, resultJson: '[]', runTimeMs: 1, error: undefined, completedAt: Date.now() }
+  for (let tries = 0; ; tries++) {
+    const ended = await store.records.finish(run, outcome).then(() => true, (error: unknown) => {
+      if (!(error instanceof RunStoreUnavailableError) || tries > 50) throw error
+      return false
+    })
+    if (ended) break
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
   const items: RunEventItem[] = []
   for await (const item of await store.records.follow(SCOPE, 'fast', -1, AbortSignal.timeout(30_000))) items.push(item)
   const numbers = items.flatMap(item => item.type === 'event' ? [item.n] : [])
