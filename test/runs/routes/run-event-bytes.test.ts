@@ -1,8 +1,7 @@
 import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
-import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
-import { startPrivateRedis } from '../../helpers/redis-server.ts'
+import { privateRunStore, type PrivateRunStore } from '../../helpers/redis-server.ts'
 import { runsAppFor, runsClient } from '../../helpers/runs-client.ts'
 import { startSidecarProcess } from '../../helpers/sidecar-process.ts'
 
@@ -24,26 +23,16 @@ function residentOf (pid: number): { rss: number, peak: number } {
   return { rss: kib('VmRSS'), peak: kib('VmHWM') }
 }
 
-async function usedMemory (redis: Redis): Promise<number> {
-  return Number(/used_memory:(\d+)/.exec(await redis.info('memory'))?.[1])
-}
-
 async function bigStream (t: Test, backend: 'memory' | 'redis'): Promise<void> {
   const app = await runsAppFor(t)
-  const env: Record<string, string> = { DISABLE_AUTH: 'true' }
-  let redis: Redis | undefined
-  if (backend === 'redis') {
-    const server = await startPrivateRedis(t)
-    redis = new Redis(server.url)
-    t.teardown(() => redis?.disconnect())
-    Object.assign(env, { RUN_STORE_URL: server.url, PROJECT_ID: 'p', APP_NAME: 'a' })
-  }
+  const redis: PrivateRunStore | undefined = backend === 'redis' ? await privateRunStore(t) : undefined
+  const env: Record<string, string> = { DISABLE_AUTH: 'true', ...redis?.env }
   // a heap that could not hold the 600 MiB: the sidecar must not need to (and its garbage is collected before it piles up)
   const sidecar = await startSidecarProcess(t, { ...env, APP_URL: app.url, NODE_OPTIONS: `--max-old-space-size=${HEAP_MIB}` })
   const pid = sidecar.child.process.pid as number
   const client = runsClient({ base: sidecar.base })
   const before = residentOf(pid)
-  const usedBefore = redis === undefined ? 0 : await usedMemory(redis)
+  const usedBefore = await redis?.usedMemory() ?? 0
   t.equal((await client.submit('/ndjson', 'big')).status, 202)
   const held = await app.waitForHeld(1)
   for (let n = 0; n < EVENTS; n++) {
@@ -62,9 +51,9 @@ async function bigStream (t: Test, backend: 'memory' | 'redis'): Promise<void> {
   t.ok(peak < bounds + 64 + 192, `and at its peak (${peak.toFixed(1)} MiB more)`)
   if (redis !== undefined) {
     // besides the data: the Lua VM's garbage and the clients' query buffers
-    const used = await usedMemory(redis) - usedBefore
+    const used = await redis.usedMemory() - usedBefore
     t.ok(used < 64 * MIB + 32 * MIB, `Redis holds the kept events and little more (${(used / MIB).toFixed(1)} MiB more)`)
-    t.equal(await redis.xlen('as:{p/a}:events:big'), KEPT)
+    t.equal(await redis.probe.xlen('as:{p/a}:events:big'), KEPT)
   }
 
   const reader = await client.follow('big')

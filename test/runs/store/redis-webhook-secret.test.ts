@@ -1,7 +1,7 @@
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import t from 'tap'
 import { verifyWebhook } from '../../../src/webhook/webhook-signature.ts'
-import { startPrivateRedis } from '../../helpers/redis-server.ts'
+import { privateRunStore } from '../../helpers/redis-server.ts'
 import { receiverFor, runsAppFor, runsClient, runsSidecarFor } from '../../helpers/runs-client.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
 
@@ -34,13 +34,11 @@ async function keysHolding (redis: Redis, text: string): Promise<string[]> {
 }
 
 t.test('the webhook secret leaves Redis when its run is canceled (queued or running), when its delivery ends, and when the run expires', async t => {
-  const redis = await startPrivateRedis(t)
-  const probe = new Redis(redis.url)
-  t.teardown(() => probe.disconnect())
+  const { env, probe } = await privateRunStore(t)
   const app = await runsAppFor(t)
   const receiver = await receiverFor(t, [200])
   const h = await runsSidecarFor(t, app.url, {
-    DISABLE_AUTH: 'true', RUN_STORE_URL: redis.url, PROJECT_ID: 'p', APP_NAME: 'a', REPLICA_CONCURRENCY: '1', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', RUN_RETENTION_SECONDS: '2'
+    ...env, DISABLE_AUTH: 'true', REPLICA_CONCURRENCY: '1', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', RUN_RETENTION_SECONDS: '2'
   })
   const client = runsClient({ base: h.base })
   const hooked = `?webhookEndpoint=${encodeURIComponent(`${receiver.url}/hook`)}`
