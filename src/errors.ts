@@ -219,10 +219,10 @@ export class RunStoreUnavailableError extends SidecarError {
   }
 }
 
-/** More than ASYNC_QUEUE_DEPTH async runs wait for this app. */
+/** More than ASYNC_QUEUE_DEPTH async runs (or ASYNC_QUEUE_MAX_BYTES of their bodies) wait for this app; `bound`: which one, for the log line. */
 export class AsyncQueueFullError extends SidecarError {
-  constructor () {
-    super(503, 'SIDECAR_ASYNC_QUEUE_FULL', 'too many async runs waiting', { 'retry-after': '1' })
+  constructor (bound = 'ASYNC_QUEUE_DEPTH') {
+    super(503, 'SIDECAR_ASYNC_QUEUE_FULL', 'too many async runs waiting', { 'retry-after': '1' }, `too many async runs waiting (${bound})`)
   }
 }
 

@@ -48,9 +48,11 @@ export interface SidecarConfig {
   runStoreUrl: URL | undefined
   runRetentionSeconds: number
   runMaxEvents: number
+  runMaxEventBytes: number
   asyncQueueDepth: number
   streamMaxEventBytes: number
   runMaxReaders: number
+  asyncQueueMaxBytes: number
   logLevel: LogLevel
   otelSdkDisabled: boolean
   otelEndpoint: URL | undefined
@@ -108,11 +110,13 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'RUN_STORE_URL', key: 'runStoreUrl', defaultText: undefined, meaning: 'redis://[user:pass@]host:port[/db] shared by every replica; unset = memory', parse: parseRedisUrl, fallback: fixed(undefined) }),
   variable({ name: 'RUN_RETENTION_SECONDS', key: 'runRetentionSeconds', defaultText: '3600', meaning: "how long a finished run's record and events stay readable", parse: integerIn(1, MAX_SECONDS), fallback: fixed(3600) }),
   variable({ name: 'RUN_MAX_EVENTS', key: 'runMaxEvents', defaultText: '10000', meaning: 'most events kept per streamed run; the oldest go first', parse: integerIn(1, 10_000_000), fallback: fixed(10_000) }),
+  variable({ name: 'RUN_MAX_EVENT_BYTES', key: 'runMaxEventBytes', defaultText: '67108864', meaning: 'most bytes of events kept per streamed run; the oldest go first', parse: integerIn(1, 64 * GIB), fallback: fixed(67_108_864) }),
   variable({ name: 'ASYNC_QUEUE_DEPTH', key: 'asyncQueueDepth', defaultText: '10000', meaning: 'most async runs waiting per app; beyond it 503', parse: integerIn(0, 10_000_000), fallback: fixed(10_000) }),
   // at least one read of the app's body (64 KiB), so an event only ever ends in the read that passes the bound; at most
   // what one Redis command can carry twice (the event and its live message) within V8's longest string
   variable({ name: 'STREAM_MAX_EVENT_BYTES', key: 'streamMaxEventBytes', defaultText: '16777216', meaning: 'longest single event assembled (an NDJSON line); beyond it the stream ends with an error event', parse: integerIn(65_536, 134_217_728), fallback: fixed(16_777_216) }),
   variable({ name: 'RUN_MAX_READERS', key: 'runMaxReaders', defaultText: '1000', meaning: 'most readers of run events this replica serves at once; beyond it 503', parse: integerIn(1, 1_000_000), fallback: fixed(1000) }),
+  variable({ name: 'ASYNC_QUEUE_MAX_BYTES', key: 'asyncQueueMaxBytes', defaultText: '268435456', meaning: 'most request-body bytes of async runs waiting per app; beyond it 503, one larger body 413', parse: integerIn(0, 64 * GIB), fallback: fixed(268_435_456) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),
   variable({ name: 'OTEL_SDK_DISABLED', key: 'otelSdkDisabled', defaultText: 'false', meaning: 'true: no tracing even with an endpoint set', parse: parseBoolean, fallback: fixed(false) }),
   variable({ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', key: 'otelEndpoint', defaultText: undefined, meaning: 'OTLP/HTTP collector base URL; spans go to $it/v1/traces; unset = no tracing', parse: parseHttpUrl, fallback: fixed(undefined) }),

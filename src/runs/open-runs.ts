@@ -46,7 +46,9 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
   const store = deps.store ?? await openRunStore(config.runStoreUrl, {
     retentionSeconds: config.runRetentionSeconds,
     maxEvents: config.runMaxEvents,
+    maxEventBytes: config.runMaxEventBytes,
     queueDepth: config.asyncQueueDepth,
+    queueMaxBytes: config.asyncQueueMaxBytes,
     scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
   })
   metrics.watchAsyncQueue(async () => await store.queue.queuedCount())
@@ -72,6 +74,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     canceled: (scope, runId) => { runner.canceled(scope, runId) },
     lost: (run, view) => { runner.lost(run, view) },
     deliveryLost: held => { webhooks.resume(held) },
+    truncated: (scope, runId, what) => { logger.warn({ runId, projectId: scope.projectId, appName: scope.appName, cut: what }, 'run kept in part') },
     availability: available => {
       if (available) logger.info({ runStore: 'redis' }, 'run store reachable')
       else logger.warn({ runStore: 'redis' }, 'run store unreachable: async runs and run records answer 503 until it is back')

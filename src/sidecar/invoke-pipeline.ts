@@ -66,6 +66,9 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   const serveRunRoute = createRunRoutes({ store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
   const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
   const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal })
+  // an async body no queue could hold is refused before it is read
+  const asyncMaxBodyBytes = Math.min(config.maxBodyBytes, config.asyncQueueMaxBytes)
+  const bodyLimit = (async: boolean): number => async ? asyncMaxBodyBytes : config.maxBodyBytes
 
   async function invoke (call: HttpCall): Promise<void> {
     call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
@@ -75,8 +78,8 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     if (runRoute !== undefined) return await serveRunRoute(call, runRoute) // 404 no such run, 409, 503 run store unavailable
     call.webhook = webhookTarget(call)                                     // 400 malformed webhookEndpoint
     call.idempotencyKey = idempotencyKeyOf(call)                           // 400 malformed Idempotency-Key (POSTs)
-    call.body = await readRequestBody(call, config.maxBodyBytes)           // 400 bad Content-Length, 413 too large
     call.async = wantsAsync(call)                                          // ?async=true, Prefer: respond-async
+    call.body = await readRequestBody(call, bodyLimit(call.async))         // 400 bad Content-Length, 413 too large (async: ASYNC_QUEUE_MAX_BYTES too)
     if (call.idempotencyKey !== undefined && await claimKey(call)) return  // 409 in progress, 422 other body, a repeat's kept answer; a sync call recorded as a run (409 id taken, 503 store down)
     if (call.async) return await submitRun(call)                           // 202; 503 async queue full
     await takeSlot(gate, call)                                             // 503 queue full; waits for first readiness

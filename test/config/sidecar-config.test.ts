@@ -33,9 +33,11 @@ t.test('defaults match the SPEC table', async t => {
   t.equal(c.runStoreUrl, undefined)
   t.equal(c.runRetentionSeconds, 3600)
   t.equal(c.runMaxEvents, 10000)
+  t.equal(c.runMaxEventBytes, 67108864)
   t.equal(c.asyncQueueDepth, 10000)
   t.equal(c.streamMaxEventBytes, 16777216)
   t.equal(c.runMaxReaders, 1000)
+  t.equal(c.asyncQueueMaxBytes, 268435456)
   t.equal(c.logLevel, 'info')
 })
 
@@ -118,6 +120,8 @@ const invalid: Array<[string, string]> = [
   ['RUN_STORE_URL', 'postgres://db'], ['RUN_RETENTION_SECONDS', '0'], ['RUN_RETENTION_SECONDS', '1.5'],
   ['RUN_MAX_EVENTS', '0'], ['RUN_MAX_EVENTS', 'lots'], ['ASYNC_QUEUE_DEPTH', '-1'], ['ASYNC_QUEUE_DEPTH', '10000001'],
   ['STREAM_MAX_EVENT_BYTES', '65535'], ['STREAM_MAX_EVENT_BYTES', '134217729'], ['STREAM_MAX_EVENT_BYTES', '16MiB'], ['RUN_MAX_READERS', '0'], ['RUN_MAX_READERS', '1000001'],
+  ['RUN_MAX_EVENT_BYTES', '0'], ['RUN_MAX_EVENT_BYTES', '1.5'], ['RUN_MAX_EVENT_BYTES', '68719476737'],
+  ['ASYNC_QUEUE_MAX_BYTES', '-1'], ['ASYNC_QUEUE_MAX_BYTES', 'big'], ['ASYNC_QUEUE_MAX_BYTES', '68719476737'],
   ['OTEL_SDK_DISABLED', 'sure'], ['OTEL_EXPORTER_OTLP_ENDPOINT', 'collector:4318'], ['OTEL_EXPORTER_OTLP_ENDPOINT', 'grpc://collector:4317'],
   ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'http://user:token@collector/v1/traces'], ['OTEL_SERVICE_NAME', ' '],
   ['OTEL_SERVICE_NAME', 'x'.repeat(256)], ['OTEL_TRACES_SAMPLER', 'jaeger_remote'], ['OTEL_TRACES_SAMPLER_ARG', '1.5'],

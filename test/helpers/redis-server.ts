@@ -88,3 +88,24 @@ export async function startPrivateRedis (t: { teardown: (fn: () => unknown) => v
   t.teardown(stop)
   return { url, stop, start }
 }
+
+/** A private redis-server as the run store of sidecars serving app `p/a`: their variables, and a client to look inside it. */
+export interface PrivateRunStore extends PrivateRedis {
+  /** RUN_STORE_URL, PROJECT_ID and APP_NAME. */
+  readonly env: Record<string, string>
+  readonly probe: Redis
+  /** INFO memory's used_memory, in bytes. */
+  usedMemory: () => Promise<number>
+}
+
+export async function privateRunStore (t: { teardown: (fn: () => unknown) => void }): Promise<PrivateRunStore> {
+  const redis = await startPrivateRedis(t)
+  const probe = new Redis(redis.url)
+  t.teardown(() => { probe.disconnect() })
+  return {
+    ...redis,
+    env: { RUN_STORE_URL: redis.url, PROJECT_ID: 'p', APP_NAME: 'a' },
+    probe,
+    usedMemory: async () => Number(/used_memory:(\d+)/.exec(await probe.info('memory'))?.[1])
+  }
+}

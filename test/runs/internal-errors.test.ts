@@ -10,7 +10,7 @@ import { eventually, type Harness, startHarness } from '../helpers/sidecar-harne
 
 /** A memory store whose appendEvent throws synchronously (a store write that breaks its contract). */
 function throwingStore (): MemoryRunStore {
-  const store = new MemoryRunStore({ retentionSeconds: 60, maxEvents: 100, queueDepth: 10, scope: undefined })
+  const store = new MemoryRunStore({ retentionSeconds: 60, maxEvents: 100, maxEventBytes: 64 * 1024 * 1024, queueDepth: 10, queueMaxBytes: 256 * 1024 * 1024, scope: undefined })
   store.records.appendEvent = () => { throw new Error('store write failed') }
   return store
 }

@@ -93,7 +93,7 @@ export interface RunOutcome {
 /** One item of a run's event stream, as a reader of `…/_runs/{id}/events` gets them. */
 export type RunEventItem =
   | { readonly type: 'event', readonly n: number, readonly data: string }
-  /** The events before `first` (and after the reader's start) are no longer kept (RUN_MAX_EVENTS). */
+  /** The events before `first` (and after the reader's start) are no longer kept (RUN_MAX_EVENTS, RUN_MAX_EVENT_BYTES). */
   | { readonly type: 'gap', readonly first: number }
   /** The run has ended: the last item. */
   | { readonly type: 'done', readonly view: RunView }
@@ -153,8 +153,12 @@ export interface RunStoreSettings {
   readonly retentionSeconds: number
   /** RUN_MAX_EVENTS: most events kept per run; the oldest go first. */
   readonly maxEvents: number
+  /** RUN_MAX_EVENT_BYTES: most bytes of events kept per run (with maxEvents); the oldest go first, the newest always stays. */
+  readonly maxEventBytes: number
   /** ASYNC_QUEUE_DEPTH: most async runs waiting per app. */
   readonly queueDepth: number
+  /** ASYNC_QUEUE_MAX_BYTES: most request-body bytes of async runs waiting per app (counted from submission until the run starts or is canceled). */
+  readonly queueMaxBytes: number
   /** The one app this sidecar serves (PROJECT_ID and APP_NAME); undefined: take runs of every app in the store. */
   readonly scope: RunScope | undefined
 }
@@ -169,6 +173,8 @@ export interface RunStoreListener {
   availability: (available: boolean) => void
   /** A delivery whose sidecar was lost (or stopped) is now this one's: make its remaining attempts. */
   deliveryLost?: (delivery: HeldDelivery) => void
+  /** Part of a run could not be kept (`what`: which part, and why): logged, the record keeps its shape. */
+  truncated?: (scope: RunScope, runId: string, what: string) => void
 }
 
 /**

@@ -9,7 +9,7 @@ import { eventually, startHarness } from '../../helpers/sidecar-harness.ts'
  * which a call can take the slot the runner saw free.
  */
 function latchedStore (): { store: RunStore, taken: Promise<void>, letGo: () => void, released: TakenRun[] } {
-  const inner = new MemoryRunStore({ retentionSeconds: 60, maxEvents: 100, queueDepth: 10, scope: undefined })
+  const inner = new MemoryRunStore({ retentionSeconds: 60, maxEvents: 100, maxEventBytes: 64 * 1024 * 1024, queueDepth: 10, queueMaxBytes: 256 * 1024 * 1024, scope: undefined })
   const released: TakenRun[] = []
   let takes = 0
   let taken!: () => void

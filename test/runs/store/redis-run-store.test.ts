@@ -5,10 +5,11 @@ import { RedisRunStore } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { HeldDelivery, NewRun, RunStoreListener, RunStoreSettings, RunView, TakenRun } from '../../../src/runs/store/run-store.ts'
 import { flushRedis, startPrivateRedis, testRedis } from '../../helpers/redis-server.ts'
 import { eventually, freePort } from '../../helpers/sidecar-harness.ts'
+import { runStoreBoundsSuite } from './run-store-bounds-suite.ts'
 import { runStoreSuite } from './run-store-suite.ts'
 
 const SCOPE = { projectId: 'proj', appName: 'app' }
-const SETTINGS: RunStoreSettings = { retentionSeconds: 60, maxEvents: 100, queueDepth: 100, scope: SCOPE }
+const SETTINGS: RunStoreSettings = { retentionSeconds: 60, maxEvents: 100, maxEventBytes: 64 * 1024 * 1024, queueDepth: 100, queueMaxBytes: 256 * 1024 * 1024, scope: SCOPE }
 let counter = 0
 const newRun = (): NewRun => ({
   scope: SCOPE, runId: `r${++counter}`, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: { url: new URL('https://h.example/'), secret: 'k' }, createdAt: Date.now()
@@ -19,12 +20,14 @@ const listener = (overrides: Partial<RunStoreListener>): RunStoreListener => ({ 
 t.test('redis run store', async t => {
   const redisUrl = await testRedis(t)
   if (redisUrl === undefined) return
-  runStoreSuite(t, async settings => {
+  const open = async (settings: RunStoreSettings): Promise<RedisRunStore> => {
     await flushRedis(redisUrl)
     const store = new RedisRunStore(redisUrl, settings)
     await store.reachable(5000)
     return store
-  })
+  }
+  runStoreSuite(t, open)
+  runStoreBoundsSuite(t, open)
 
   t.test('two sidecars share runs: read, follow and cancel on the other; takes spread', async t => {
     await flushRedis(redisUrl)

@@ -10,7 +10,7 @@ import { eventually } from '../../helpers/sidecar-harness.ts'
 export type OpenStore = (settings: RunStoreSettings) => Promise<RunStore>
 
 const SCOPE: RunScope = { projectId: 'proj', appName: 'app' }
-const SETTINGS: RunStoreSettings = { retentionSeconds: 60, maxEvents: 100, queueDepth: 10, scope: SCOPE }
+const SETTINGS: RunStoreSettings = { retentionSeconds: 60, maxEvents: 100, maxEventBytes: 64 * 1024 * 1024, queueDepth: 10, queueMaxBytes: 256 * 1024 * 1024, scope: SCOPE }
 let counter = 0
 
 function newRun (overrides: Partial<NewRun> = {}): NewRun {

@@ -1,4 +1,4 @@
-import { AsyncQueueFullError } from '../../../errors.ts'
+import { AsyncQueueFullError, BodyTooLargeError } from '../../../errors.ts'
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import type { NewRun, RunView, TakenRun } from '../run-store.ts'
@@ -26,10 +26,15 @@ export class MemoryQueue implements RunQueue {
   async submit (run: NewRun): Promise<RunView> {
     const scopeKey = scopeKeyOf(run.scope)
     this.#runs.refuseTaken(run)
+    const { queueDepth, queueMaxBytes } = this.#runs.settings
+    const bytes = run.request.body?.length ?? 0
+    if (bytes > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
     const waiting = this.#runs.waiting.get(scopeKey) ?? 0
-    if (waiting >= this.#runs.settings.queueDepth) throw new AsyncQueueFullError()
+    if (waiting >= queueDepth) throw new AsyncQueueFullError()
+    if ((this.#runs.waitingBytes.get(scopeKey) ?? 0) + bytes > queueMaxBytes) throw new AsyncQueueFullError('ASYNC_QUEUE_MAX_BYTES')
     const stored = this.#runs.add(run, queuedRecord(run), true)
     this.#runs.waiting.set(scopeKey, waiting + 1)
+    this.#runs.countQueued(stored, bytes)
     const queue = this.#queues.get(scopeKey)
     if (queue === undefined) this.#queues.set(scopeKey, [stored])
     else queue.push(stored)
@@ -61,6 +66,7 @@ export class MemoryQueue implements RunQueue {
     const run = this.#runs.live.get(keyOf(taken))
     if (run === undefined || run.record.status !== 'queued') return false
     run.record = startedRecord(run.record, taken.createdAt, startedAt)
+    this.#runs.uncountQueued(run)
     return true
   }
 

@@ -38,14 +38,7 @@ export class MemoryRecords implements RunRecords {
   appendEvent (taken: TakenRun, n: number, data: string): void {
     const run = this.#runs.live.get(keyOf(taken))
     if (run === undefined || run.record.status !== 'running' || n !== run.dropped + run.events.length) return
-    run.events.push(data)
-    const { maxEvents } = this.#runs.settings
-    const excess = run.events.length - maxEvents
-    // trimmed in batches (a splice per event would be quadratic); readers never see more than maxEvents
-    if (excess > 0 && excess >= Math.min(1024, maxEvents)) {
-      run.events.splice(0, excess)
-      run.dropped += excess
-    }
+    this.#runs.keepEvent(run, data)
     wake(run)
   }
 

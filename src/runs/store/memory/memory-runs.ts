@@ -18,16 +18,29 @@ export interface MemoryRun {
   taken: boolean
   /** Submitted async (a recorded sync call is not). */
   readonly async: boolean
-  /** Events kept; `events[i]` is event `dropped + i`. */
+  /** Events; `events[i]` is event `dropped + i`; the first `trimmed` of them are no longer kept (emptied, spliced off in batches). */
   events: string[]
-  /** Events trimmed away (RUN_MAX_EVENTS) before events[0]. */
+  /** Events spliced off before events[0]. */
   dropped: number
+  /** Events at the head of `events` no longer kept (RUN_MAX_EVENTS, RUN_MAX_EVENT_BYTES). */
+  trimmed: number
+  /** UTF-8 bytes of the events kept. */
+  eventBytes: number
+  /** Request-body bytes it counts in its app's ASYNC_QUEUE_MAX_BYTES while it waits (0 once started or canceled). */
+  queuedBytes: number
   /** Followers waiting for the next event or the end. */
   readonly waiters: Set<() => void>
 }
 
 /** Finished runs kept for RUN_RETENTION_SECONDS, at most this many bytes of results and events (then the oldest go first). */
 const FINISHED_BYTES = 256 * 1024 * 1024
+/** What a finished run costs beside its result and events, and each event beside its bytes. */
+const RUN_OVERHEAD = 512
+const EVENT_OVERHEAD = 16
+/** Trimmed events are spliced off in batches (a splice per event would be quadratic). */
+const SPLICE_BATCH = 1024
+
+const sizeOf = (run: MemoryRun): number => RUN_OVERHEAD + (run.resultJson?.length ?? 0) + run.eventBytes + EVENT_OVERHEAD * (run.events.length - run.trimmed)
 
 /**
  * The runs this process holds, as the memory store's queue, records and key claims share them:
@@ -40,6 +53,8 @@ export class MemoryRuns {
   readonly finished: LRUCache<string, MemoryRun>
   /** Queued runs not taken, per scope (ASYNC_QUEUE_DEPTH, sidecar_async_queued_runs). */
   readonly waiting = new Map<string, number>()
+  /** Request-body bytes of queued runs not started, per scope (ASYNC_QUEUE_MAX_BYTES). */
+  readonly waitingBytes = new Map<string, number>()
   listener: RunStoreListener | undefined
   closed = false
   #seq = 0
@@ -49,7 +64,7 @@ export class MemoryRuns {
     this.finished = new LRUCache<string, MemoryRun>({
       ttl: settings.retentionSeconds * 1000,
       maxSize: FINISHED_BYTES,
-      sizeCalculation: run => 512 + (run.resultJson?.length ?? 0) + run.events.reduce((sum, data) => sum + data.length + 16, 0)
+      sizeCalculation: sizeOf
     })
   }
 
@@ -65,10 +80,32 @@ export class MemoryRuns {
     const key = `${scopeKey}/${run.runId}`
     const stored: MemoryRun = {
       key, scopeKey, submitted: run, seq: this.#seq++, record, resultJson: undefined,
-      webhook: run.webhook, taken: !async, async, events: [], dropped: 0, waiters: new Set()
+      webhook: run.webhook, taken: !async, async, events: [], dropped: 0, trimmed: 0, eventBytes: 0, queuedBytes: 0, waiters: new Set()
     }
     this.live.set(key, stored)
     return stored
+  }
+
+  /** A queued run's body counts in its scope's ASYNC_QUEUE_MAX_BYTES until it starts or is canceled. */
+  countQueued (run: MemoryRun, bytes: number): void {
+    run.queuedBytes = bytes
+    this.waitingBytes.set(run.scopeKey, (this.waitingBytes.get(run.scopeKey) ?? 0) + bytes)
+  }
+
+  /** The run no longer waits (started, canceled): its body's bytes go back to its scope's bound. */
+  uncountQueued (run: MemoryRun): void {
+    if (run.queuedBytes === 0) return
+    this.waitingBytes.set(run.scopeKey, (this.waitingBytes.get(run.scopeKey) ?? run.queuedBytes) - run.queuedBytes)
+    run.queuedBytes = 0
+  }
+
+  /** Keeps the run's next event; the oldest go past RUN_MAX_EVENTS or RUN_MAX_EVENT_BYTES (the newest always stays). */
+  keepEvent (run: MemoryRun, data: string): void {
+    run.events.push(data)
+    run.eventBytes += Buffer.byteLength(data)
+    const { maxEvents, maxEventBytes } = this.settings
+    while (run.events.length - run.trimmed > 1 && (run.events.length - run.trimmed > maxEvents || run.eventBytes > maxEventBytes)) this.#trimOne(run)
+    if (run.trimmed >= SPLICE_BATCH) this.#splice(run)
   }
 
   find (scope: RunScope, runId: string): MemoryRun {
@@ -78,20 +115,48 @@ export class MemoryRuns {
     return run
   }
 
-  /** The first event a reader may still get: the store trims in batches, readers see at most maxEvents. */
+  /** The first event a reader may still get. */
   firstKept (run: MemoryRun): number {
-    return Math.max(run.dropped, run.dropped + run.events.length - this.settings.maxEvents)
+    return run.dropped + run.trimmed
   }
 
-  /** A finished run leaves the live map for the retention cache; its followers hear of the end. */
+  /**
+   * A finished run leaves the live map for the retention cache; its followers hear of the end.
+   * One larger than the cache's whole budget is cut to fit (its oldest events, then its result)
+   * rather than dropped at once, and the listener is told.
+   */
   retire (run: MemoryRun): void {
     this.live.delete(run.key)
+    this.uncountQueued(run)
     run.submitted = undefined // nothing reads a finished run's request: its body would be kept for RUN_RETENTION_SECONDS, uncounted by the byte budget
     const first = this.firstKept(run)
-    run.events = run.events.slice(first - run.dropped)
-    run.dropped = first
+    while (sizeOf(run) > FINISHED_BYTES && run.events.length > run.trimmed) this.#trimOne(run)
+    const cut = this.firstKept(run) > first ? [`events before ${this.firstKept(run)}`] : []
+    if (sizeOf(run) > FINISHED_BYTES) {
+      run.resultJson = 'null'
+      cut.push('the result')
+    }
+    this.#splice(run)
+    if (cut.length > 0) {
+      const [projectId, appName] = run.scopeKey.split('/') as [string, string]
+      this.listener?.truncated?.({ projectId, appName }, run.record.run_id, `${cut.join(' and ')} cut to fit the finished runs' memory budget`)
+    }
     this.finished.set(run.key, run)
     wake(run)
+  }
+
+  /** The oldest kept event is no longer kept: its string is freed now, its slot spliced off later. */
+  #trimOne (run: MemoryRun): void {
+    run.eventBytes -= Buffer.byteLength(run.events[run.trimmed] as string)
+    run.events[run.trimmed] = ''
+    run.trimmed++
+  }
+
+  #splice (run: MemoryRun): void {
+    if (run.trimmed === 0) return
+    run.events.splice(0, run.trimmed)
+    run.dropped += run.trimmed
+    run.trimmed = 0
   }
 
   /** Ends every follower. */

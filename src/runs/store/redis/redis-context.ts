@@ -8,7 +8,7 @@ import type { RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView }
 import { requireCjs } from '../../../shared/require-cjs.ts'
 import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { RedisFollow } from './redis-follow.ts'
-import { GROUP, TRANSITION } from './redis-scripts.ts'
+import { GROUP, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 
 const { Redis } = requireCjs('ioredis') as typeof IoRedis
 type Redis = IoRedis.Redis
@@ -38,6 +38,8 @@ export class ScopeKeys {
   get deliveries (): string { return `${this.#prefix}:deliveries` }
   delivery (id: string): string { return `${this.#prefix}:delivery:${id}` }
   events (runId: string): string { return `${this.#prefix}:events:${runId}` }
+  /** Request-body bytes of the app's queued runs (ASYNC_QUEUE_MAX_BYTES). */
+  get queuedBytes (): string { return `${this.#prefix}:queued-bytes` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
 }
 
@@ -97,7 +99,11 @@ export class RedisContext {
     const subscriber = new Redis(url, { ...common, maxRetriesPerRequest: null })
     this.follow = new RedisFollow(this.redis, subscriber, guard)
     for (const client of [this.redis, this.blocking, subscriber]) client.on('error', () => {}) // reported through availability
-    this.redis.on('ready', () => { this.#setAvailable(true) })
+    this.redis.on('ready', () => {
+      // a server restarted or failed over knows no script: loaded before the first EVALSHA (a NOSCRIPT still falls back to EVAL)
+      for (const script of SCRIPTS) script.load(this.redis).catch(() => {})
+      this.#setAvailable(true)
+    })
     this.blocking.on('ready', () => {
       this.blocking.client('ID').then(id => { this.blockingId = Number(id) }, () => {})
     })
@@ -143,7 +149,7 @@ export class RedisContext {
   async transition (keys: ScopeKeys, runId: string, old: string, record: RunRecord,
     extra: { result?: string | undefined, owner?: string, entry?: string, done?: boolean }): Promise<boolean> {
     const finished = isFinished(record)
-    const changed = await guard(TRANSITION.run(this.redis, [keys.run(runId), keys.queue, keys.events(runId)], [
+    const changed = await guard(TRANSITION.run(this.redis, [keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes], [
       old, JSON.stringify(record), extra.result ?? '', extra.owner ?? '', extra.entry ?? '',
       finished ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : ''
     ]))

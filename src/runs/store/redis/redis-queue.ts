@@ -1,4 +1,4 @@
-import { AsyncQueueFullError, RunIdTakenError } from '../../../errors.ts'
+import { AsyncQueueFullError, BodyTooLargeError, RunIdTakenError } from '../../../errors.ts'
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import type { NewRun, RunRecord, RunView, TakenRun } from '../run-store.ts'
@@ -35,12 +35,15 @@ export class RedisQueue implements RunQueue {
     const keys = new ScopeKeys(run.scope)
     const record = queuedRecord(run)
     const request: RequestJson = { method: run.request.method, path: run.request.path, headers: [...run.request.headers], hasBody: run.request.body !== null }
-    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, SCOPES_KEY], [
+    const { queueDepth, queueMaxBytes } = this.#ctx.settings
+    if ((run.request.body?.length ?? 0) > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
+    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, SCOPES_KEY, keys.queuedBytes], [
       JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
-      run.webhook === undefined ? '' : JSON.stringify(run.webhook), this.#ctx.settings.queueDepth, keys.name, run.runId
+      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, keys.name, run.runId, queueMaxBytes
     ]))
     if (outcome === -1) throw new RunIdTakenError()
     if (outcome === -2) throw new AsyncQueueFullError()
+    if (outcome === -3) throw new AsyncQueueFullError('ASYNC_QUEUE_MAX_BYTES')
     if (this.#ctx.settings.scope === undefined && !this.#reading.includes(keys.queue)) this.#wakeReader()
     return { record, resultJson: undefined, async: true }
   }

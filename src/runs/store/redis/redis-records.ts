@@ -4,7 +4,8 @@ import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
 import type { KeyAnswer, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
 import { CANCEL_CHANNEL, guard, type RedisContext, ScopeKeys } from './redis-context.ts'
-import { APPEND_EVENT, FINISH_RECORDED, WEBHOOK_STATE } from './redis-scripts.ts'
+import { RunEventWriter } from './redis-event-writer.ts'
+import { FINISH_RECORDED, WEBHOOK_STATE } from './redis-scripts.ts'
 
 /**
  * The runs' records in Redis: hashes written by compare-and-set (Lua script), events in a stream
@@ -14,6 +15,8 @@ export class RedisRecords implements RunRecords {
   readonly #ctx: RedisContext
   /** Where a recorded sync call's answer is kept as it ends. */
   readonly #keys: KeyClaims
+  /** The runs whose events are on their way, by scope and run id. */
+  readonly #writers = new Map<string, RunEventWriter>()
 
   constructor (ctx: RedisContext, keys: KeyClaims) {
     this.#ctx = ctx
@@ -40,14 +43,19 @@ export class RedisRecords implements RunRecords {
   }
 
   appendEvent (run: TakenRun, n: number, data: string): void {
-    const keys = new ScopeKeys(run.scope)
-    APPEND_EVENT.run(this.#ctx.redis, [keys.run(run.runId), keys.events(run.runId)], [`0-${n + 1}`, data, this.#ctx.settings.maxEvents, keys.live(run.runId), `${n}\n${data}`])
-      .catch(() => {}) // Redis down: the event is missing from the store; the result still has it
+    const key = writerKey(run)
+    let writer = this.#writers.get(key)
+    if (writer === undefined) {
+      writer = new RunEventWriter(this.#ctx, run, () => { this.#writers.delete(key) })
+      this.#writers.set(key, writer)
+    }
+    writer.add(n, data)
   }
 
   async finish (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer): Promise<RunView> {
     const ctx = this.#ctx
     const keys = new ScopeKeys(run.scope)
+    await this.#writers.get(writerKey(run))?.flushed() // its events before its end, as readers get them
     if (run.running !== undefined) {
       // a recorded sync call: its record is as written with its key's claim unless something
       // changed it (nothing can: it cannot be canceled), so no read first; its answer goes with it
@@ -102,3 +110,5 @@ export class RedisRecords implements RunRecords {
     return view === undefined || isFinished(view.record) ? view : undefined
   }
 }
+
+const writerKey = (run: TakenRun): string => `${run.scope.projectId}/${run.scope.appName}/${run.runId}`

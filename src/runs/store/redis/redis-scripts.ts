@@ -26,6 +26,11 @@ export class LuaScript {
     }
   }
 
+  /** Loads it into the server's script cache (so the first EVALSHA after a (re)connect finds it). */
+  async load (redis: Redis): Promise<void> {
+    await redis.script('LOAD', this.#source)
+  }
+
   /** As `run`, with bulk replies as Buffers (binary values). */
   async runBuffer (redis: Redis, keys: readonly string[], args: ReadonlyArray<string | Buffer | number>): Promise<unknown> {
     try {
@@ -41,18 +46,26 @@ export class LuaScript {
 export const GROUP = 'runners'
 
 /**
- * Records a queued run and queues it, unless the id is taken (-1) or ASYNC_QUEUE_DEPTH runs
- * already wait (-2): waiting = entries in the stream minus the ones handed out (pending).
- * KEYS: run, queue, scopes. ARGV: record, request, body, webhook ('' none), depth, scope, run id.
+ * Records a queued run and queues it, unless the id is taken (-1), ASYNC_QUEUE_DEPTH runs already
+ * wait (-2: waiting = entries in the stream minus the ones handed out, pending) or their bodies
+ * would pass ASYNC_QUEUE_MAX_BYTES (-3). The body's bytes are counted in the app's queued-bytes
+ * until the run leaves the queue (TRANSITION); with no entry left in the queue, nothing is counted.
+ * KEYS: run, queue, scopes, queued bytes. ARGV: record, request, body, webhook ('' none), depth,
+ * scope, run id, max bytes.
  */
 export const SUBMIT = new LuaScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 pcall(redis.call, 'XGROUP', 'CREATE', KEYS[2], '${GROUP}', '0', 'MKSTREAM')
-local waiting = redis.call('XLEN', KEYS[2]) - redis.call('XPENDING', KEYS[2], '${GROUP}')[1]
+local entries = redis.call('XLEN', KEYS[2])
+local waiting = entries - redis.call('XPENDING', KEYS[2], '${GROUP}')[1]
 if waiting >= tonumber(ARGV[5]) then return -2 end
+local bytes = string.len(ARGV[3])
+local queued = entries == 0 and 0 or tonumber(redis.call('GET', KEYS[4]) or '0')
+if queued + bytes > tonumber(ARGV[8]) then return -3 end
 local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[7])
-redis.call('HSET', KEYS[1], 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id)
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'webhook', ARGV[4]) end
+redis.call('SET', KEYS[4], queued + bytes)
 redis.call('SADD', KEYS[3], ARGV[6])
 return 1
 `)
@@ -60,9 +73,12 @@ return 1
 /**
  * Moves a run from the record it had (compare and set: 0 when another sidecar changed it first) to
  * a new one, with what goes with it: its result, its owner, its queue entry acknowledged and
- * deleted, its retention TTL on the run and its events, and a message to its followers.
- * KEYS: run, queue, events. ARGV: old record, new record, result (''), owner (''), entry (''),
- * ttl seconds (0), live channel, message ('').
+ * deleted, its retention TTL on the run and its events, and a message to its followers. A run
+ * leaving the queue (started, canceled) gives its body's bytes back to the app's queued-bytes and
+ * drops its request (its taker has it); a finished one drops its webhook (the secret: its owner
+ * has it for the delivery, and nobody else will need it).
+ * KEYS: run, queue, events, queued bytes. ARGV: old record, new record, result (''), owner (''),
+ * entry (''), ttl seconds (0), live channel, message ('').
  */
 export const TRANSITION = new LuaScript(`
 if redis.call('HGET', KEYS[1], 'record') ~= ARGV[1] then return 0 end
@@ -73,9 +89,14 @@ if ARGV[5] ~= '' then
   redis.call('XACK', KEYS[2], '${GROUP}', ARGV[5])
   redis.call('XDEL', KEYS[2], ARGV[5])
 end
+local queued = redis.call('HGET', KEYS[1], 'queued_bytes')
+if queued then
+  if redis.call('DECRBY', KEYS[4], queued) < 0 then redis.call('SET', KEYS[4], 0) end
+  redis.call('HDEL', KEYS[1], 'queued_bytes', 'request', 'body')
+end
 local ttl = tonumber(ARGV[6])
 if ttl > 0 then
-  redis.call('HDEL', KEYS[1], 'request', 'body')
+  redis.call('HDEL', KEYS[1], 'request', 'body', 'webhook')
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[3], ttl)
 end
@@ -104,15 +125,39 @@ return 1
 `)
 
 /**
- * Appends event n to a run's events (at most RUN_MAX_EVENTS kept) and tells its followers; an event
- * appended after the run ended (a cancel) expires with it.
- * KEYS: run, events. ARGV: entry id `0-<n+1>`, data, max events, live channel, message.
+ * Appends event n to a run's events and tells its followers (`<n>\n<data>`), in order: 1
+ * appended; 0 already there (a retry) or the run is gone; -1 an event before it is missing (not
+ * appended, unless `skip`: the writer knows the ones before are lost). The oldest go past
+ * RUN_MAX_EVENTS or RUN_MAX_EVENT_BYTES (the newest always stays): the run's hash counts the next
+ * event number (`events`) and the kept events' bytes (`event_bytes`). An event appended after the
+ * run ended (a cancel) expires with it.
+ * KEYS: run, events. ARGV: entry id `0-<n+1>`, data, max events, live channel, n, max bytes, skip
+ * ('1' or '').
  */
 export const APPEND_EVENT = new LuaScript(`
-redis.call('XADD', KEYS[2], 'MAXLEN', '=', ARGV[3], ARGV[1], 'd', ARGV[2])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local n = tonumber(ARGV[5])
+local expected = tonumber(redis.call('HGET', KEYS[1], 'events') or '0')
+if n < expected then return 0 end
+if n > expected and ARGV[7] ~= '1' then return -1 end
+local kept = tonumber(redis.call('HGET', KEYS[1], 'event_bytes') or '0') + string.len(ARGV[2])
+local count = redis.call('XLEN', KEYS[2]) + 1
+local maxEvents, maxBytes = tonumber(ARGV[3]), tonumber(ARGV[6])
+local from, last = '-', nil
+while count > 1 and (count > maxEvents or kept > maxBytes) do
+  local oldest = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 1)[1]
+  if not oldest then break end
+  last = tonumber(string.sub(oldest[1], 3))
+  kept = kept - string.len(oldest[2][2])
+  count = count - 1
+  from = '(' .. oldest[1]
+end
+if last then redis.call('XTRIM', KEYS[2], 'MINID', '0-' .. (last + 1)) end
+redis.call('XADD', KEYS[2], ARGV[1], 'd', ARGV[2])
+redis.call('HSET', KEYS[1], 'events', n + 1, 'event_bytes', kept)
 local ttl = redis.call('TTL', KEYS[1])
 if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
-redis.call('PUBLISH', ARGV[4], ARGV[5])
+redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\\n' .. ARGV[2])
 return 1
 `)
 
@@ -226,3 +271,8 @@ redis.call('XACK', KEYS[1], '${SENDERS}', ARGV[1])
 redis.call('XDEL', KEYS[1], ARGV[1])
 return redis.call('DEL', KEYS[2])
 `)
+
+/** Every script above: loaded as a connection becomes ready. */
+export const SCRIPTS: readonly LuaScript[] = [
+  SUBMIT, TRANSITION, FINISH_RECORDED, APPEND_EVENT, RELEASE, WAITING, CLAIM_KEY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, HOLD_DELIVERY, DELIVERY_DONE
+]
