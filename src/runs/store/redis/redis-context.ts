@@ -8,6 +8,7 @@ import type { RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView }
 import { requireCjs } from '../../../shared/require-cjs.ts'
 import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { RedisFollow } from './redis-follow.ts'
+import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
 import { GROUP, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 
 const { Redis } = requireCjs('ioredis') as typeof IoRedis
@@ -53,7 +54,10 @@ export const SCOPES_KEY = 'as:scopes'
 export const CANCEL_CHANNEL = 'as:cancel'
 
 /** The commands this store sends with `redis.call` (kept out of the auto-pipeline, see the constructor). */
-const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'CLIENT']
+const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'CLIENT', 'ROLE']
+
+/** How often the store's availability is checked while its connection is open (sidecar_run_store_up). */
+const PROBE_MS = 1000
 
 /**
  * What the Redis store's roles (queue, records, key claims, deliveries) and its reaper share: the
@@ -81,6 +85,7 @@ export class RedisContext {
   listener: RunStoreListener | undefined
   closed = false
   #available = false
+  readonly #probe: NodeJS.Timeout
 
   constructor (url: string, settings: RunStoreSettings, options: RedisRunStoreOptions) {
     this.settings = settings
@@ -92,8 +97,16 @@ export class RedisContext {
     // write (and Redis answers them in one): far fewer syscalls on both sides under load. A
     // command sent with `call` loses its name in an auto-pipeline (redis/ioredis#1923): the ones
     // this store sends that way are sent alone
+    // a Redis that stops answering (paused, partitioned) costs a request COMMAND_TIMEOUT_MS, then 503;
+    // a demoted primary's connection is dropped, so the next one reaches whatever the address names now
     this.redis = new Redis(url, {
-      ...common, enableOfflineQueue: false, maxRetriesPerRequest: 1, enableAutoPipelining: true, autoPipeliningIgnoredCommands: SENT_WITH_CALL
+      ...common,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 1,
+      enableAutoPipelining: true,
+      autoPipeliningIgnoredCommands: SENT_WITH_CALL,
+      commandTimeout: COMMAND_TIMEOUT_MS,
+      reconnectOnError: reconnectOnReadonly
     })
     this.blocking = new Redis(url, { ...common, maxRetriesPerRequest: null })
     const subscriber = new Redis(url, { ...common, maxRetriesPerRequest: null })
@@ -108,6 +121,21 @@ export class RedisContext {
       this.blocking.client('ID').then(id => { this.blockingId = Number(id) }, () => {})
     })
     this.redis.on('close', () => { this.#setAvailable(false) })
+    // a connection can stay open to a Redis that no longer answers, or that is no primary any more
+    this.#probe = setInterval(() => { void this.#answers().then(up => { this.#setAvailable(up) }) }, PROBE_MS)
+    this.#probe.unref()
+  }
+
+  /** Whether the primary answers (within COMMAND_TIMEOUT_MS) as a primary: a replica or a loading server does not serve. */
+  async #answers (): Promise<boolean> {
+    if (this.redis.status !== 'ready') return false
+    try {
+      const role = await this.redis.call('ROLE') as unknown[]
+      return role[0] === 'master'
+    } catch (error) {
+      // a server that refuses ROLE (a managed service) still answered
+      return (error as Error).name === 'ReplyError' && unavailableReply(error as ReplyLike) === undefined
+    }
   }
 
   get available (): boolean { return this.#available }
@@ -159,6 +187,7 @@ export class RedisContext {
   /** Closes the connections. */
   close (): void {
     this.closed = true
+    clearInterval(this.#probe)
     this.follow.close()
     this.blocking.disconnect()
     this.redis.disconnect()
@@ -172,12 +201,17 @@ export class RedisContext {
   }
 }
 
-/** Any failure to reach Redis becomes the 503 of recorded-run requests; Redis's own error replies are bugs and pass. */
+/**
+ * Any failure to reach Redis becomes the 503 of recorded-run requests, and so does an error reply
+ * a deployment gives (see unavailableReply); every other error reply (`ERR` wrong arguments or
+ * syntax, `WRONGTYPE`, `NOPERM`, a script's own error) is a bug and passes, to answer 500.
+ */
 export async function guard<T> (pending: Promise<T>): Promise<T> {
   try {
     return await pending
   } catch (error) {
-    if ((error as Error).name === 'ReplyError') throw error
+    if ((error as Error).name !== 'ReplyError') throw new RunStoreUnavailableError((error as Error).message)
+    if (unavailableReply(error as ReplyLike) === undefined) throw error
     throw new RunStoreUnavailableError((error as Error).message)
   }
 }
