@@ -9,6 +9,8 @@ export interface AdminDeps {
   readonly draining: () => boolean
   /** Why no token can be verified yet (auth on and no key set fetched), else undefined. */
   readonly tokenKeysMissing: () => string | undefined
+  /** Whether the run store answers: /readyz's body says it (`run_store`), its status does not depend on it. */
+  readonly runStoreUp?: () => boolean
 }
 
 function answer (res: ServerResponse, status: number, body: object): void {
@@ -34,12 +36,14 @@ export function createAdminServer (deps: AdminDeps): Server {
         if (deps.health.passing) answer(res, 200, { status: 'ok' })
         else answer(res, 503, { message: 'app is not healthy' })
         return
-      case '/readyz':
-        if (deps.draining()) answer(res, 503, { message: 'draining' })
-        else if (!deps.readiness.passing) answer(res, 503, { message: 'app is not ready' })
-        else if (deps.tokenKeysMissing() !== undefined) answer(res, 503, { message: `no token keys yet: ${deps.tokenKeysMissing() as string}` })
-        else answer(res, 200, { status: 'ready' })
+      case '/readyz': {
+        const runStore = { run_store: deps.runStoreUp?.() === false ? 'down' : 'up' }
+        if (deps.draining()) answer(res, 503, { message: 'draining', ...runStore })
+        else if (!deps.readiness.passing) answer(res, 503, { message: 'app is not ready', ...runStore })
+        else if (deps.tokenKeysMissing() !== undefined) answer(res, 503, { message: `no token keys yet: ${deps.tokenKeysMissing() as string}`, ...runStore })
+        else answer(res, 200, { status: 'ready', ...runStore })
         return
+      }
       case '/metrics':
         deps.metrics.registry.metrics().then(text => {
           res.writeHead(200, { 'content-type': deps.metrics.registry.contentType })

@@ -127,7 +127,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const server = createPublicServer({
     invoke, management, upgrade: websockets.handleUpgrade, logger, headersTimeoutMs: options.headersTimeoutMs ?? 60_000
   })
-  const admin = createAdminServer({ metrics, readiness, health, draining: () => draining, tokenKeysMissing: () => verifier?.keysMissing })
+  const admin = createAdminServer({ metrics, readiness, health, draining: () => draining, tokenKeysMissing: () => verifier?.keysMissing, runStoreUp: () => runs.available })
 
   await listen(server, config.port, config.host)
   await listen(admin, config.adminPort, config.host)

@@ -14,7 +14,7 @@ t.test('livez, healthz, readyz and metrics follow the app and the drain', async 
 
   t.same((await send(`${h.admin}/livez`)).json(), { status: 'ok' })
   await eventually(async () => (await send(`${h.admin}/readyz`)).status === 200)
-  t.same((await send(`${h.admin}/readyz`)).json(), { status: 'ready' })
+  t.same((await send(`${h.admin}/readyz`)).json(), { status: 'ready', run_store: 'up' })
   t.equal((await send(`${h.admin}/healthz`)).status, 200)
   t.ok(app.requests.some(r => r.url === '/ready'), 'the ready path was probed over HTTP')
   t.ok(app.requests.some(r => r.url === '/health'), 'the health path was probed over HTTP')
@@ -22,7 +22,7 @@ t.test('livez, healthz, readyz and metrics follow the app and the drain', async 
 
   healthy = false
   await eventually(async () => (await send(`${h.admin}/readyz`)).status === 503)
-  t.same((await send(`${h.admin}/readyz`)).json(), { message: 'app is not ready' })
+  t.same((await send(`${h.admin}/readyz`)).json(), { message: 'app is not ready', run_store: 'up' })
   await eventually(async () => (await send(`${h.admin}/healthz`)).status === 503)
   t.same((await send(`${h.admin}/healthz`)).json(), { message: 'app is not healthy' })
   t.equal((await send(`${h.admin}/livez`)).status, 200, 'the sidecar itself stays live')
@@ -43,7 +43,7 @@ t.test('livez, healthz, readyz and metrics follow the app and the drain', async 
   const drained = h.sidecar.drain(5)
   const readyz = await send(`${h.admin}/readyz`)
   t.equal(readyz.status, 503, 'readyz turns 503 at once on drain')
-  t.same(readyz.json(), { message: 'draining' })
+  t.same(readyz.json(), { message: 'draining', run_store: 'up' })
   t.equal(await drained, true)
 })
 

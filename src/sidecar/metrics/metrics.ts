@@ -8,6 +8,20 @@ const { Counter, Gauge, Registry, collectDefaultMetrics } = requireCjs('prom-cli
 
 export type RouteLabel = 'invoke' | 'websocket' | 'management'
 
+/** Longest wait of a scrape for a count read from the run store. */
+const STORE_SCRAPE_WAIT_MS = 250
+
+/** What `pending` resolves to within `ms`, else undefined (a failure too). */
+async function withinMs<T> (pending: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<undefined>(resolve => { timer = setTimeout(() => { resolve(undefined) }, ms) })
+  try {
+    return await Promise.race([pending.catch(() => undefined), late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** The sidecar's Prometheus metrics, in a registry of its own (one per sidecar instance). */
 export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
   readonly registry = new Registry()
@@ -116,17 +130,27 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     registers: [this.registry]
   })
 
-  /** Feeds sidecar_async_queued_runs from the run store at each scrape (the last count stays while it cannot be reached). */
-  watchAsyncQueue (queued: () => Promise<number>): void {
+  /**
+   * Feeds sidecar_async_queued_runs from the run store at each scrape, and sidecar_run_store_up
+   * from `up`. A scrape never waits on the store: while it is down, or slower than
+   * STORE_SCRAPE_WAIT_MS, the last count stays.
+   */
+  watchAsyncQueue (queued: () => Promise<number>, up: () => boolean = () => true): void {
     new Gauge({
       name: 'sidecar_async_queued_runs',
       help: 'Async runs waiting in the run store for this app (every replica sharing it)',
       registers: [this.registry],
       async collect () {
-        try {
-          this.set(await queued())
-        } catch {}
+        if (!up()) return
+        const count = await withinMs(queued(), STORE_SCRAPE_WAIT_MS)
+        if (count !== undefined) this.set(count)
       }
+    })
+    new Gauge({
+      name: 'sidecar_run_store_up',
+      help: 'Whether the run store answers (1) or not (0); the memory store always does',
+      registers: [this.registry],
+      collect () { this.set(up() ? 1 : 0) }
     })
   }
 
