@@ -175,7 +175,14 @@ export class AsyncRunner implements RunStoreListener {
       const outcome = await this.#dispatch(run)
       release()
       release = undefined
-      const view = await whileUnavailable(async () => await store.records.finish(run, outcome))
+      let view: RunView
+      try {
+        view = await whileUnavailable(async () => await store.records.finish(run, outcome))
+      } catch (error) {
+        if (!(error instanceof RunStoreUnavailableError)) throw error
+        this.#finishLater(run, outcome)
+        return
+      }
       this.#deps.runsTotal.labels(view.record.status).inc()
       this.#sendWebhook(run, view)
     } catch (error) {
@@ -187,6 +194,23 @@ export class AsyncRunner implements RunStoreListener {
       inflight.end()
       this.#changed()
     }
+  }
+
+  /**
+   * A run whose end could not be written in the store's outage: written (and its webhook sent)
+   * once the store answers again, without holding a slot meanwhile. Should this sidecar stop
+   * first, its entry is no longer kept claimed and another replica fails it "replica lost".
+   */
+  #finishLater (run: TakenRun, outcome: RunOutcome): void {
+    const { store, logger } = this.#deps
+    logger.warn({ runId: run.runId }, 'async run ended; its end is written once the run store answers')
+    pRetry(async () => await store.records.finish(run, outcome), {
+      retries: Infinity, minTimeout: 1000, maxTimeout: 5000, signal: this.#loop.signal,
+      shouldRetry: ({ error }) => error instanceof RunStoreUnavailableError
+    }).then(view => {
+      this.#deps.runsTotal.labels(view.record.status).inc()
+      this.#sendWebhook(run, view)
+    }, (error: unknown) => { logger.error({ err: error, runId: run.runId }, 'async run could not be recorded') })
   }
 
   /** An exception nobody expected (a store write, a bug): reported, and the run ends failed if the store lets it. */

@@ -90,8 +90,13 @@ export class RedisQueue implements RunQueue {
 
   async release (run: TakenRun): Promise<void> {
     const keys = new ScopeKeys(run.scope)
-    await guard(RELEASE.run(this.#ctx.redis, [keys.run(run.runId), keys.queue], [run.entry, run.runId]))
-    this.#ctx.held.delete(run.entry)
+    try {
+      await guard(RELEASE.run(this.#ctx.redis, [keys.run(run.runId), keys.queue], [run.entry, run.runId]))
+    } finally {
+      // not given back (the store is down): no longer kept claimed either, so once the store is
+      // back a reaper (this one or another replica's) takes it over as a lost sidecar's queued run
+      this.#ctx.held.delete(run.entry)
+    }
   }
 
   async queuedCount (): Promise<number> {
