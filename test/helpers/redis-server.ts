@@ -53,6 +53,10 @@ export interface PrivateRedis {
   readonly url: string
   stop: () => Promise<void>
   start: () => Promise<void>
+  /** SIGSTOP: the server keeps its connections and answers nothing (a hung or partitioned Redis). */
+  pause: () => void
+  /** SIGCONT after pause(). */
+  resume: () => void
 }
 
 export async function startPrivateRedis (t: { teardown: (fn: () => unknown) => void }): Promise<PrivateRedis> {
@@ -86,7 +90,7 @@ export async function startPrivateRedis (t: { teardown: (fn: () => unknown) => v
   }
   await start()
   t.teardown(stop)
-  return { url, stop, start }
+  return { url, stop, start, pause: () => child?.kill('SIGSTOP'), resume: () => child?.kill('SIGCONT') }
 }
 
 /** A private redis-server as the run store of sidecars serving app `p/a`: their variables, and a client to look inside it. */

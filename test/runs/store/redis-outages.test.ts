@@ -1,0 +1,139 @@
+import { performance } from 'node:perf_hooks'
+import t from 'tap'
+import { metric } from '../../helpers/admin-metrics.ts'
+import { send, type SentResponse } from '../../helpers/http-client.ts'
+import { privateRunStore, startPrivateRedis } from '../../helpers/redis-server.ts'
+import { runsAppFor, runsClient, runsSidecarFor, type RunsClient } from '../../helpers/runs-client.ts'
+import { eventually } from '../../helpers/sidecar-harness.ts'
+
+// SPEC (Runs → The run store on a Redis deployment): a Redis that is demoted, out of memory or not
+// answering within 2 s gives recorded-run requests 503 {"message":"run store unavailable"} with
+// Retry-After, never 500 and never a hang; they work again within 10 s of a primary answering,
+// without a restart. sidecar_run_store_up and /readyz's body say whether the store answers.
+
+type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
+
+const UNAVAILABLE = '{"message":"run store unavailable"}'
+
+/** `request`'s answer and how long it took, failing (rather than hanging) past 5 s. */
+async function timed (request: Promise<SentResponse>): Promise<{ response: SentResponse, ms: number }> {
+  const started = performance.now()
+  let timer: NodeJS.Timeout | undefined
+  const hung = new Promise<never>((_resolve, reject) => { timer = setTimeout(() => { reject(new Error('no answer within 5 s')) }, 5000) })
+  try {
+    return { response: await Promise.race([request, hung]), ms: performance.now() - started }
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/** Asserts a 503 run-store-unavailable answer, within `withinMs` when told. */
+function isUnavailable (t: Tap, { response, ms }: { response: SentResponse, ms: number }, what: string, withinMs?: number): void {
+  t.equal(response.status, 503, `${what}: 503 (${response.status} ${response.text})`)
+  t.equal(response.text, UNAVAILABLE, `${what}: its body`)
+  t.equal(response.headers['retry-after'], '1', `${what}: Retry-After`)
+  if (withinMs !== undefined) t.ok(ms < withinMs, `${what}: answered in ${Math.round(ms)} ms (< ${withinMs})`)
+}
+
+/** The three recorded-run requests: an async submit, a call with an Idempotency-Key, a record read. */
+function recordedRuns (client: RunsClient, n: number): Array<[string, () => Promise<SentResponse>]> {
+  return [
+    ['async submit', async () => await client.submit('/json', `submit-${n}`)],
+    ['keyed call', async () => await client.call('/json', { headers: { 'idempotency-key': `key-${n}` } })],
+    ['record read', async () => await send(client.runUrl('before'), { headers: client.headers() })]
+  ]
+}
+
+t.test('a Redis that stops answering: 503 within 2 s, never a hang; sidecar_run_store_up 0, /readyz still 200 and says so; back after SIGCONT', async t => {
+  const store = await privateRunStore(t)
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { ...store.env, DISABLE_AUTH: 'true' })
+  const client = runsClient({ base: h.base })
+  t.equal((await client.submit('/json', 'before')).status, 202)
+  t.equal((await client.finished('before')).record.status, 'succeeded')
+  t.equal(await metric(h, 'sidecar_run_store_up'), 1)
+  const ready = await send(`${h.admin}/readyz`)
+  t.equal(ready.status, 200)
+  t.same(ready.json(), { status: 'ready', run_store: 'up' })
+
+  store.pause()
+  t.teardown(() => { store.resume() })
+  for (const [what, request] of recordedRuns(client, 1)) isUnavailable(t, await timed(request()), what, 2000)
+  t.equal((await timed(client.cancel('before'))).response.status, 503, 'a cancel: 503')
+  t.equal((await timed(send(client.runUrl('before', '/events'), { headers: client.headers() }))).response.status, 503, 'an event read: 503')
+  const plain = await timed(client.call('/json'))
+  t.equal(plain.response.status, 200, 'a plain call is not affected')
+
+  await eventually(async () => await metric(h, 'sidecar_run_store_up') === 0, 5000)
+  const scrape = await timed(send(`${h.admin}/metrics`))
+  t.ok(scrape.ms < 1000, `/metrics does not wait on the store (${Math.round(scrape.ms)} ms)`)
+  const readyDown = await send(`${h.admin}/readyz`)
+  t.equal(readyDown.status, 200, '/readyz stays about the app')
+  t.same(readyDown.json(), { status: 'ready', run_store: 'down' })
+
+  store.resume()
+  const back = performance.now()
+  await eventually(async () => (await client.submit('/json', 'after')).status === 202, 10_000)
+  t.ok(performance.now() - back < 10_000, 'accepted again within 10 s')
+  t.equal((await client.finished('after')).record.status, 'succeeded', 'and it runs')
+  t.equal((await client.call('/json', { headers: { 'idempotency-key': 'key-after' } })).status, 200)
+  await eventually(async () => await metric(h, 'sidecar_run_store_up') === 1, 5000)
+  t.same((await send(`${h.admin}/readyz`)).json(), { status: 'ready', run_store: 'up' })
+})
+
+t.test('a demoted primary (REPLICAOF): 503, never 500, while it is a replica; a primary again (REPLICAOF NO ONE): works within 10 s', async t => {
+  const store = await privateRunStore(t)
+  const other = await startPrivateRedis(t)
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { ...store.env, DISABLE_AUTH: 'true' })
+  const client = runsClient({ base: h.base })
+  t.equal((await client.submit('/json', 'before')).status, 202)
+  await client.finished('before')
+
+  const otherPort = new URL(other.url).port
+  await store.probe.config('SET', 'repl-diskless-load', 'swapdb') // nothing written to disk
+  await store.probe.replicaof('127.0.0.1', otherPort)
+  await eventually(async () => (await store.probe.info('replication')).includes('master_link_status:up'), 5000)
+  for (let n = 0; n < 3; n++) {
+    const submit = await timed(client.submit('/json', `demoted-${n}`))
+    isUnavailable(t, submit, `async submit #${n}`, 2000)
+    isUnavailable(t, await timed(client.call('/json', { headers: { 'idempotency-key': `demoted-${n}` } })), `keyed call #${n}`, 2000)
+  }
+  await eventually(async () => await metric(h, 'sidecar_run_store_up') === 0, 5000)
+  t.equal((await send(`${h.admin}/readyz`)).status, 200)
+
+  await store.probe.replicaof('NO', 'ONE')
+  const back = performance.now()
+  await eventually(async () => (await client.submit('/json', 'after')).status === 202, 10_000)
+  t.ok(performance.now() - back < 10_000, 'accepted again within 10 s, without a restart')
+  t.equal((await client.finished('after')).record.status, 'succeeded', 'and it runs')
+  await eventually(async () => await metric(h, 'sidecar_run_store_up') === 1, 5000)
+})
+
+t.test('a Redis out of memory (noeviction): a submit gets 503, not 500; once it has room, every accepted run finishes', async t => {
+  const store = await privateRunStore(t)
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { ...store.env, DISABLE_AUTH: 'true', REPLICA_CONCURRENCY: '1' })
+  const client = runsClient({ base: h.base })
+  t.equal((await client.submit('/hold/running', 'running')).status, 202)
+  const held = await app.waitForHeld(1)
+  t.equal((await client.submit('/json', 'queued')).status, 202)
+
+  await store.probe.config('SET', 'maxmemory-policy', 'noeviction')
+  await store.probe.config('SET', 'maxmemory', String(Math.floor(await store.usedMemory() / 2)))
+  isUnavailable(t, await timed(client.submit('/json', 'refused')), 'async submit', 2000)
+  isUnavailable(t, await timed(client.call('/json', { headers: { 'idempotency-key': 'refused' } })), 'keyed call', 2000)
+  // the running run ends while the store cannot write it; the queued one is taken and cannot start
+  await new Promise<void>(resolve => { held.res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}', () => { resolve() }) })
+  t.equal((await client.read('running')).record.status, 'running', 'its end is not written yet')
+  t.equal((await client.read('queued')).record.status, 'queued')
+
+  await store.probe.config('SET', 'maxmemory', '0')
+  const running = await client.finished('running', 10_000)
+  t.equal(running.record.status, 'succeeded', 'the run that ended in the outage is finished once the store has room')
+  t.same(running.record.result, { ok: true })
+  t.equal((await client.finished('queued', 10_000)).record.status, 'succeeded', 'the run that could not start runs')
+  t.equal((await client.submit('/json', 'after')).status, 202)
+  t.equal((await client.finished('after')).record.status, 'succeeded')
+  t.notOk(h.logs.some(line => line.status === 500), 'no call answered 500')
+})
