@@ -152,6 +152,10 @@ export function loadSidecarConfig (env: NodeJS.ProcessEnv = process.env): Sideca
   if (config.buildId !== undefined && (config.projectId === undefined || config.appId === undefined)) {
     throw new ConfigError('BUILD_ID', 'needs PROJECT_ID and APP_ID too')
   }
+  // a shared store holds many apps' runs: a sidecar takes only its own app's (APP_NAME may come from BUILD_ID's build)
+  if (config.runStoreUrl !== undefined && (config.projectId === undefined || (config.appName === undefined && config.buildId === undefined))) {
+    throw new ConfigError('RUN_STORE_URL', 'needs PROJECT_ID and APP_NAME too (a shared run store serves one app per sidecar)')
+  }
   return config
 }
 
