@@ -46,6 +46,8 @@ export interface SidecarConfig {
   webhookStandardHeaders: boolean
   webhookMaxPending: number
   runStoreUrl: URL | undefined
+  /** HOSTNAME: this replica's name in a shared run store (its connections' names, its consumer name); undefined: a random id. */
+  replicaName: string | undefined
   runRetentionSeconds: number
   runMaxEvents: number
   runMaxEventBytes: number
@@ -108,6 +110,7 @@ export const SIDECAR_VARIABLES = [
   // 1000 × ~7 KB of heap per pending delivery ≈ 7 MB; bodies have their own 32 MiB bound (MAX_PENDING_BYTES, webhook-sender.ts)
   variable({ name: 'WEBHOOK_MAX_PENDING', key: 'webhookMaxPending', defaultText: '1000', meaning: 'most webhook deliveries pending at once; beyond it dropped', parse: integerIn(1, 100_000), fallback: fixed(1000) }),
   variable({ name: 'RUN_STORE_URL', key: 'runStoreUrl', defaultText: undefined, meaning: 'redis://[user:pass@]host:port[/db] shared by every replica; unset = memory', parse: parseRedisUrl, fallback: fixed(undefined) }),
+  variable({ name: 'HOSTNAME', key: 'replicaName', defaultText: 'a random id', meaning: "this replica's name in the run store (connections, consumer)", parse: optionalString(parseId), fallback: fixed(undefined) }),
   variable({ name: 'RUN_RETENTION_SECONDS', key: 'runRetentionSeconds', defaultText: '3600', meaning: "how long a finished run's record and events stay readable", parse: integerIn(1, MAX_SECONDS), fallback: fixed(3600) }),
   variable({ name: 'RUN_MAX_EVENTS', key: 'runMaxEvents', defaultText: '10000', meaning: 'most events kept per streamed run; the oldest go first', parse: integerIn(1, 10_000_000), fallback: fixed(10_000) }),
   variable({ name: 'RUN_MAX_EVENT_BYTES', key: 'runMaxEventBytes', defaultText: '67108864', meaning: 'most bytes of events kept per streamed run; the oldest go first', parse: integerIn(1, 64 * GIB), fallback: fixed(67_108_864) }),
@@ -151,6 +154,10 @@ export function loadSidecarConfig (env: NodeJS.ProcessEnv = process.env): Sideca
   }
   if (config.buildId !== undefined && (config.projectId === undefined || config.appId === undefined)) {
     throw new ConfigError('BUILD_ID', 'needs PROJECT_ID and APP_ID too')
+  }
+  // a shared store holds many apps' runs: a sidecar takes only its own app's (APP_NAME may come from BUILD_ID's build)
+  if (config.runStoreUrl !== undefined && (config.projectId === undefined || (config.appName === undefined && config.buildId === undefined))) {
+    throw new ConfigError('RUN_STORE_URL', 'needs PROJECT_ID and APP_NAME too (a shared run store serves one app per sidecar)')
   }
   return config
 }

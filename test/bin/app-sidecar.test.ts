@@ -43,6 +43,18 @@ t.test('an invalid value stops start-up with one line naming the variable', asyn
   }
 })
 
+t.test('a shared run store without PROJECT_ID and APP_NAME: start refused, exit 2, one line naming both', async t => {
+  const scopes: Array<Record<string, string>> = [{}, { PROJECT_ID: 'p' }, { APP_NAME: 'a' }]
+  for (const scope of scopes) {
+    const child = runBin('app-sidecar', { ...BASE_ENV, DISABLE_AUTH: 'true', RUN_STORE_URL: 'redis://127.0.0.1:1/0', ...scope })
+    t.equal(await child.exited, 2, JSON.stringify(scope))
+    const lines = child.stderr.trim().split('\n')
+    t.equal(lines.length, 1, 'one line')
+    t.match(lines[0], /^app-sidecar: invalid configuration: RUN_STORE_URL: needs PROJECT_ID and APP_NAME too/)
+    t.equal(child.stdout, '', 'nothing started')
+  }
+})
+
 t.test('the start-up line naming the ports is written as soon as the listeners are open, not with the next batch', async t => {
   const app = await startTestServer((req, res) => { res.end() })
   t.teardown(() => app.close())

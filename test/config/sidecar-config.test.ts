@@ -42,15 +42,25 @@ t.test('defaults match the SPEC table', async t => {
 })
 
 t.test('RUN_STORE_URL takes redis:// and rediss:// URLs; the password never shows in an error', async t => {
-  t.equal(loadSidecarConfig({ RUN_STORE_URL: 'redis://127.0.0.1:6379/3' }).runStoreUrl?.href, 'redis://127.0.0.1:6379/3')
-  t.equal(loadSidecarConfig({ RUN_STORE_URL: 'rediss://user:s3cret@redis.internal:6380' }).runStoreUrl?.password, 's3cret')
-  t.equal(loadSidecarConfig({ RUN_STORE_URL: 'redis://redis' }).runStoreUrl?.hostname, 'redis')
+  const scope = { PROJECT_ID: 'p', APP_NAME: 'a' }
+  t.equal(loadSidecarConfig({ ...scope, RUN_STORE_URL: 'redis://127.0.0.1:6379/3' }).runStoreUrl?.href, 'redis://127.0.0.1:6379/3')
+  t.equal(loadSidecarConfig({ ...scope, RUN_STORE_URL: 'rediss://user:s3cret@redis.internal:6380' }).runStoreUrl?.password, 's3cret')
+  t.equal(loadSidecarConfig({ ...scope, RUN_STORE_URL: 'redis://redis' }).runStoreUrl?.hostname, 'redis')
   for (const raw of ['http://redis:6379', 'redis://:s3cret@redis:6379/x', 'redis://:s3cret@redis:6379/1/2', 'redis://:s3cret@redis:6379/1#f', 'not a url s3cret']) {
     let message = ''
-    try { loadSidecarConfig({ RUN_STORE_URL: raw }) } catch (error) { message = (error as Error).message }
+    try { loadSidecarConfig({ ...scope, RUN_STORE_URL: raw }) } catch (error) { message = (error as Error).message }
     t.match(message, /^RUN_STORE_URL: expected /, raw)
     t.notMatch(message, 's3cret', `${raw}: no password in the error`)
   }
+})
+
+t.test('RUN_STORE_URL needs PROJECT_ID and APP_NAME (APP_NAME may come from BUILD_ID\'s build)', async t => {
+  const url = 'redis://127.0.0.1:6379/0'
+  for (const env of [{}, { PROJECT_ID: 'p' }, { APP_NAME: 'a' }]) {
+    t.throws(() => loadSidecarConfig({ RUN_STORE_URL: url, ...env }), /^RUN_STORE_URL: needs PROJECT_ID and APP_NAME too/, JSON.stringify(env))
+  }
+  t.equal(loadSidecarConfig({ RUN_STORE_URL: url, PROJECT_ID: 'p', BUILD_ID: 'b', APP_ID: 'i' }).appName, undefined, 'the build names the app')
+  t.same([loadSidecarConfig({ RUN_STORE_URL: url, PROJECT_ID: 'p', APP_NAME: 'a' }).projectId, loadSidecarConfig({ APP_NAME: 'a' }).runStoreUrl], ['p', undefined])
 })
 
 t.test('the OTEL_* variables: tracing is off unless an endpoint is set; the traces URL is the endpoint\'s /v1/traces', async t => {

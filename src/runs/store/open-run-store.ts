@@ -6,12 +6,14 @@ const REACHABLE_WAIT_MS = 2000
 
 /**
  * The run store RUN_STORE_URL names: unset, this process's memory; `redis://…`, Redis shared by
- * every sidecar given the same URL (its client is loaded only then).
+ * every sidecar given the same URL (its client is loaded only then), `replica` naming this sidecar there.
  */
-export async function openRunStore (url: URL | undefined, settings: RunStoreSettings): Promise<RunStore> {
+export async function openRunStore (url: URL | undefined, settings: RunStoreSettings, replica?: string): Promise<RunStore> {
   if (url === undefined) return new MemoryRunStore(settings)
+  const { scope } = settings
+  if (scope === undefined) throw new Error('a shared run store serves one app: PROJECT_ID and APP_NAME are needed') // the config refuses it first
   const { RedisRunStore } = await import('./redis/redis-run-store.ts')
-  const store = new RedisRunStore(url.href, settings)
+  const store = new RedisRunStore(url.href, { ...settings, scope }, { consumer: replica })
   await store.reachable(REACHABLE_WAIT_MS)
   return store
 }

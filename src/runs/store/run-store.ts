@@ -159,7 +159,7 @@ export interface RunStoreSettings {
   readonly queueDepth: number
   /** ASYNC_QUEUE_MAX_BYTES: most request-body bytes of async runs waiting per app (counted from submission until the run starts or is canceled). */
   readonly queueMaxBytes: number
-  /** The one app this sidecar serves (PROJECT_ID and APP_NAME); undefined: take runs of every app in the store. */
+  /** The one app this sidecar serves (PROJECT_ID and APP_NAME); a shared store needs it, memory takes every app's runs without it. */
   readonly scope: RunScope | undefined
 }
 

@@ -88,7 +88,7 @@ t.test('the same on replicas sharing a Redis run store: the retry on the other r
   const redis = await testRedis(t)
   if (redis === undefined) return
   const app = await countingApp(t)
-  const env = { DISABLE_AUTH: 'true', RUN_STORE_URL: redis }
+  const env = { DISABLE_AUTH: 'true', RUN_STORE_URL: redis, PROJECT_ID: 'proj', APP_NAME: 'app' }
   const [a, b] = [await runsSidecarFor(t, app.url, env), await runsSidecarFor(t, app.url, env)]
   const replay = await droppedRetry(t, app, a, b, 'dropped-fleet', 'dropped-fleet')
   t.match(replay.json(), { run_id: 'dropped-fleet', result: { execution: 1 } })

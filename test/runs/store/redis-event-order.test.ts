@@ -1,8 +1,8 @@
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { RunStoreUnavailableError } from '../../../src/errors.ts'
-import { RedisRunStore } from '../../../src/runs/store/redis/redis-run-store.ts'
-import type { RunEventItem, RunStoreSettings } from '../../../src/runs/store/run-store.ts'
+import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
+import type { RunEventItem } from '../../../src/runs/store/run-store.ts'
 import { startPrivateRedis } from '../../helpers/redis-server.ts'
 
 // A running run's events are never silently lost (SPEC: Runs → The run store on a Redis
@@ -10,7 +10,7 @@ import { startPrivateRedis } from '../../helpers/redis-server.ts'
 // start, SCRIPT FLUSH, a failover) answers NOSCRIPT, and a stall holds every command meanwhile.
 
 const SCOPE = { projectId: 'proj', appName: 'app' }
-const SETTINGS: RunStoreSettings = { retentionSeconds: 60, maxEvents: 100_000, maxEventBytes: 64 * 1024 * 1024, queueDepth: 10, queueMaxBytes: 1024 * 1024, scope: SCOPE }
+const SETTINGS: RedisStoreSettings = { retentionSeconds: 60, maxEvents: 100_000, maxEventBytes: 64 * 1024 * 1024, queueDepth: 10, queueMaxBytes: 1024 * 1024, scope: SCOPE }
 const TOTAL = 20_000
 
 const nextTurn = async (): Promise<void> => { await new Promise(resolve => setImmediate(resolve)) }

@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { RunStoreUnavailableError } from '../../../src/errors.ts'
-import { RedisRunStore } from '../../../src/runs/store/redis/redis-run-store.ts'
+import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { HeldDelivery, NewRun, RunStoreListener, RunStoreSettings, RunView, TakenRun } from '../../../src/runs/store/run-store.ts'
 import { flushRedis, startPrivateRedis, testRedis } from '../../helpers/redis-server.ts'
 import { eventually, freePort } from '../../helpers/sidecar-harness.ts'
@@ -9,7 +9,7 @@ import { runStoreBoundsSuite } from './run-store-bounds-suite.ts'
 import { runStoreSuite } from './run-store-suite.ts'
 
 const SCOPE = { projectId: 'proj', appName: 'app' }
-const SETTINGS: RunStoreSettings = { retentionSeconds: 60, maxEvents: 100, maxEventBytes: 64 * 1024 * 1024, queueDepth: 100, queueMaxBytes: 256 * 1024 * 1024, scope: SCOPE }
+const SETTINGS: RedisStoreSettings = { retentionSeconds: 60, maxEvents: 100, maxEventBytes: 64 * 1024 * 1024, queueDepth: 100, queueMaxBytes: 256 * 1024 * 1024, scope: SCOPE }
 let counter = 0
 const newRun = (): NewRun => ({
   scope: SCOPE, runId: `r${++counter}`, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: { url: new URL('https://h.example/'), secret: 'k' }, createdAt: Date.now()
@@ -21,8 +21,9 @@ t.test('redis run store', async t => {
   const redisUrl = await testRedis(t)
   if (redisUrl === undefined) return
   const open = async (settings: RunStoreSettings): Promise<RedisRunStore> => {
+    const scope = settings.scope ?? SCOPE
     await flushRedis(redisUrl)
-    const store = new RedisRunStore(redisUrl, settings)
+    const store = new RedisRunStore(redisUrl, { ...settings, scope })
     await store.reachable(5000)
     return store
   }

@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto'
-import { hostname } from 'node:os'
 import type * as IoRedis from 'ioredis'
 import type { RedisOptions } from 'ioredis'
 import { RunNotFoundError, RunStoreUnavailableError } from '../../../errors.ts'
@@ -19,7 +18,7 @@ export interface RedisRunStoreOptions {
   readonly heartbeatMs?: number
   /** A run held this long without a heartbeat belongs to a lost sidecar (default 30 s). */
   readonly lostAfterMs?: number
-  /** This store's consumer name (default `<host>-<pid>-<random>`). */
+  /** This sidecar's replica name: its consumer name in the app's groups, and the end of its connections' name (default: a random id). */
   readonly consumer?: string
 }
 
@@ -42,6 +41,13 @@ export class ScopeKeys {
   /** Request-body bytes of the app's queued runs (ASYNC_QUEUE_MAX_BYTES). */
   get queuedBytes (): string { return `${this.#prefix}:queued-bytes` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
+  /** The app's cancel channel: a running run's sidecar hears its cancel there. */
+  get cancel (): string { return `${this.#prefix}:cancel` }
+}
+
+/** A Redis store's settings: it always serves one app (PROJECT_ID and APP_NAME), never the whole store. */
+export interface RedisStoreSettings extends RunStoreSettings {
+  readonly scope: RunScope
 }
 
 /** A run's webhook as Redis keeps it: JSON, the URL as its href (as JSON.stringify writes a WebhookTarget). */
@@ -50,11 +56,8 @@ export function parseWebhook (json: string): WebhookTarget {
   return { url: new URL(url), secret }
 }
 
-export const SCOPES_KEY = 'as:scopes'
-export const CANCEL_CHANNEL = 'as:cancel'
-
 /** The commands this store sends with `redis.call` (kept out of the auto-pipeline, see the constructor). */
-const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'CLIENT', 'ROLE']
+const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE']
 
 /** How often the store's availability is checked while its connection is open (sidecar_run_store_up). */
 const PROBE_MS = 1000
@@ -65,7 +68,9 @@ const PROBE_MS = 1000
  * reads and writes of run records more than one of them makes.
  */
 export class RedisContext {
-  readonly settings: RunStoreSettings
+  readonly settings: RedisStoreSettings
+  /** The keys of the one app this store serves: the only queue and deliveries it takes from. */
+  readonly own: ScopeKeys
   readonly consumer: string
   readonly heartbeatMs: number
   readonly lostAfterMs: number
@@ -80,24 +85,27 @@ export class RedisContext {
   readonly claims = new Set<string>()
   /** The queues whose consumer group this store knows exists. */
   readonly groups = new Set<string>()
-  /** The blocking connection's id (to end its wait when a scope is added). */
-  blockingId: number | undefined
   listener: RunStoreListener | undefined
   closed = false
   #available = false
   readonly #probe: NodeJS.Timeout
 
-  constructor (url: string, settings: RunStoreSettings, options: RedisRunStoreOptions) {
+  constructor (url: string, settings: RedisStoreSettings, options: RedisRunStoreOptions) {
     this.settings = settings
-    this.consumer = options.consumer ?? `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`
+    this.own = new ScopeKeys(settings.scope)
+    this.consumer = options.consumer ?? randomBytes(6).toString('hex')
     this.heartbeatMs = options.heartbeatMs ?? 10_000
     this.lostAfterMs = options.lostAfterMs ?? 30_000
-    const common: RedisOptions = { retryStrategy: times => Math.min(100 * times, 1000), connectionName: `app-sidecar ${this.consumer}` }
+    // two connections, both named (CLIENT SETNAME takes no space): requests and pub/sub share one
+    // (RESP3 pushes), the blocking queue read has the other
+    const common: RedisOptions = {
+      retryStrategy: times => Math.min(100 * times, 1000), protocol: 3, connectionName: `app-sidecar:${this.own.name}:${this.consumer}`
+    }
     // auto-pipelining: the commands of every call in one turn of the event loop go out in one
     // write (and Redis answers them in one): far fewer syscalls on both sides under load. A
     // command sent with `call` loses its name in an auto-pipeline (redis/ioredis#1923): the ones
-    // this store sends that way are sent alone
-    // a Redis that stops answering (paused, partitioned) costs a request COMMAND_TIMEOUT_MS, then 503;
+    // this store sends that way are sent alone. Its channels are subscribed again by RedisFollow.
+    // A Redis that stops answering (paused, partitioned) costs a request COMMAND_TIMEOUT_MS, then 503;
     // a demoted primary's connection is dropped, so the next one reaches whatever the address names now
     this.redis = new Redis(url, {
       ...common,
@@ -105,20 +113,17 @@ export class RedisContext {
       maxRetriesPerRequest: 1,
       enableAutoPipelining: true,
       autoPipeliningIgnoredCommands: SENT_WITH_CALL,
+      autoResubscribe: false,
       commandTimeout: COMMAND_TIMEOUT_MS,
       reconnectOnError: reconnectOnReadonly
     })
     this.blocking = new Redis(url, { ...common, maxRetriesPerRequest: null })
-    const subscriber = new Redis(url, { ...common, maxRetriesPerRequest: null })
-    this.follow = new RedisFollow(this.redis, subscriber, guard)
-    for (const client of [this.redis, this.blocking, subscriber]) client.on('error', () => {}) // reported through availability
+    this.follow = new RedisFollow(this.redis, guard)
+    for (const client of [this.redis, this.blocking]) client.on('error', () => {}) // reported through availability
     this.redis.on('ready', () => {
       // a server restarted or failed over knows no script: loaded before the first EVALSHA (a NOSCRIPT still falls back to EVAL)
       for (const script of SCRIPTS) script.load(this.redis).catch(() => {})
       this.#setAvailable(true)
-    })
-    this.blocking.on('ready', () => {
-      this.blocking.client('ID').then(id => { this.blockingId = Number(id) }, () => {})
     })
     this.redis.on('close', () => { this.#setAvailable(false) })
     // a connection can stay open to a Redis that no longer answers, or that is no primary any more
@@ -142,17 +147,6 @@ export class RedisContext {
 
   /** How long an Idempotency-Key claim outlives its sidecar's last heartbeat: as long as a lost sidecar's runs. */
   get claimLeaseMs (): number { return this.lostAfterMs + this.heartbeatMs }
-
-  /** The queue keys of the served scope(s): the configured one, else every scope that had a submission. */
-  async servedQueues (): Promise<string[]> {
-    const scope = this.settings.scope
-    if (scope !== undefined) return [new ScopeKeys(scope).queue]
-    const names = await guard(this.redis.smembers(SCOPES_KEY))
-    return names.map(name => {
-      const [projectId, appName] = name.split('/') as [string, string]
-      return new ScopeKeys({ projectId, appName }).queue
-    })
-  }
 
   /** Acknowledges and deletes an entry whose run will not run here. */
   async forget (keys: ScopeKeys, entry: string): Promise<void> {

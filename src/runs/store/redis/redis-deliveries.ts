@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { DurableDeliveries } from '../durable-deliveries.ts'
 import type { HeldDelivery, NewDelivery } from '../run-store.ts'
-import { guard, type RedisContext, ScopeKeys, SCOPES_KEY, scopeOfQueue } from './redis-context.ts'
+import { guard, type RedisContext, ScopeKeys, scopeOfQueue } from './redis-context.ts'
 import { DELIVERY_DONE, HOLD_DELIVERY, SENDERS } from './redis-scripts.ts'
 
 /** How long a delivery is kept at most, should every sidecar that could finish it be gone (a day). */
@@ -23,8 +23,8 @@ export class RedisDeliveries implements DurableDeliveries {
   async hold (delivery: NewDelivery): Promise<HeldDelivery> {
     const keys = new ScopeKeys(delivery.scope)
     const id = randomUUID()
-    const entry = String(await guard(HOLD_DELIVERY.run(this.#ctx.redis, [keys.deliveries, keys.delivery(id), SCOPES_KEY], [
-      delivery.runId, delivery.target.url.href, delivery.body, delivery.target.secret ?? '', this.#ctx.consumer, keys.name, DELIVERY_TTL_SECONDS, id,
+    const entry = String(await guard(HOLD_DELIVERY.run(this.#ctx.redis, [keys.deliveries, keys.delivery(id)], [
+      delivery.runId, delivery.target.url.href, delivery.body, delivery.target.secret ?? '', this.#ctx.consumer, DELIVERY_TTL_SECONDS, id,
       delivery.trace?.traceparent ?? '', delivery.trace?.tracestate ?? ''
     ])))
     this.#ctx.held.set(entry, keys.deliveries)

@@ -72,29 +72,30 @@ export class Listening {
 }
 
 /**
- * Run followers over one shared subscriber connection: a channel per run carries its events
+ * Run followers over the store's request connection, subscribed to channels as well (RESP3: its
+ * messages come as push frames beside the replies): a channel per run carries its events
  * (`<n>\n<data>`) and its end (`done`); a follower reads the kept events (XRANGE) to start, to
  * catch up after falling behind or a reconnect, and takes live events straight from the messages
  * while it keeps up.
  */
 export class RedisFollow {
   readonly #redis: Redis
-  readonly #subscriber: Redis
   readonly #guard: <T>(pending: Promise<T>) => Promise<T>
   readonly #channels = new Map<string, Set<(message: string) => void>>()
   readonly #listenings = new Set<Listening>()
   #closed = false
 
-  constructor (redis: Redis, subscriber: Redis, guard: <T>(pending: Promise<T>) => Promise<T>) {
+  constructor (redis: Redis, guard: <T>(pending: Promise<T>) => Promise<T>) {
     this.#redis = redis
-    this.#subscriber = subscriber
     this.#guard = guard
-    subscriber.on('message', (channel: string, message: string) => {
+    redis.on('message', (channel: string, message: string) => {
       const handlers = this.#channels.get(channel)
       if (handlers !== undefined) for (const handle of handlers) handle(message)
     })
-    // messages published while the subscriber was away are lost: every follower reads the kept events
-    subscriber.on('ready', () => {
+    // messages published while the connection was away are lost: every follower reads the kept events;
+    // its channels are subscribed again (those subscribed before the first connect too: no offline queue)
+    redis.on('ready', () => {
+      if (this.#channels.size > 0) void redis.subscribe(...this.#channels.keys()).catch(() => {})
       for (const listening of this.#listenings) {
         listening.stale = true
         listening.wakeUp()
@@ -183,7 +184,6 @@ export class RedisFollow {
   close (): void {
     this.#closed = true
     for (const listening of this.#listenings) listening.wakeUp()
-    this.#subscriber.disconnect()
   }
 
   async #subscribe (channel: string, handle: (message: string) => void): Promise<void> {
@@ -192,7 +192,7 @@ export class RedisFollow {
       handlers = new Set()
       this.#channels.set(channel, handlers)
       handlers.add(handle)
-      await this.#subscriber.subscribe(channel)
+      await this.#redis.subscribe(channel)
     } else {
       handlers.add(handle)
     }
@@ -204,7 +204,7 @@ export class RedisFollow {
     handlers.delete(handle)
     if (handlers.size > 0) return
     this.#channels.delete(channel)
-    if (!this.#closed) void this.#subscriber.unsubscribe(channel).catch(() => {})
+    if (!this.#closed) void this.#redis.unsubscribe(channel).catch(() => {})
   }
 }
 

@@ -2,7 +2,7 @@ import { AsyncQueueFullError, BodyTooLargeError, RunIdTakenError } from '../../.
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import type { NewRun, RunRecord, RunView, TakenRun } from '../run-store.ts'
-import { guard, type RedisContext, ScopeKeys, SCOPES_KEY, scopeOfQueue, parseWebhook } from './redis-context.ts'
+import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import { GROUP, RELEASE, SUBMIT, WAITING } from './redis-scripts.ts'
 
 /** The stored request, without its body (kept as raw bytes beside it). */
@@ -11,7 +11,7 @@ interface RequestJson { method: string, path: string, headers: string[], hasBody
 /** A queue entry as read: the queue's key, the entry's id and the run it names. */
 interface QueueEntry { queue: string, id: string, runId: string }
 
-/** How long one blocking read of the queue waits before looking again (new scopes, a stop). */
+/** How long one blocking read of the queue waits before looking again (a stop). */
 const BLOCK_MS = 2000
 
 /**
@@ -23,9 +23,6 @@ export class RedisQueue implements RunQueue {
   readonly #ctx: RedisContext
   /** Runs taken over from a lost sidecar before they started: handed out by take() first. */
   readonly #reclaimed: TakenRun[] = []
-  /** The queues the last blocking read waits on (to end the wait when a scope is added). */
-  #reading: readonly string[] = []
-  #scopeAdded: (() => void) | undefined
 
   constructor (ctx: RedisContext) {
     this.#ctx = ctx
@@ -37,14 +34,13 @@ export class RedisQueue implements RunQueue {
     const request: RequestJson = { method: run.request.method, path: run.request.path, headers: [...run.request.headers], hasBody: run.request.body !== null }
     const { queueDepth, queueMaxBytes } = this.#ctx.settings
     if ((run.request.body?.length ?? 0) > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
-    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, SCOPES_KEY, keys.queuedBytes], [
+    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.queuedBytes], [
       JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
-      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, keys.name, run.runId, queueMaxBytes
+      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes
     ]))
     if (outcome === -1) throw new RunIdTakenError()
     if (outcome === -2) throw new AsyncQueueFullError()
     if (outcome === -3) throw new AsyncQueueFullError('ASYNC_QUEUE_MAX_BYTES')
-    if (this.#ctx.settings.scope === undefined && !this.#reading.includes(keys.queue)) this.#wakeReader()
     return { record, resultJson: undefined, async: true }
   }
 
@@ -52,16 +48,7 @@ export class RedisQueue implements RunQueue {
     while (!signal.aborted && !this.#ctx.closed) {
       const reclaimed = this.#reclaimed.shift()
       if (reclaimed !== undefined) return reclaimed
-      const queues = await this.#ctx.servedQueues()
-      this.#reading = queues
-      if (queues.length === 0) {
-        await abortable(new Promise<void>(resolve => {
-          this.#scopeAdded = resolve
-          setTimeout(resolve, BLOCK_MS).unref()
-        }), signal)
-        continue
-      }
-      const read = this.#readQueue(queues)
+      const read = this.#readQueue(this.#ctx.own.queue)
       const reply = await abortable(read, signal)
       if (reply === ABORTED) {
         // the blocked read may still bring a run: it goes back to the queue, not lost
@@ -100,9 +87,7 @@ export class RedisQueue implements RunQueue {
   }
 
   async queuedCount (): Promise<number> {
-    const queues = await this.#ctx.servedQueues()
-    if (queues.length === 0) return 0
-    return Number(await guard(WAITING.run(this.#ctx.redis, queues, [])))
+    return Number(await guard(WAITING.run(this.#ctx.redis, [this.#ctx.own.queue], [])))
   }
 
   /** A lost sidecar's entry whose run had not started (the reaper claimed it): held here, handed out by take() first. */
@@ -111,19 +96,10 @@ export class RedisQueue implements RunQueue {
     if (run !== undefined) this.#reclaimed.push(run)
   }
 
-  /** A scope the blocking read does not wait on got a run: the read starts again with it. */
-  #wakeReader (): void {
-    const added = this.#scopeAdded
-    this.#scopeAdded = undefined
-    added?.()
-    if (this.#reading.length > 0 && this.#ctx.blockingId !== undefined) void this.#ctx.redis.call('CLIENT', 'UNBLOCK', this.#ctx.blockingId).catch(() => {})
-  }
-
-  /** One entry from the oldest end of the served queues, or undefined after BLOCK_MS. */
-  async #readQueue (queues: string[]): Promise<QueueEntry | undefined> {
+  /** One entry from the oldest end of the app's queue, or undefined after BLOCK_MS. */
+  async #readQueue (queue: string): Promise<QueueEntry | undefined> {
     const { blocking, groups } = this.#ctx
-    for (const queue of queues) {
-      if (groups.has(queue)) continue
+    if (!groups.has(queue)) {
       await blocking.xgroup('CREATE', queue, GROUP, '0', 'MKSTREAM').catch((error: Error) => {
         if (!error.message.startsWith('BUSYGROUP')) throw error
       })
@@ -131,8 +107,7 @@ export class RedisQueue implements RunQueue {
     }
     let reply: unknown
     try {
-      reply = await blocking.call('XREADGROUP', 'GROUP', GROUP, this.#ctx.consumer, 'COUNT', 1, 'BLOCK', BLOCK_MS,
-        'STREAMS', ...queues, ...queues.map(() => '>'))
+      reply = await blocking.call('XREADGROUP', 'GROUP', GROUP, this.#ctx.consumer, 'COUNT', 1, 'BLOCK', BLOCK_MS, 'STREAMS', queue, '>')
     } catch (error) {
       if (String((error as Error).message).startsWith('NOGROUP')) groups.clear()
       throw error
@@ -140,7 +115,7 @@ export class RedisQueue implements RunQueue {
     if (reply === null) return undefined
     // [[key, entries], …] (RESP2) or [key, entries, …] (ioredis 6 reads the RESP3 map flat)
     const list = reply as unknown[]
-    const [queue, entries] = (typeof list[0] === 'string' ? list : list[0]) as [string, Array<[string, string[]]>]
+    const [, entries] = (typeof list[0] === 'string' ? list : list[0]) as [string, Array<[string, string[]]>]
     const [id, fields] = entries[0] as [string, string[]]
     return { queue, id, runId: fields[1] as string }
   }

@@ -3,7 +3,17 @@ import type { RunView, TakenRun } from '../run-store.ts'
 import { type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import type { RedisDeliveries } from './redis-deliveries.ts'
 import type { RedisQueue } from './redis-queue.ts'
-import { GROUP, SENDERS } from './redis-scripts.ts'
+import { FORGET_CONSUMERS, GROUP, SENDERS } from './redis-scripts.ts'
+
+/** A consumer idle this many times RUN_LOST_AFTER_SECONDS, holding nothing, belonged to a sidecar long gone (a live one touches its groups every heartbeat). */
+const GONE_AFTER_LOST = 2
+
+/** Removes from the app's queue and deliveries groups the consumer named ('' any idle over `idleMs`) that holds nothing. */
+export async function forgetConsumers (ctx: RedisContext, consumer: string, idleMs: number): Promise<void> {
+  for (const [stream, group] of [[ctx.own.queue, GROUP], [ctx.own.deliveries, SENDERS]] as const) {
+    await FORGET_CONSUMERS.run(ctx.redis, [stream], [group, consumer, idleMs])
+  }
+}
 
 /** The consumer group of a stream this store holds entries of: an app's queue (runs) or its deliveries. */
 const groupOf = (stream: string): string => stream.endsWith(':deliveries') ? SENDERS : GROUP
@@ -42,10 +52,10 @@ export class RedisReaper {
         for (const key of ctx.claims) renew.pexpire(key, ctx.claimLeaseMs)
         await renew.exec()
       }
-      for (const queue of await ctx.servedQueues()) {
-        await this.#reap(queue)
-        await this.#deliveries.reap(new ScopeKeys(scopeOfQueue(queue)))
-      }
+      await this.#reap(ctx.own.queue)
+      await this.#deliveries.reap(ctx.own)
+      // consumers of sidecars long gone, their entries taken over above: removed from the app's groups
+      await forgetConsumers(ctx, '', GONE_AFTER_LOST * ctx.lostAfterMs)
     } catch {} // Redis went away meanwhile: the next beat tries again
   }
 

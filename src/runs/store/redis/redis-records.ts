@@ -3,7 +3,7 @@ import { canceledRecord, finishedRecord, isFinished } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
 import type { KeyAnswer, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
-import { CANCEL_CHANNEL, guard, type RedisContext, ScopeKeys } from './redis-context.ts'
+import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
 import { FINISH_RECORDED, WEBHOOK_STATE } from './redis-scripts.ts'
 
@@ -37,7 +37,7 @@ export class RedisRecords implements RunRecords {
       const canceled = canceledRecord(view.record, Date.now())
       const changed = await this.#ctx.transition(keys, runId, raw, canceled.record, { result: canceled.resultJson, entry, done: true })
       if (!changed) continue
-      if (view.record.status === 'running') await guard(this.#ctx.redis.publish(CANCEL_CHANNEL, `${keys.name}/${runId}`))
+      if (view.record.status === 'running') await guard(this.#ctx.redis.publish(keys.cancel, runId))
       return { record: canceled.record, resultJson: canceled.resultJson, async: true }
     }
   }

@@ -1,12 +1,15 @@
-import type { RunStore, RunStoreListener, RunStoreSettings } from '../run-store.ts'
-import { CANCEL_CHANNEL, RedisContext, type RedisRunStoreOptions } from './redis-context.ts'
+import type { RunStore, RunStoreListener } from '../run-store.ts'
+import { RedisContext, type RedisRunStoreOptions, type RedisStoreSettings } from './redis-context.ts'
 import { RedisDeliveries } from './redis-deliveries.ts'
 import { RedisKeyClaims } from './redis-key-claims.ts'
 import { RedisQueue } from './redis-queue.ts'
-import { RedisReaper } from './redis-reaper.ts'
+import { forgetConsumers, RedisReaper } from './redis-reaper.ts'
 import { RedisRecords } from './redis-records.ts'
 
-export type { RedisRunStoreOptions } from './redis-context.ts'
+/** How long a stop waits for Redis to take this sidecar out of its groups (a Redis gone: the others do it later). */
+const LEAVE_WAIT_MS = 1000
+
+export type { RedisRunStoreOptions, RedisStoreSettings } from './redis-context.ts'
 
 /**
  * The run store in Redis (RUN_STORE_URL), shared by every sidecar given the same URL. Streams
@@ -25,7 +28,7 @@ export class RedisRunStore implements RunStore {
   readonly #ctx: RedisContext
   readonly #timer: NodeJS.Timeout
 
-  constructor (url: string, settings: RunStoreSettings, options: RedisRunStoreOptions = {}) {
+  constructor (url: string, settings: RedisStoreSettings, options: RedisRunStoreOptions = {}) {
     const ctx = new RedisContext(url, settings, options)
     this.#ctx = ctx
     this.queue = new RedisQueue(ctx)
@@ -33,10 +36,7 @@ export class RedisRunStore implements RunStore {
     this.records = new RedisRecords(ctx, this.keys)
     this.deliveries = new RedisDeliveries(ctx)
     const reaper = new RedisReaper(ctx, this.queue, this.deliveries)
-    ctx.follow.onMessage(CANCEL_CHANNEL, message => {
-      const [projectId, appName, runId] = message.split('/') as [string, string, string]
-      ctx.listener?.canceled({ projectId, appName }, runId)
-    })
+    ctx.follow.onMessage(ctx.own.cancel, runId => { ctx.listener?.canceled(settings.scope, runId) })
     this.#timer = setInterval(() => { void reaper.keepAndReap() }, ctx.heartbeatMs)
     this.#timer.unref()
   }
@@ -56,9 +56,16 @@ export class RedisRunStore implements RunStore {
 
   listen (listener: RunStoreListener): void { this.#ctx.listener = listener }
 
+  /** Stops; this sidecar leaves its app's consumer groups when it holds nothing there (what it holds, the others take over, then remove it). */
   async close (): Promise<void> {
-    if (this.#ctx.closed) return
+    const ctx = this.#ctx
+    if (ctx.closed) return
     clearInterval(this.#timer)
-    this.#ctx.close()
+    ctx.blocking.disconnect() // no read left to make this sidecar a consumer again
+    if (ctx.available) {
+      const leaving = forgetConsumers(ctx, ctx.consumer, 0).catch(() => {})
+      await Promise.race([leaving, new Promise(resolve => setTimeout(resolve, LEAVE_WAIT_MS).unref())])
+    }
+    ctx.close()
   }
 }

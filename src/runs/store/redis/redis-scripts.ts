@@ -50,8 +50,8 @@ export const GROUP = 'runners'
  * wait (-2: waiting = entries in the stream minus the ones handed out, pending) or their bodies
  * would pass ASYNC_QUEUE_MAX_BYTES (-3). The body's bytes are counted in the app's queued-bytes
  * until the run leaves the queue (TRANSITION); with no entry left in the queue, nothing is counted.
- * KEYS: run, queue, scopes, queued bytes. ARGV: record, request, body, webhook ('' none), depth,
- * scope, run id, max bytes.
+ * KEYS: run, queue, queued bytes. ARGV: record, request, body, webhook ('' none), depth, run id,
+ * max bytes.
  */
 export const SUBMIT = new LuaScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
@@ -60,13 +60,12 @@ local entries = redis.call('XLEN', KEYS[2])
 local waiting = entries - redis.call('XPENDING', KEYS[2], '${GROUP}')[1]
 if waiting >= tonumber(ARGV[5]) then return -2 end
 local bytes = string.len(ARGV[3])
-local queued = entries == 0 and 0 or tonumber(redis.call('GET', KEYS[4]) or '0')
-if queued + bytes > tonumber(ARGV[8]) then return -3 end
-local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[7])
+local queued = entries == 0 and 0 or tonumber(redis.call('GET', KEYS[3]) or '0')
+if queued + bytes > tonumber(ARGV[7]) then return -3 end
+local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[6])
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'webhook', ARGV[4]) end
-redis.call('SET', KEYS[4], queued + bytes)
-redis.call('SADD', KEYS[3], ARGV[6])
+redis.call('SET', KEYS[3], queued + bytes)
 return 1
 `)
 
@@ -250,18 +249,17 @@ export const SENDERS = 'senders'
  * Writes a webhook delivery down and puts it straight into this sidecar's pending list (XCLAIM
  * FORCE: nobody reads the stream, sidecars only take over idle entries), its first attempt
  * counted (it begins at once). Returns the entry id.
- * KEYS: deliveries stream, delivery hash, scopes. ARGV: run id, url, body, secret ('' none),
- * consumer, scope, ttl seconds, delivery id, traceparent ('' none), tracestate.
+ * KEYS: deliveries stream, delivery hash. ARGV: run id, url, body, secret ('' none), consumer,
+ * ttl seconds, delivery id, traceparent ('' none), tracestate.
  */
 export const HOLD_DELIVERY = new LuaScript(`
 pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], '${SENDERS}', '0', 'MKSTREAM')
-local id = redis.call('XADD', KEYS[1], '*', 'delivery', ARGV[8])
+local id = redis.call('XADD', KEYS[1], '*', 'delivery', ARGV[7])
 redis.call('XCLAIM', KEYS[1], '${SENDERS}', ARGV[5], 0, id, 'FORCE', 'JUSTID')
 redis.call('HSET', KEYS[2], 'run', ARGV[1], 'url', ARGV[2], 'body', ARGV[3], 'attempts', 1)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], 'secret', ARGV[4]) end
-if ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'traceparent', ARGV[9], 'tracestate', ARGV[10]) end
-redis.call('EXPIRE', KEYS[2], ARGV[7])
-redis.call('SADD', KEYS[3], ARGV[6])
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'traceparent', ARGV[8], 'tracestate', ARGV[9]) end
+redis.call('EXPIRE', KEYS[2], ARGV[6])
 return id
 `)
 
@@ -272,7 +270,30 @@ redis.call('XDEL', KEYS[1], ARGV[1])
 return redis.call('DEL', KEYS[2])
 `)
 
+/**
+ * Removes consumers that hold no entry from a stream's group, in one step (a consumer deleted with
+ * entries would lose them): the one named (a sidecar leaving), or, with no name, every one idle
+ * longer than the ms given (sidecars long gone). Returns how many went.
+ * KEYS: stream. ARGV: group, consumer ('' any), idle ms.
+ */
+export const FORGET_CONSUMERS = new LuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+if not ok then return 0 end
+local removed = 0
+for _, consumer in ipairs(consumers) do
+  local field = {}
+  for i = 1, #consumer, 2 do field[consumer[i]] = consumer[i + 1] end
+  if field.pending == 0 and (field.name == ARGV[2] or (ARGV[2] == '' and field.idle > tonumber(ARGV[3]))) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], field.name)
+    removed = removed + 1
+  end
+end
+return removed
+`)
+
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
-  SUBMIT, TRANSITION, FINISH_RECORDED, APPEND_EVENT, RELEASE, WAITING, CLAIM_KEY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, HOLD_DELIVERY, DELIVERY_DONE
+  SUBMIT, TRANSITION, FINISH_RECORDED, APPEND_EVENT, RELEASE, WAITING, CLAIM_KEY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, HOLD_DELIVERY, DELIVERY_DONE,
+  FORGET_CONSUMERS
 ]
