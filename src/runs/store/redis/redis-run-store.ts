@@ -2,6 +2,7 @@ import type { RunStore, RunStoreListener, RunStoreSettings } from '../run-store.
 import { CANCEL_CHANNEL, RedisContext, type RedisRunStoreOptions } from './redis-context.ts'
 import { RedisDeliveries } from './redis-deliveries.ts'
 import { RedisKeyClaims } from './redis-key-claims.ts'
+import { checkPersistence, type PersistenceWarn } from './redis-persistence.ts'
 import { RedisQueue } from './redis-queue.ts'
 import { RedisReaper } from './redis-reaper.ts'
 import { RedisRecords } from './redis-records.ts'
@@ -55,6 +56,9 @@ export class RedisRunStore implements RunStore {
   }
 
   listen (listener: RunStoreListener): void { this.#ctx.listener = listener }
+
+  /** Once Redis first answers: a warn line for each setting that can lose runs (redis-persistence.ts). */
+  async checkPersistence (warn: PersistenceWarn): Promise<void> { await checkPersistence(this.#ctx.redis, warn) }
 
   async close (): Promise<void> {
     if (this.#ctx.closed) return
