@@ -51,7 +51,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     queueMaxBytes: config.asyncQueueMaxBytes,
     scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
   }, (fields, message) => { logger.warn(fields, message) })
-  metrics.watchAsyncQueue(async () => await store.queue.queuedCount())
+  metrics.watchAsyncQueue(async () => await store.queue.queuedCount(), async () => await store.queue.runningCount())
   const webhooks = new DurableWebhooks(store, deps.sender, logger)
   const runner = new AsyncRunner({
     store,

@@ -1,6 +1,7 @@
 import type * as PromClient from 'prom-client'
 import { requireCjs } from '../../shared/require-cjs.ts'
 import { FastHistogram, type HistogramCell } from './fast-histogram.ts'
+import { LastReading } from './last-reading.ts'
 
 import type { StreamMetrics, WebhookMetrics } from '../../shared/metric-contracts.ts'
 
@@ -116,17 +117,21 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     registers: [this.registry]
   })
 
-  /** Feeds sidecar_async_queued_runs from the run store at each scrape (the last count stays while it cannot be reached). */
-  watchAsyncQueue (queued: () => Promise<number>): void {
+  /** Feeds sidecar_async_queued_runs and sidecar_async_running_runs from the run store at each scrape (the last counts stay while it does not answer). */
+  watchAsyncQueue (queued: () => Promise<number>, running: () => Promise<number>): void {
+    const waiting = new LastReading(queued)
+    const inProgress = new LastReading(running)
     new Gauge({
       name: 'sidecar_async_queued_runs',
-      help: 'Async runs waiting in the run store for this app (every replica sharing it)',
+      help: 'Async runs waiting in the run store for this app, not running (every replica sharing it)',
       registers: [this.registry],
-      async collect () {
-        try {
-          this.set(await queued())
-        } catch {}
-      }
+      async collect () { this.set(await waiting.value()) }
+    })
+    new Gauge({
+      name: 'sidecar_async_running_runs',
+      help: 'Async runs of this app in progress on any replica sharing the run store',
+      registers: [this.registry],
+      async collect () { this.set(await inProgress.value()) }
     })
   }
 

@@ -100,6 +100,12 @@ export class RedisQueue implements RunQueue {
     return Number(await guard(WAITING.run(this.#ctx.redis, queues, [])))
   }
 
+  async runningCount (): Promise<number> {
+    let total = 0
+    for (const queue of await this.#ctx.servedQueues()) total += await pendingIn(this.#ctx, queue)
+    return total
+  }
+
   /** A lost sidecar's entry whose run had not started (the reaper claimed it): held here, handed out by take() first. */
   async reclaim (entry: QueueEntry): Promise<void> {
     const run = await this.#taken(entry)
@@ -167,6 +173,17 @@ export class RedisQueue implements RunQueue {
   async #giveBack (entry: QueueEntry): Promise<void> {
     const keys = new ScopeKeys(scopeOfQueue(entry.queue))
     await RELEASE.run(this.#ctx.redis, [keys.run(entry.runId), keys.queue], [entry.id, entry.runId]).catch(() => {})
+  }
+}
+
+/** Entries of a queue handed to a sidecar and not acknowledged: its runs taken and not ended. */
+async function pendingIn (ctx: RedisContext, queue: string): Promise<number> {
+  try {
+    const [count] = await guard(ctx.redis.xpending(queue, GROUP)) as [number]
+    return Number(count)
+  } catch (error) {
+    if (String((error as Error).message).startsWith('NOGROUP')) return 0 // nothing submitted yet
+    throw error
   }
 }
 
