@@ -50,8 +50,8 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     queueDepth: config.asyncQueueDepth,
     queueMaxBytes: config.asyncQueueMaxBytes,
     scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
-  }, config.replicaName)
-  metrics.watchAsyncQueue(async () => await store.queue.queuedCount(), () => store.available)
+  }, config.replicaName, (fields, message) => { logger.warn(fields, message) })
+  metrics.watchAsyncQueue(async () => await store.queue.queuedCount(), async () => await store.queue.runningCount(), () => store.available)
   const webhooks = new DurableWebhooks(store, deps.sender, logger)
   const runner = new AsyncRunner({
     store,

@@ -6,7 +6,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { parseAllDocuments } from 'yaml'
-import { Deployment } from 'kubernetes-models/apps/v1'
+import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1'
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1'
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1'
 import {
@@ -21,6 +21,8 @@ const DEPLOY = join(ROOT, 'deploy')
 const EXAMPLE_SUFFIX = '.example.yaml'
 /** The name manifests give the project's image; kustomization.yaml's `images:` points it at a registry. */
 const IMAGE_NAME = 'app-sidecar'
+/** The run store's StatefulSet, Service and NetworkPolicy (deploy/run-store-redis/). */
+const RUN_STORE = 'run-store-redis'
 /** bench/results/latest.md, json-post (Node 20): the sidecar's measured peaks and CPU. */
 const SIDECAR_PEAK_RSS_1000_CONNECTIONS = 166.0e6
 const SIDECAR_PEAK_RSS_1000_RPS = 125.0e6
@@ -40,6 +42,9 @@ const MODELS: Record<string, ModelFactory> = {
   'v1/ServiceAccount': model(ServiceAccount),
   'v1/Secret': model(Secret),
   'apps/v1/Deployment': model(Deployment),
+  'apps/v1/StatefulSet': model(StatefulSet),
+  // an example only (KEDA's CRD): its fields are checked in the autoscaling test
+  'keda.sh/v1alpha1/ScaledObject': () => ({ validate: () => {} }),
   'networking.k8s.io/v1/NetworkPolicy': model(NetworkPolicy),
   'policy/v1/PodDisruptionBudget': model(PodDisruptionBudget)
 }
@@ -61,16 +66,24 @@ function toManifests (file: string): Manifest[] {
 }
 
 const kustomization = parseYamlFile(join(DEPLOY, 'kustomization.yaml'))[0] as {
-  namespace?: string, resources?: string[], images?: Array<{ name: string, newName?: string, newTag?: string }>
+  namespace?: string, resources?: string[], components?: string[], images?: Array<{ name: string, newName?: string, newTag?: string }>
 }
-const listed = kustomization.resources ?? []
-const yamlFiles = readdirSync(DEPLOY).filter(f => /\.ya?ml$/.test(f) && f !== 'kustomization.yaml').sort()
+const yamlIn = (dir: string): string[] => readdirSync(join(DEPLOY, dir)).filter(f => /\.ya?ml$/.test(f) && f !== 'kustomization.yaml').sort()
+/** Each component's folder, its kustomization and its manifests' paths (relative to deploy/). */
+const components = (kustomization.components ?? []).map(dir => {
+  const own = parseYamlFile(join(DEPLOY, dir, 'kustomization.yaml'))[0] as { apiVersion?: string, kind?: string, resources?: string[] }
+  return { dir, own, files: yamlIn(dir), listed: (own.resources ?? []).map(f => join(dir, f)) }
+})
+const listed = [...kustomization.resources ?? [], ...components.flatMap(c => c.listed)]
+const yamlFiles = yamlIn('.')
 const exampleFiles = yamlFiles.filter(f => f.endsWith(EXAMPLE_SUFFIX))
 const manifests = listed.filter(f => existsSync(join(DEPLOY, f))).flatMap(toManifests)
 const examples = exampleFiles.flatMap(toManifests)
 const deployments = manifests.filter(m => m.kind === 'Deployment').map(m => ({ ...m, object: m.data as unknown as Deployment }))
+/** The run store's Redis (deploy/run-store-redis/): a StatefulSet of another image, checked on its own. */
+const statefulSets = manifests.filter(m => m.kind === 'StatefulSet').map(m => ({ ...m, object: m.data as unknown as StatefulSet }))
 
-function podSpecOf (d: Deployment): IPodSpec {
+function podSpecOf (d: Deployment | StatefulSet): IPodSpec {
   const spec = d.spec?.template.spec
   if (spec === undefined) throw new Error(`Deployment ${d.metadata?.name} has no pod template spec`)
   return spec
@@ -173,7 +186,11 @@ function sourceOfImagePath (path: string): string | undefined {
 
 t.test('kustomization.yaml lists every manifest, and only files that exist', async t => {
   t.ok(listed.length > 0, 'resources: is not empty')
-  t.same([...listed].sort(), yamlFiles.filter(f => !f.endsWith(EXAMPLE_SUFFIX)), 'every YAML file but the examples is listed')
+  t.same([...kustomization.resources ?? []].sort(), yamlFiles.filter(f => !f.endsWith(EXAMPLE_SUFFIX)), 'every YAML file but the examples is listed')
+  for (const { dir, own, files, listed } of components) {
+    t.match(own, { apiVersion: 'kustomize.config.k8s.io/v1alpha1', kind: 'Component' }, `${dir}: a Kustomize component`)
+    t.same([...listed].sort(), files.map(f => join(dir, f)), `${dir}: every YAML file is listed`)
+  }
   for (const file of exampleFiles) t.notOk(listed.includes(file), `${file} (an example) is not applied`)
   t.equal(kustomization.namespace, 'app-sidecar', 'one namespace for everything')
   const image = kustomization.images?.find(i => i.name === IMAGE_NAME)
@@ -201,7 +218,8 @@ t.test('every manifest is valid against the Kubernetes schemas', async t => {
 t.test('every pod and container runs non-root, read-only, without capabilities, under RuntimeDefault seccomp', async t => {
   const [uid, gid] = (last(runtime, 'USER') ?? '').split(':').map(Number)
   t.ok(deployments.length >= 2, 'the app and the build store')
-  for (const { name, object } of deployments) {
+  for (const { name, object, kind } of [...deployments, ...statefulSets]) {
+    const ours = kind === 'Deployment' // our image; the StatefulSet runs Redis's
     const pod = podSpecOf(object)
     t.equal(pod.automountServiceAccountToken, false, `${name}: no API token mounted`)
     t.equal(pod.enableServiceLinks, false, `${name}: no *_PORT variables injected into the config`)
@@ -216,9 +234,12 @@ t.test('every pod and container runs non-root, read-only, without capabilities, 
       const own: ISecurityContext = c.securityContext ?? {}
       const podLevel = pod.securityContext ?? {}
       t.equal(own.runAsNonRoot ?? podLevel.runAsNonRoot, true, `${at}: runAsNonRoot`)
-      t.equal(own.runAsUser ?? podLevel.runAsUser, uid, `${at}: runAsUser is the image's numeric USER`)
-      t.equal(own.runAsGroup ?? podLevel.runAsGroup, gid, `${at}: runAsGroup is the image's numeric group`)
-      t.ok(Number.isInteger(uid) && (uid ?? 0) > 0, `${at}: numeric non-root uid ${uid}`)
+      const user = own.runAsUser ?? podLevel.runAsUser
+      t.ok(Number.isInteger(user) && (user ?? 0) > 0, `${at}: numeric non-root uid ${user}`)
+      if (ours) {
+        t.equal(user, uid, `${at}: runAsUser is the image's numeric USER`)
+        t.equal(own.runAsGroup ?? podLevel.runAsGroup, gid, `${at}: runAsGroup is the image's numeric group`)
+      }
       t.equal(own.readOnlyRootFilesystem, true, `${at}: readOnlyRootFilesystem`)
       t.equal(own.allowPrivilegeEscalation, false, `${at}: allowPrivilegeEscalation false`)
       t.notOk(own.privileged, `${at}: not privileged`)
@@ -226,18 +247,22 @@ t.test('every pod and container runs non-root, read-only, without capabilities, 
       t.equal(own.seccompProfile?.type ?? podLevel.seccompProfile?.type, 'RuntimeDefault', `${at}: seccomp RuntimeDefault`)
       const tmp = c.volumeMounts?.find(v => v.mountPath === '/tmp')
       t.ok(tmp !== undefined && pod.volumes?.find(v => v.name === tmp.name)?.emptyDir !== undefined, `${at}: a writable emptyDir at /tmp`)
-      t.equal(c.image, IMAGE_NAME, `${at}: runs the project's image (tagged by kustomization.yaml)`)
-      const entry = (c.command ?? execForm(last(runtime, 'ENTRYPOINT')) ?? []) as string[]
-      const script = (c.command === undefined ? (c.args ?? []) : c.command.slice(1))[0]
-      t.same(entry.slice(0, 1), ['node'], `${at}: node runs it`)
-      const source = sourceOfImagePath(script ?? '')
-      t.ok(source !== undefined && existsSync(source), `${at}: ${script} is in the image (built from ${source})`)
       const { requests, limits } = c.resources ?? {}
       for (const resource of ['cpu', 'memory']) {
         const request = quantity(requests?.[resource])
         const limit = quantity(limits?.[resource])
         t.ok(request > 0 && limit >= request, `${at}: ${resource} request ${requests?.[resource]} ≤ limit ${limits?.[resource]}`)
       }
+      if (!ours) {
+        t.match(c.image, /^[a-z0-9./-]+:(?!latest$)[\w.-]+$/, `${at}: ${c.image} pinned to a tag`)
+        continue
+      }
+      t.equal(c.image, IMAGE_NAME, `${at}: runs the project's image (tagged by kustomization.yaml)`)
+      const entry = (c.command ?? execForm(last(runtime, 'ENTRYPOINT')) ?? []) as string[]
+      const script = (c.command === undefined ? (c.args ?? []) : c.command.slice(1))[0]
+      t.same(entry.slice(0, 1), ['node'], `${at}: node runs it`)
+      const source = sourceOfImagePath(script ?? '')
+      t.ok(source !== undefined && existsSync(source), `${at}: ${script} is in the image (built from ${source})`)
     }
   }
 })
@@ -286,8 +311,8 @@ t.test('Services expose only the public ports, never the admin port nor the app'
     'hello-app': { container: sidecar, port: resolvePort('http', sidecar) ?? -1 },
     'build-store': { container: store, port: resolvePort('http', store) ?? -1 }
   }
-  const services = manifests.filter(m => m.kind === 'Service')
-  t.same(services.map(s => s.name).sort(), Object.keys(expected).sort(), 'one Service per Deployment')
+  const services = manifests.filter(m => m.kind === 'Service' && m.name !== RUN_STORE)
+  t.same(services.map(s => s.name).sort(), Object.keys(expected).sort(), 'one Service per Deployment (and the run store\'s, below)')
   for (const s of services) {
     const service = s.data as unknown as Service
     const target = deploymentSelectedBy(service.spec?.selector)
@@ -345,7 +370,7 @@ t.test('the build store reads DATABASE_URL from a Secret; no secret value sits i
     }
   }
   const refs = (store.env ?? []).flatMap(e => e.valueFrom?.secretKeyRef === undefined ? [] : [e.valueFrom.secretKeyRef])
-  for (const example of examples) {
+  for (const example of examples.filter(e => e.kind !== 'ScaledObject')) { // the KEDA example: in the autoscaling test
     const secret = example.data as unknown as Secret
     t.equal(example.kind, 'Secret', `${example.file} is a Secret`)
     t.match(secret.metadata?.annotations, { 'app-sidecar.dev/example': /placeholder/ }, `${example.file} is marked as an example`)
@@ -357,6 +382,68 @@ t.test('the build store reads DATABASE_URL from a Secret; no secret value sits i
     }
   }
   t.ok(examples.length > 0 || refs.length === 0, 'an example shows the Secret the store needs')
+})
+
+t.test('the run store: a Redis StatefulSet the app\'s replicas share, persistent and never evicting', async t => {
+  const { object: redis } = statefulSets.find(s => s.name === RUN_STORE) ?? {}
+  if (redis === undefined) throw new Error(`no StatefulSet ${RUN_STORE}`)
+  t.equal(redis.spec?.replicas, 1, 'one primary (a replica with failover: Sentinel or a managed service, docs/runs.md)')
+  t.equal(redis.spec?.serviceName, RUN_STORE, 'governed by its headless Service')
+  const container = podSpecOf(redis).containers[0] as IContainer
+  const args = container.args ?? []
+  t.equal(args[0], 'redis-server')
+  const options = new Map<string, string>()
+  for (let i = 1; i < args.length; i += 2) options.set(args[i] as string, args[i + 1] as string)
+  t.equal(options.get('--appendonly'), 'yes', 'AOF on: a restart loses nothing written before it')
+  t.equal(options.get('--appendfsync'), 'everysec', 'a crash loses at most the last second')
+  t.equal(options.get('--maxmemory-policy'), 'noeviction', 'a full Redis refuses writes (503) rather than dropping runs')
+  t.ok(quantity(options.get('--maxmemory')?.replace(/mb$/, 'M')) < quantity(container.resources?.limits?.memory),
+    `maxmemory ${options.get('--maxmemory')} below the memory limit ${container.resources?.limits?.memory}: refused writes, not an OOM kill`)
+  const data = container.volumeMounts?.find(v => v.mountPath === options.get('--dir'))
+  t.ok(data !== undefined && redis.spec?.volumeClaimTemplates?.some(c => c.metadata?.name === data.name),
+    `--dir ${options.get('--dir')} is on a volume claimed per pod`)
+
+  const service = manifests.find(m => m.kind === 'Service' && m.name === RUN_STORE)?.data as unknown as Service
+  t.equal(service.spec?.clusterIP, 'None', 'a headless Service')
+  t.ok(matchesLabels(service.spec?.selector, redis.spec?.template.metadata?.labels), 'it selects the Redis pod')
+  t.same(service.spec?.ports?.map(p => resolvePort(p.targetPort, container)), [6379], 'one port, to Redis')
+
+  const { deployment: app, container: sidecar } = findContainer('sidecar')
+  const policy = manifests.find(m => m.kind === 'NetworkPolicy' && m.name === RUN_STORE)?.data as unknown as NetworkPolicy
+  t.ok(matchesLabels(policy.spec?.podSelector?.matchLabels, redis.spec?.template.metadata?.labels), 'a NetworkPolicy selects the Redis pod')
+  const rules = policy.spec?.ingress ?? []
+  t.equal(rules.length, 1)
+  t.ok(rules[0]?.from?.length === 1 && matchesLabels(rules[0].from[0]?.podSelector?.matchLabels, app.spec?.template.metadata?.labels),
+    'only the app\'s pods (their sidecars) are admitted')
+  t.same(rules[0]?.ports?.map(p => p.port), [6379])
+
+  const config = loadSidecarConfig(literalEnv(sidecar))
+  t.equal(config.runStoreUrl?.href, `redis://${RUN_STORE}:6379`, 'the sidecar\'s RUN_STORE_URL is this Redis')
+  t.ok(config.projectId !== undefined && config.appName !== undefined, 'PROJECT_ID and APP_NAME scope its keys')
+  t.ok((app.spec?.replicas ?? 1) >= 2, `the ${app.spec?.replicas} replicas share runs`)
+})
+
+t.test('the KEDA example scales the app on the run store\'s backlog through Prometheus', async t => {
+  const example = examples.find(e => e.kind === 'ScaledObject')
+  if (example === undefined) throw new Error('no ScaledObject example')
+  const spec = example.data.spec as {
+    scaleTargetRef?: { name?: string }, minReplicaCount?: number, maxReplicaCount?: number,
+    triggers?: Array<{ type?: string, metadata?: Record<string, string> }>
+  }
+  t.equal(example.data.apiVersion, 'keda.sh/v1alpha1')
+  t.match(example.data.metadata, { annotations: { 'app-sidecar.dev/example': /placeholder/ } }, 'marked as an example')
+  const { deployment: app } = findContainer('sidecar')
+  t.equal(spec.scaleTargetRef?.name, app.metadata?.name, 'it scales the app\'s Deployment')
+  t.ok((spec.minReplicaCount ?? 0) >= 1 && (spec.minReplicaCount ?? 0) <= (spec.maxReplicaCount ?? 0), 'min ≤ max replicas, at least one')
+  t.equal(spec.triggers?.length, 1)
+  const trigger = spec.triggers?.[0]
+  t.equal(trigger?.type, 'prometheus')
+  const query = trigger?.metadata?.query ?? ''
+  t.match(query, /max\(sidecar_async_queued_runs\{/, 'the backlog, as any one replica reports it (every replica reports the app-wide figure)')
+  const metricsSource = readFileSync(join(ROOT, 'src/sidecar/metrics/metrics.ts'), 'utf8')
+  for (const [name] of query.matchAll(/sidecar_[a-z_]+/g)) t.ok(metricsSource.includes(`name: '${name}'`), `${name} is a sidecar metric`)
+  t.ok(Number(trigger?.metadata?.threshold) > 0, `threshold ${trigger?.metadata?.threshold}`)
+  t.match(trigger?.metadata?.serverAddress, /^https?:\/\//)
 })
 
 t.test('the Dockerfile: Node 24 LTS, a numeric user, a writable data folder, one image for both bins', async t => {
@@ -396,6 +483,7 @@ t.test('kubectl kustomize renders the base as listed', { skip: kubectl.status ==
   t.same(objects.map(o => `${o.kind}/${o.metadata.name}`).sort(), manifests.map(m => `${m.kind}/${m.name}`).sort(), 'every listed object, nothing else')
   for (const o of objects) if (o.kind !== 'Namespace') t.equal(o.metadata.namespace, kustomization.namespace, `${o.kind}/${o.metadata.name} namespaced`)
   const image = kustomization.images?.find(i => i.name === IMAGE_NAME)
-  const images = new Set(rendered.stdout.match(/image: \S+/g))
-  t.same([...images], [`image: ${image?.newName}:${image?.newTag}`], 'every container runs the tagged image')
+  const redisImage = podSpecOf(statefulSets[0]?.object as StatefulSet).containers[0]?.image
+  const images = new Set(rendered.stdout.match(/image: \S+/g)?.filter(i => i !== `image: ${redisImage}`))
+  t.same([...images], [`image: ${image?.newName}:${image?.newTag}`], 'every container but the run store\'s Redis runs the tagged image')
 })

@@ -59,12 +59,13 @@ export interface PrivateRedis {
   resume: () => void
 }
 
-export async function startPrivateRedis (t: { teardown: (fn: () => unknown) => void }): Promise<PrivateRedis> {
+/** `args`: more redis-server options, after the defaults (e.g. `--appendonly yes`). */
+export async function startPrivateRedis (t: { teardown: (fn: () => unknown) => void }, args: readonly string[] = []): Promise<PrivateRedis> {
   const port = await freePort()
   let child: ChildProcess | undefined
   const url = `redis://127.0.0.1:${port}/0`
   const start = async (): Promise<void> => {
-    const spawned = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+    const spawned = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args], { stdio: 'ignore' })
     child = spawned
     let failed: Error | undefined
     spawned.once('error', error => { failed = error }) // ENOENT: no redis-server on PATH

@@ -1,4 +1,5 @@
 import { MemoryRunStore } from './memory/memory-run-store.ts'
+import type { PersistenceWarn } from './redis/redis-persistence.ts'
 import type { RunStore, RunStoreSettings } from './run-store.ts'
 
 /** How long a start waits for Redis before it goes on without it (recorded runs then answer 503 until it is back). */
@@ -6,14 +7,17 @@ const REACHABLE_WAIT_MS = 2000
 
 /**
  * The run store RUN_STORE_URL names: unset, this process's memory; `redis://…`, Redis shared by
- * every sidecar given the same URL (its client is loaded only then), `replica` naming this sidecar there.
+ * every sidecar given the same URL (its client is loaded only then), `replica` naming this sidecar
+ * there; its persistence settings are checked once it first answers (`warn`: one line per setting
+ * that can lose runs).
  */
-export async function openRunStore (url: URL | undefined, settings: RunStoreSettings, replica?: string): Promise<RunStore> {
+export async function openRunStore (url: URL | undefined, settings: RunStoreSettings, replica?: string, warn?: PersistenceWarn): Promise<RunStore> {
   if (url === undefined) return new MemoryRunStore(settings)
   const { scope } = settings
   if (scope === undefined) throw new Error('a shared run store serves one app: PROJECT_ID and APP_NAME are needed') // the config refuses it first
   const { RedisRunStore } = await import('./redis/redis-run-store.ts')
   const store = new RedisRunStore(url.href, { ...settings, scope }, { consumer: replica })
+  if (warn !== undefined) void store.checkPersistence(warn)
   await store.reachable(REACHABLE_WAIT_MS)
   return store
 }

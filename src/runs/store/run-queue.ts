@@ -17,4 +17,6 @@ export interface RunQueue {
   release: (run: TakenRun) => Promise<void>
   /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
   queuedCount: () => Promise<number>
+  /** Async runs taken and not ended in the served scope(s), on any replica sharing the store (sidecar_async_running_runs). */
+  runningCount: () => Promise<number>
 }

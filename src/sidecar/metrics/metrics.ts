@@ -1,26 +1,13 @@
 import type * as PromClient from 'prom-client'
 import { requireCjs } from '../../shared/require-cjs.ts'
 import { FastHistogram, type HistogramCell } from './fast-histogram.ts'
+import { LastReading } from './last-reading.ts'
 
 import type { StreamMetrics, WebhookMetrics } from '../../shared/metric-contracts.ts'
 
 const { Counter, Gauge, Registry, collectDefaultMetrics } = requireCjs('prom-client') as typeof PromClient
 
 export type RouteLabel = 'invoke' | 'websocket' | 'management'
-
-/** Longest wait of a scrape for a count read from the run store. */
-const STORE_SCRAPE_WAIT_MS = 250
-
-/** What `pending` resolves to within `ms`, else undefined (a failure too). */
-async function withinMs<T> (pending: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<undefined>(resolve => { timer = setTimeout(() => { resolve(undefined) }, ms) })
-  try {
-    return await Promise.race([pending.catch(() => undefined), late])
-  } finally {
-    clearTimeout(timer)
-  }
-}
 
 /** The sidecar's Prometheus metrics, in a registry of its own (one per sidecar instance). */
 export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
@@ -131,20 +118,24 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
   })
 
   /**
-   * Feeds sidecar_async_queued_runs from the run store at each scrape, and sidecar_run_store_up
-   * from `up`. A scrape never waits on the store: while it is down, or slower than
-   * STORE_SCRAPE_WAIT_MS, the last count stays.
+   * Feeds sidecar_async_queued_runs and sidecar_async_running_runs from the run store at each
+   * scrape, and sidecar_run_store_up from `up`. A scrape never waits on the store: while it is
+   * down, or slower than LastReading's wait, the last counts stay.
    */
-  watchAsyncQueue (queued: () => Promise<number>, up: () => boolean = () => true): void {
+  watchAsyncQueue (queued: () => Promise<number>, running: () => Promise<number>, up: () => boolean = () => true): void {
+    const waiting = new LastReading(queued)
+    const inProgress = new LastReading(running)
     new Gauge({
       name: 'sidecar_async_queued_runs',
-      help: 'Async runs waiting in the run store for this app (every replica sharing it)',
+      help: 'Async runs waiting in the run store for this app, not running (every replica sharing it)',
       registers: [this.registry],
-      async collect () {
-        if (!up()) return
-        const count = await withinMs(queued(), STORE_SCRAPE_WAIT_MS)
-        if (count !== undefined) this.set(count)
-      }
+      async collect () { if (up()) this.set(await waiting.value()) }
+    })
+    new Gauge({
+      name: 'sidecar_async_running_runs',
+      help: 'Async runs of this app in progress on any replica sharing the run store',
+      registers: [this.registry],
+      async collect () { if (up()) this.set(await inProgress.value()) }
     })
     new Gauge({
       name: 'sidecar_run_store_up',

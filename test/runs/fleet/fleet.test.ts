@@ -150,3 +150,30 @@ t.test('Idempotency-Key: the same key sent to both replicas at the same instant 
   }
   t.equal([...apps[0].requests, ...apps[1].requests].length, keys.length, 'no repeat reached an app')
 })
+
+t.test('autoscaling: both replicas report the app-wide backlog and runs in progress, exact after starts and a cancel of a queued run', async t => {
+  const { apps, sidecars } = await fleet(t)
+  const counts = async (sidecar: SidecarProcess): Promise<Array<number | undefined>> => {
+    const text = await fetchMetrics(sidecar.admin)
+    return [sampleValue(text, 'sidecar_async_queued_runs'), sampleValue(text, 'sidecar_async_running_runs')]
+  }
+  const both = async (): Promise<unknown> => await Promise.all(sidecars.map(counts))
+  t.same(await both(), [[0, 0], [0, 0]], 'nothing submitted: [queued, running] on each replica')
+  const ids = ['scale-1', 'scale-2', 'scale-3', 'scale-4']
+  for (const id of ids) t.equal((await send(`${sidecars[0].base}/v4/p/a/hold?async=true`, { method: 'POST', headers: { 'x-request-id': id } })).status, 202)
+  await eventually(() => apps[0].held.length === 1 && apps[1].held.length === 1)
+  t.same(await both(), [[2, 2], [2, 2]], 'one running on each replica (REPLICA_CONCURRENCY 1), two waiting')
+  const started = [...apps[0].requests, ...apps[1].requests].map(r => r.headers['x-request-id'])
+  const waiting = ids.filter(id => !started.includes(id))
+  t.equal((await send(`${sidecars[1].base}/v4/p/a/_runs/${waiting[0] as string}/cancel`, { method: 'POST' })).status, 200)
+  t.same(await both(), [[1, 2], [1, 2]], 'a queued run canceled: the backlog is one less')
+  ;(apps[0].held[0] as ServerResponse).writeHead(200).end('{}')
+  await eventually(async () => (await record(sidecars[1], waiting[1] as string)).status === 'running')
+  t.same(await both(), [[0, 2], [0, 2]], 'a run ended and the last waiting one started in its place')
+  for (const held of [...apps[0].held, ...apps[1].held]) if (!held.writableEnded) held.writeHead(200).end('{}')
+  await eventually(async () => {
+    for (const id of [...started, waiting[1]]) if ((await record(sidecars[0], id as string)).status !== 'succeeded') return false
+    return true
+  })
+  t.same(await both(), [[0, 0], [0, 0]], 'every run ended')
+})

@@ -88,6 +88,14 @@ export class MemoryQueue implements RunQueue {
     return count
   }
 
+  async runningCount (): Promise<number> {
+    const scope = this.#runs.settings.scope
+    const served = scope === undefined ? undefined : scopeKeyOf(scope)
+    let count = 0
+    for (const run of this.#runs.live.values()) if (run.async && run.taken && (served === undefined || run.scopeKey === served)) count++
+    return count
+  }
+
   /** Pending take() calls reject. */
   close (): void {
     const takers = this.#takers

@@ -90,6 +90,10 @@ export class RedisQueue implements RunQueue {
     return Number(await guard(WAITING.run(this.#ctx.redis, [this.#ctx.own.queue], [])))
   }
 
+  async runningCount (): Promise<number> {
+    return await pendingIn(this.#ctx, this.#ctx.own.queue)
+  }
+
   /** A lost sidecar's entry whose run had not started (the reaper claimed it): held here, handed out by take() first. */
   async reclaim (entry: QueueEntry): Promise<void> {
     const run = await this.#taken(entry)
@@ -147,6 +151,17 @@ export class RedisQueue implements RunQueue {
   async #giveBack (entry: QueueEntry): Promise<void> {
     const keys = new ScopeKeys(scopeOfQueue(entry.queue))
     await RELEASE.run(this.#ctx.redis, [keys.run(entry.runId), keys.queue], [entry.id, entry.runId]).catch(() => {})
+  }
+}
+
+/** Entries of a queue handed to a sidecar and not acknowledged: its runs taken and not ended. */
+async function pendingIn (ctx: RedisContext, queue: string): Promise<number> {
+  try {
+    const [count] = await guard(ctx.redis.xpending(queue, GROUP)) as [number]
+    return Number(count)
+  } catch (error) {
+    if (String((error as Error).message).startsWith('NOGROUP')) return 0 // nothing submitted yet
+    throw error
   }
 }
 

@@ -2,6 +2,7 @@ import type { RunStore, RunStoreListener } from '../run-store.ts'
 import { RedisContext, type RedisRunStoreOptions, type RedisStoreSettings } from './redis-context.ts'
 import { RedisDeliveries } from './redis-deliveries.ts'
 import { RedisKeyClaims } from './redis-key-claims.ts'
+import { checkPersistence, type PersistenceWarn } from './redis-persistence.ts'
 import { RedisQueue } from './redis-queue.ts'
 import { forgetConsumers, RedisReaper } from './redis-reaper.ts'
 import { RedisRecords } from './redis-records.ts'
@@ -55,6 +56,9 @@ export class RedisRunStore implements RunStore {
   }
 
   listen (listener: RunStoreListener): void { this.#ctx.listener = listener }
+
+  /** Once Redis first answers: a warn line for each setting that can lose runs (redis-persistence.ts). */
+  async checkPersistence (warn: PersistenceWarn): Promise<void> { await checkPersistence(this.#ctx.redis, warn) }
 
   /** Stops; this sidecar leaves its app's consumer groups when it holds nothing there (what it holds, the others take over, then remove it). */
   async close (): Promise<void> {
