@@ -85,7 +85,7 @@ t.test('a key set never fetched: /readyz says why (503), calls get 502 with the 
     ready = await fetch(`${admin}/readyz`)
   }
   t.equal(ready.status, 503, 'not ready while no token could be verified')
-  t.same(await ready.json(), { message: `no token keys yet: JWKS fetch failed: ${jwksUrl} answered 500` })
+  t.same(await ready.json(), { message: `no token keys yet: JWKS fetch failed: ${jwksUrl} answered 500`, run_store: 'up' })
 
   const token = await issuer.sign('p')
   const r = await fetch(`${base}/v4/p/a/run`, { headers: { authorization: `Bearer ${token}`, 'x-request-id': 'no-keys' } })
