@@ -73,8 +73,7 @@ export function runStoreBoundsSuite (t: Test, open: OpenStore): void {
     await store.records.cancel(SCOPE, waiting.runId)
     await store.queue.submit(runWith('gggg'))
     await t.rejects(store.queue.submit(runWith('h')), AsyncQueueFullError, 'canceled: its 4 bytes went back, no more')
-    await store.queue.submit(runWith('0123456789', { projectId: 'proj', appName: 'other' }))
-    t.pass('another app has a bound of its own')
+    await t.resolves(store.queue.submit(runWith('0123456789', { projectId: 'proj', appName: 'other' })), 'another app has a bound of its own')
   })
 
   t.test('RUN_MAX_EVENT_BYTES: a run\'s kept events are bounded in bytes (UTF-8), the oldest go first, the newest always stays; a reader from before gets the gap', async t => {
