@@ -308,7 +308,6 @@ export class AsyncRunner implements RunStoreListener {
   }
 }
 
-
 const runKey = (scope: RunScope, runId: string): string => `${scope.projectId}/${scope.appName}/${runId}`
 
 /** The trace context a stored request carries (its submitter's). */
