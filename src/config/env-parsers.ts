@@ -124,23 +124,3 @@ export const parseCidrList: EnvParser<Cidr[]> = (name, raw) => {
     return { address: range[0].toString(), prefix: range[1], family: range[0].kind() === 'ipv6' ? 6 : 4 }
   })
 }
-
-/**
- * The run store's URL: `redis://` or `rediss://` (TLS), optional user and password, host, port and
- * database number; the password never appears in an error.
- */
-export const parseRedisUrl: EnvParser<URL> = (name, raw) => {
-  let url: URL
-  try {
-    url = new URL(raw.trim())
-  } catch {
-    throw new ConfigError(name, 'expected redis://[user:pass@]host:port[/db]')
-  }
-  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
-    throw new ConfigError(name, `expected a redis:// or rediss:// URL, got a ${url.protocol} URL`)
-  }
-  if (url.hostname === '' || !/^(\/\d{0,5})?$/.test(url.pathname) || url.hash !== '') {
-    throw new ConfigError(name, 'expected redis://[user:pass@]host:port[/db] (db a number)')
-  }
-  return url
-}

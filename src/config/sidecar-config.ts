@@ -3,8 +3,9 @@ import { type EnvVariable, envHelpRows, envVariable, loadEnvTable } from './env-
 import { underUrl } from '../shared/url-paths.ts'
 import {
   type Cidr, type EnvParser, integerIn, numberUpTo, oneOf, parseBoolean, parseCidrList,
-  parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort, parseRedisUrl, LOG_LEVELS, type LogLevel
+  parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort, LOG_LEVELS, type LogLevel
 } from './env-parsers.ts'
+import { parseRunStoreAddress, type RunStoreAddress } from './run-store-address.ts'
 
 export type Runtime = 'cortex' | 'custom'
 
@@ -45,9 +46,11 @@ export interface SidecarConfig {
   webhookAllowedCidrs: Cidr[]
   webhookStandardHeaders: boolean
   webhookMaxPending: number
-  runStoreUrl: URL | undefined
+  runStoreUrl: RunStoreAddress | undefined
   /** HOSTNAME: this replica's name in a shared run store (its connections' names, its consumer name); undefined: a random id. */
   replicaName: string | undefined
+  /** RUN_LOST_AFTER_SECONDS: a sidecar silent this long is taken for dead by the others sharing its run store. */
+  runLostAfterSeconds: number
   runRetentionSeconds: number
   runMaxEvents: number
   runMaxEventBytes: number
@@ -109,8 +112,10 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'WEBHOOK_STANDARD_HEADERS', key: 'webhookStandardHeaders', defaultText: 'false', meaning: 'also send Standard Webhooks headers (webhook-id/-timestamp/-signature)', parse: parseBoolean, fallback: fixed(false) }),
   // 1000 × ~7 KB of heap per pending delivery ≈ 7 MB; bodies have their own 32 MiB bound (MAX_PENDING_BYTES, webhook-sender.ts)
   variable({ name: 'WEBHOOK_MAX_PENDING', key: 'webhookMaxPending', defaultText: '1000', meaning: 'most webhook deliveries pending at once; beyond it dropped', parse: integerIn(1, 100_000), fallback: fixed(1000) }),
-  variable({ name: 'RUN_STORE_URL', key: 'runStoreUrl', defaultText: undefined, meaning: 'redis://[user:pass@]host:port[/db] shared by every replica; unset = memory', parse: parseRedisUrl, fallback: fixed(undefined) }),
+  variable({ name: 'RUN_STORE_URL', key: 'runStoreUrl', defaultText: undefined, meaning: 'redis://[user:pass@]host:port[/db], redis+sentinel://host:port[,…]/<master>[/db] or redis+cluster://host:port[,…], shared by every replica; unset = memory', parse: parseRunStoreAddress, fallback: fixed(undefined) }),
   variable({ name: 'HOSTNAME', key: 'replicaName', defaultText: 'a random id', meaning: "this replica's name in the run store (connections, consumer)", parse: optionalString(parseId), fallback: fixed(undefined) }),
+  // at least 3 heartbeats (RUN_HEARTBEAT_SECONDS, 10 s): one late beat never makes a live sidecar look dead
+  variable({ name: 'RUN_LOST_AFTER_SECONDS', key: 'runLostAfterSeconds', defaultText: '30', meaning: 'a sidecar silent this long is taken for dead by the others (its runs fail "replica lost")', parse: integerIn(30, MAX_SECONDS), fallback: fixed(30) }),
   variable({ name: 'RUN_RETENTION_SECONDS', key: 'runRetentionSeconds', defaultText: '3600', meaning: "how long a finished run's record and events stay readable", parse: integerIn(1, MAX_SECONDS), fallback: fixed(3600) }),
   variable({ name: 'RUN_MAX_EVENTS', key: 'runMaxEvents', defaultText: '10000', meaning: 'most events kept per streamed run; the oldest go first', parse: integerIn(1, 10_000_000), fallback: fixed(10_000) }),
   variable({ name: 'RUN_MAX_EVENT_BYTES', key: 'runMaxEventBytes', defaultText: '67108864', meaning: 'most bytes of events kept per streamed run; the oldest go first', parse: integerIn(1, 64 * GIB), fallback: fixed(67_108_864) }),

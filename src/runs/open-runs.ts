@@ -50,7 +50,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     queueDepth: config.asyncQueueDepth,
     queueMaxBytes: config.asyncQueueMaxBytes,
     scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
-  }, config.replicaName, (fields, message) => { logger.warn(fields, message) })
+  }, { consumer: config.replicaName, lostAfterMs: config.runLostAfterSeconds * 1000 }, (fields, message) => { logger.warn(fields, message) })
   metrics.watchAsyncQueue(async () => await store.queue.queuedCount(), async () => await store.queue.runningCount(), () => store.available)
   const webhooks = new DurableWebhooks(store, deps.sender, logger)
   const runner = new AsyncRunner({

@@ -43,9 +43,10 @@ t.test('defaults match the SPEC table', async t => {
 
 t.test('RUN_STORE_URL takes redis:// and rediss:// URLs; the password never shows in an error', async t => {
   const scope = { PROJECT_ID: 'p', APP_NAME: 'a' }
-  t.equal(loadSidecarConfig({ ...scope, RUN_STORE_URL: 'redis://127.0.0.1:6379/3' }).runStoreUrl?.href, 'redis://127.0.0.1:6379/3')
-  t.equal(loadSidecarConfig({ ...scope, RUN_STORE_URL: 'rediss://user:s3cret@redis.internal:6380' }).runStoreUrl?.password, 's3cret')
-  t.equal(loadSidecarConfig({ ...scope, RUN_STORE_URL: 'redis://redis' }).runStoreUrl?.hostname, 'redis')
+  t.equal(loadSidecarConfig({ ...scope, RUN_STORE_URL: 'redis://127.0.0.1:6379/3' }).runStoreUrl?.text, 'redis://127.0.0.1:6379/3')
+  t.match(loadSidecarConfig({ ...scope, RUN_STORE_URL: 'rediss://user:s3cret@redis.internal:6380' }).runStoreUrl,
+    { topology: 'single', url: { password: 's3cret', hostname: 'redis.internal' }, text: 'rediss://user@redis.internal:6380' })
+  t.match(loadSidecarConfig({ ...scope, RUN_STORE_URL: 'redis://redis' }).runStoreUrl, { topology: 'single', url: { hostname: 'redis' } })
   for (const raw of ['http://redis:6379', 'redis://:s3cret@redis:6379/x', 'redis://:s3cret@redis:6379/1/2', 'redis://:s3cret@redis:6379/1#f', 'not a url s3cret']) {
     let message = ''
     try { loadSidecarConfig({ ...scope, RUN_STORE_URL: raw }) } catch (error) { message = (error as Error).message }

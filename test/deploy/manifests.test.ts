@@ -418,7 +418,7 @@ t.test('the run store: a Redis StatefulSet the app\'s replicas share, persistent
   t.same(rules[0]?.ports?.map(p => p.port), [6379])
 
   const config = loadSidecarConfig(literalEnv(sidecar))
-  t.equal(config.runStoreUrl?.href, `redis://${RUN_STORE}:6379`, 'the sidecar\'s RUN_STORE_URL is this Redis')
+  t.equal(config.runStoreUrl?.text, `redis://${RUN_STORE}:6379`, 'the sidecar\'s RUN_STORE_URL is this Redis')
   t.ok(config.projectId !== undefined && config.appName !== undefined, 'PROJECT_ID and APP_NAME scope its keys')
   t.ok((app.spec?.replicas ?? 1) >= 2, `the ${app.spec?.replicas} replicas share runs`)
 })

@@ -183,8 +183,7 @@ export class AsyncRunner implements RunStoreListener {
         this.#finishLater(run, outcome)
         return
       }
-      this.#deps.runsTotal.labels(view.record.status).inc()
-      this.#sendWebhook(run, view)
+      this.#ended(run, view)
     } catch (error) {
       if (error instanceof SidecarError) logger.error({ err: error, runId: run.runId }, 'async run could not be recorded')
       else this.#failInternally(run, error)
@@ -207,21 +206,28 @@ export class AsyncRunner implements RunStoreListener {
     pRetry(async () => await store.records.finish(run, outcome), {
       retries: Infinity, minTimeout: 1000, maxTimeout: 5000, signal: this.#loop.signal,
       shouldRetry: ({ error }) => error instanceof RunStoreUnavailableError
-    }).then(view => {
-      this.#deps.runsTotal.labels(view.record.status).inc()
-      this.#sendWebhook(run, view)
-    }, (error: unknown) => { logger.error({ err: error, runId: run.runId }, 'async run could not be recorded') })
+    }).then(view => { this.#ended(run, view) }, (error: unknown) => { logger.error({ err: error, runId: run.runId }, 'async run could not be recorded') })
+  }
+
+  /**
+   * A run's end as the store kept it: counted, and its webhook sent; unless another replica took
+   * this one for lost and ended the run first (a long pause): that end stands and its webhook was sent there.
+   */
+  #ended (run: TakenRun, view: RunView): void {
+    if (view.endedElsewhere === true) {
+      this.#deps.logger.warn({ runId: run.runId, status: view.record.status }, 'async run ended by another replica meanwhile (this one was taken for lost): its answer here is not recorded, no webhook sent')
+      return
+    }
+    this.#deps.runsTotal.labels(view.record.status).inc()
+    this.#sendWebhook(run, view)
   }
 
   /** An exception nobody expected (a store write, a bug): reported, and the run ends failed if the store lets it. */
   #failInternally (run: TakenRun, error: unknown): void {
-    const { store, runsTotal, reportInternal } = this.#deps
+    const { store, reportInternal } = this.#deps
     reportInternal(error, { runId: run.runId })
     const outcome: RunOutcome = { status: 'failed', statusCode: SIDECAR_INTERNAL.status, resultJson: SIDECAR_INTERNAL.body(), runTimeMs: 0, error: SIDECAR_INTERNAL.message, completedAt: Date.now() }
-    void Promise.resolve().then(async () => await store.records.finish(run, outcome)).then(view => {
-      runsTotal.labels(view.record.status).inc()
-      this.#sendWebhook(run, view)
-    }, () => {}) // the store itself is what failed: the run stays as it can be read
+    void Promise.resolve().then(async () => await store.records.finish(run, outcome)).then(view => { this.#ended(run, view) }, () => {}) // the store itself is what failed: the run stays as it can be read
   }
 
   async #dispatch (run: TakenRun): Promise<RunOutcome> {

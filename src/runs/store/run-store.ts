@@ -41,6 +41,11 @@ export interface RunView {
   readonly resultJson: string | undefined
   /** An async run (only those can be canceled). */
   readonly async: boolean
+  /**
+   * Set by `finish` when another sidecar ended the run first (it took this one for lost): that
+   * end stands, and this sidecar sends no webhook for it (the other did).
+   */
+  readonly endedElsewhere?: true
 }
 
 /** A request kept to run later exactly as the sync call would have run. */

@@ -1,17 +1,17 @@
 import { randomBytes } from 'node:crypto'
-import type * as IoRedis from 'ioredis'
 import type { RedisOptions } from 'ioredis'
+import type { RunStoreAddress } from '../../../config/run-store-address.ts'
 import { RunNotFoundError, RunStoreUnavailableError } from '../../../errors.ts'
 import { isFinished } from '../../run-record.ts'
 import type { RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView } from '../run-store.ts'
-import { requireCjs } from '../../../shared/require-cjs.ts'
 import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
+import { channelsOf, type Channels } from './redis-channels.ts'
+import { connectRedis, isCluster, type RedisClient, runStoreAddress } from './redis-connect.ts'
 import { RedisFollow } from './redis-follow.ts'
 import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
 import { GROUP, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 
-const { Redis } = requireCjs('ioredis') as typeof IoRedis
-type Redis = IoRedis.Redis
+type Redis = RedisClient
 
 export interface RedisRunStoreOptions {
   /** How often this store tells Redis it still holds its runs (default 10 s). */
@@ -41,6 +41,8 @@ export class ScopeKeys {
   /** Request-body bytes of the app's queued runs (ASYNC_QUEUE_MAX_BYTES). */
   get queuedBytes (): string { return `${this.#prefix}:queued-bytes` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
+  /** Never written: the availability probe's write to the app's slot on a cluster. */
+  get probe (): string { return `${this.#prefix}:probe` }
   /** The app's cancel channel: a running run's sidecar hears its cancel there. */
   get cancel (): string { return `${this.#prefix}:cancel` }
 }
@@ -79,10 +81,14 @@ export class RedisContext {
   /** The blocking queue reads (a blocking command needs a connection of its own). */
   readonly blocking: Redis
   readonly follow: RedisFollow
+  /** The app's channels (cancels, followed runs), on the request connection. */
+  readonly channels: Channels
+  /** The topology's publish: PUBLISH on one server, SPUBLISH (sharded, the channel in the keys' slot) on a cluster. */
+  readonly publish: 'PUBLISH' | 'SPUBLISH'
   /** Entries this store holds (taken, not ended), by id: the heartbeat keeps them claimed. */
   readonly held = new Map<string, string>()
-  /** Idempotency-Key slots this store claimed whose answer is not kept yet: their lease is renewed with the heartbeat. */
-  readonly claims = new Set<string>()
+  /** Idempotency-Key slots this store claimed whose answer is not kept yet, with their run ids: their lease is renewed with the heartbeat. */
+  readonly claims = new Map<string, string>()
   /** The queues whose consumer group this store knows exists. */
   readonly groups = new Set<string>()
   listener: RunStoreListener | undefined
@@ -90,7 +96,7 @@ export class RedisContext {
   #available = false
   readonly #probe: NodeJS.Timeout
 
-  constructor (url: string, settings: RedisStoreSettings, options: RedisRunStoreOptions) {
+  constructor (address: RunStoreAddress | string, settings: RedisStoreSettings, options: RedisRunStoreOptions) {
     this.settings = settings
     this.own = new ScopeKeys(settings.scope)
     this.consumer = options.consumer ?? randomBytes(6).toString('hex')
@@ -107,7 +113,8 @@ export class RedisContext {
     // this store sends that way are sent alone. Its channels are subscribed again by RedisFollow.
     // A Redis that stops answering (paused, partitioned) costs a request COMMAND_TIMEOUT_MS, then 503;
     // a demoted primary's connection is dropped, so the next one reaches whatever the address names now
-    this.redis = new Redis(url, {
+    const target = runStoreAddress(address)
+    this.redis = connectRedis(target, {
       ...common,
       enableOfflineQueue: false,
       maxRetriesPerRequest: 1,
@@ -117,12 +124,15 @@ export class RedisContext {
       commandTimeout: COMMAND_TIMEOUT_MS,
       reconnectOnError: reconnectOnReadonly
     })
-    this.blocking = new Redis(url, { ...common, maxRetriesPerRequest: null })
-    this.follow = new RedisFollow(this.redis, guard)
+    this.blocking = connectRedis(target, { ...common, maxRetriesPerRequest: null })
+    this.channels = channelsOf(this.redis, this.own.queue)
+    this.publish = this.channels.publishCommand
+    this.follow = new RedisFollow(this.redis, this.channels, guard)
     for (const client of [this.redis, this.blocking]) client.on('error', () => {}) // reported through availability
     this.redis.on('ready', () => {
-      // a server restarted or failed over knows no script: loaded before the first EVALSHA (a NOSCRIPT still falls back to EVAL)
-      for (const script of SCRIPTS) script.load(this.redis).catch(() => {})
+      // a server restarted or failed over knows no script: loaded before the first EVALSHA (a NOSCRIPT still
+      // falls back to EVAL); on a cluster, SCRIPT LOAD reaches any node: the app's node loads them on first use
+      if (!isCluster(this.redis)) for (const script of SCRIPTS) script.load(this.redis).catch(() => {})
       this.#setAvailable(true)
     })
     this.redis.on('close', () => { this.#setAvailable(false) })
@@ -135,6 +145,8 @@ export class RedisContext {
   async #answers (): Promise<boolean> {
     if (this.redis.status !== 'ready') return false
     try {
+      // on a cluster, a write to the app's slot: a node that lost it answers MOVED, a cluster down CLUSTERDOWN
+      if (isCluster(this.redis)) return await this.redis.del(this.own.probe) >= 0
       const role = await this.redis.call('ROLE') as unknown[]
       return role[0] === 'master'
     } catch (error) {

@@ -125,7 +125,7 @@ export class RunEventWriter {
     const keys = this.#keys
     const runId = this.#run.runId
     return Number(await guard(APPEND_EVENT.run(redis, [keys.run(runId), keys.events(runId)], [
-      `0-${event.n + 1}`, event.data, settings.maxEvents, keys.live(runId), event.n, settings.maxEventBytes, skip ? '1' : ''
+      `0-${event.n + 1}`, event.data, settings.maxEvents, keys.live(runId), event.n, settings.maxEventBytes, skip ? '1' : '', this.#ctx.consumer
     ])))
   }
 

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis'
 import type { RunEventItem, RunView } from '../run-store.ts'
+import type { Channels } from './redis-channels.ts'
 
 /** Live messages a follower has not pulled yet, at most this many and this many bytes (of data); past it, it reads the kept events instead. */
 const PENDING_MAX = 1000
@@ -80,22 +81,22 @@ export class Listening {
  */
 export class RedisFollow {
   readonly #redis: Redis
+  readonly #pubsub: Channels
   readonly #guard: <T>(pending: Promise<T>) => Promise<T>
   readonly #channels = new Map<string, Set<(message: string) => void>>()
   readonly #listenings = new Set<Listening>()
   #closed = false
 
-  constructor (redis: Redis, guard: <T>(pending: Promise<T>) => Promise<T>) {
+  constructor (redis: Redis, channels: Channels, guard: <T>(pending: Promise<T>) => Promise<T>) {
     this.#redis = redis
+    this.#pubsub = channels
     this.#guard = guard
-    redis.on('message', (channel: string, message: string) => {
+    channels.onMessage((channel, message) => {
       const handlers = this.#channels.get(channel)
       if (handlers !== undefined) for (const handle of handlers) handle(message)
     })
-    // messages published while the connection was away are lost: every follower reads the kept events;
-    // its channels are subscribed again (those subscribed before the first connect too: no offline queue)
-    redis.on('ready', () => {
-      if (this.#channels.size > 0) void redis.subscribe(...this.#channels.keys()).catch(() => {})
+    // messages published while the subscriptions were away are lost: every follower reads the kept events
+    channels.onLost(() => {
       for (const listening of this.#listenings) {
         listening.stale = true
         listening.wakeUp()
@@ -192,7 +193,7 @@ export class RedisFollow {
       handlers = new Set()
       this.#channels.set(channel, handlers)
       handlers.add(handle)
-      await this.#redis.subscribe(channel)
+      await this.#pubsub.subscribe(channel)
     } else {
       handlers.add(handle)
     }
@@ -204,7 +205,7 @@ export class RedisFollow {
     handlers.delete(handle)
     if (handlers.size > 0) return
     this.#channels.delete(channel)
-    if (!this.#closed) void this.#redis.unsubscribe(channel).catch(() => {})
+    if (!this.#closed) this.#pubsub.unsubscribe(channel)
   }
 }
 

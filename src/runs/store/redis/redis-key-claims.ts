@@ -30,7 +30,7 @@ export class RedisKeyClaims implements KeyClaims {
     ])) as Array<Buffer | null> | null | number
     if (held === -1) throw new RunIdTakenError()
     if (held === null) {
-      ctx.claims.add(key)
+      ctx.claims.set(key, claim.runId)
       return undefined
     }
     const [runId, digest, async, status, type, body] = held as Array<Buffer | null>

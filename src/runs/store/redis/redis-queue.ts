@@ -66,6 +66,11 @@ export class RedisQueue implements RunQueue {
     const keys = new ScopeKeys(run.scope)
     for (;;) {
       const [view, raw] = await this.#ctx.readOrMissing(keys, run.runId)
+      if (view?.record.status === 'running') {
+        // another sidecar took the run over while this one was silent (a pause) and runs it: its entry is the other's now
+        this.#ctx.held.delete(run.entry)
+        return false
+      }
       if (view === undefined || view.record.status !== 'queued') {
         await this.#ctx.forget(keys, run.entry)
         return false

@@ -3,7 +3,7 @@ import type { RunView, TakenRun } from '../run-store.ts'
 import { type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import type { RedisDeliveries } from './redis-deliveries.ts'
 import type { RedisQueue } from './redis-queue.ts'
-import { FORGET_CONSUMERS, GROUP, SENDERS } from './redis-scripts.ts'
+import { FORGET_CONSUMERS, GROUP, KEEP_HELD, RENEW_CLAIMS, SENDERS } from './redis-scripts.ts'
 
 /** A consumer idle this many times RUN_LOST_AFTER_SECONDS, holding nothing, belonged to a sidecar long gone (a live one touches its groups every heartbeat). */
 const GONE_AFTER_LOST = 2
@@ -46,11 +46,14 @@ export class RedisReaper {
         if (ids === undefined) byQueue.set(queue, [id])
         else ids.push(id)
       }
-      for (const [stream, ids] of byQueue) await ctx.redis.call('XCLAIM', stream, groupOf(stream), ctx.consumer, 0, ...ids, 'JUSTID')
+      // fencing: what another sidecar took over while this one was silent (a pause) is no longer held here
+      for (const [stream, ids] of byQueue) {
+        const lost = await KEEP_HELD.run(ctx.redis, [stream], [groupOf(stream), ctx.consumer, ...ids]) as string[]
+        for (const id of lost) ctx.held.delete(id)
+      }
       if (ctx.claims.size > 0) {
-        const renew = ctx.redis.pipeline()
-        for (const key of ctx.claims) renew.pexpire(key, ctx.claimLeaseMs)
-        await renew.exec()
+        const lost = await RENEW_CLAIMS.run(ctx.redis, [...ctx.claims.keys()], [...ctx.claims.values(), ctx.claimLeaseMs]) as string[]
+        for (const key of lost) ctx.claims.delete(key)
       }
       await this.#reap(ctx.own.queue)
       await this.#deliveries.reap(ctx.own)
@@ -89,7 +92,8 @@ export class RedisReaper {
       status: 'failed', statusCode: REPLICA_LOST.statusCode, resultJson, runTimeMs: now - startedAt, error: REPLICA_LOST.message, completedAt: now
     })
     const webhook = await this.#ctx.redis.hget(keys.run(runId), 'webhook')
-    if (!await this.#ctx.transition(keys, runId, raw, record, { result: resultJson, entry, done: true })) return
+    // the run's owner becomes this sidecar: the lost one, should it come back, writes no more events
+    if (!await this.#ctx.transition(keys, runId, raw, record, { result: resultJson, entry, done: true, owner: this.#ctx.consumer })) return
     const run: TakenRun = {
       scope: scopeOfQueue(keys.queue),
       runId,

@@ -37,7 +37,7 @@ export class RedisRecords implements RunRecords {
       const canceled = canceledRecord(view.record, Date.now())
       const changed = await this.#ctx.transition(keys, runId, raw, canceled.record, { result: canceled.resultJson, entry, done: true })
       if (!changed) continue
-      if (view.record.status === 'running') await guard(this.#ctx.redis.publish(keys.cancel, runId))
+      if (view.record.status === 'running') await guard(this.#ctx.publish === 'SPUBLISH' ? this.#ctx.redis.spublish(keys.cancel, runId) : this.#ctx.redis.publish(keys.cancel, runId))
       return { record: canceled.record, resultJson: canceled.resultJson, async: true }
     }
   }
@@ -78,8 +78,9 @@ export class RedisRecords implements RunRecords {
     for (;;) {
       const [view, raw] = await ctx.read(keys, run.runId)
       if (view.record.status !== 'running') {
-        await ctx.forget(keys, run.entry)
-        return view // a cancel came first
+        ctx.held.delete(run.entry) // acknowledged by whoever ended it
+        // a cancel came first (this sidecar reports it), or another sidecar took this one for lost and failed the run (that end stands)
+        return view.record.status === 'canceled' ? view : { ...view, endedElsewhere: true }
       }
       const finished = finishedRecord(view.record, outcome)
       if (await ctx.transition(keys, run.runId, raw, finished, { result: outcome.resultJson, entry: run.entry, done: true })) {

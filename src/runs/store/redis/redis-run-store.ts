@@ -1,3 +1,4 @@
+import type { RunStoreAddress } from '../../../config/run-store-address.ts'
 import type { RunStore, RunStoreListener } from '../run-store.ts'
 import { RedisContext, type RedisRunStoreOptions, type RedisStoreSettings } from './redis-context.ts'
 import { RedisDeliveries } from './redis-deliveries.ts'
@@ -29,8 +30,8 @@ export class RedisRunStore implements RunStore {
   readonly #ctx: RedisContext
   readonly #timer: NodeJS.Timeout
 
-  constructor (url: string, settings: RedisStoreSettings, options: RedisRunStoreOptions = {}) {
-    const ctx = new RedisContext(url, settings, options)
+  constructor (address: RunStoreAddress | string, settings: RedisStoreSettings, options: RedisRunStoreOptions = {}) {
+    const ctx = new RedisContext(address, settings, options)
     this.#ctx = ctx
     this.queue = new RedisQueue(ctx)
     this.keys = new RedisKeyClaims(ctx)

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import type { Redis } from 'ioredis'
+import { isCluster } from './redis-connect.ts'
 
 /** ioredis's Buffer-reply variants of EVALSHA and EVAL (there at run time, missing from its types). */
 interface BufferScripts {
@@ -7,39 +8,52 @@ interface BufferScripts {
   evalBuffer: (...args: Array<string | Buffer | number>) => Promise<unknown>
 }
 
-/** A Lua script run with EVALSHA, loaded with EVAL the first time a server does not know it. */
+/** A script's text and its SHA1 (the name EVALSHA knows it by). */
+interface ScriptText { readonly source: string, readonly sha: string }
+
+const scriptText = (source: string): ScriptText => ({ source, sha: createHash('sha1').update(source).digest('hex') })
+
+/**
+ * A Lua script run with EVALSHA, loaded with EVAL the first time a server does not know it. On a
+ * cluster its messages go out with SPUBLISH (sharded pub/sub: the channel is in the keys' slot, and
+ * only that slot's node carries it), elsewhere with PUBLISH (Redis 6.2 has no other).
+ */
 export class LuaScript {
-  readonly #source: string
-  readonly #sha: string
+  readonly #plain: ScriptText
+  readonly #sharded: ScriptText
 
   constructor (source: string) {
-    this.#source = source
-    this.#sha = createHash('sha1').update(source).digest('hex')
+    this.#plain = scriptText(source)
+    this.#sharded = scriptText(source.replaceAll("redis.call('PUBLISH'", "redis.call('SPUBLISH'"))
   }
 
   async run (redis: Redis, keys: readonly string[], args: ReadonlyArray<string | Buffer | number>): Promise<unknown> {
+    const { sha, source } = this.#for(redis)
     try {
-      return await redis.evalsha(this.#sha, keys.length, ...keys, ...args)
+      return await redis.evalsha(sha, keys.length, ...keys, ...args)
     } catch (error) {
       if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return await redis.eval(this.#source, keys.length, ...keys, ...args)
+      return await redis.eval(source, keys.length, ...keys, ...args)
     }
   }
 
   /** Loads it into the server's script cache (so the first EVALSHA after a (re)connect finds it). */
   async load (redis: Redis): Promise<void> {
-    await redis.script('LOAD', this.#source)
+    await redis.script('LOAD', this.#for(redis).source)
   }
 
   /** As `run`, with bulk replies as Buffers (binary values). */
   async runBuffer (redis: Redis, keys: readonly string[], args: ReadonlyArray<string | Buffer | number>): Promise<unknown> {
+    const { sha, source } = this.#for(redis)
     try {
-      return await (redis as unknown as BufferScripts).evalshaBuffer(this.#sha, keys.length, ...keys, ...args)
+      return await (redis as unknown as BufferScripts).evalshaBuffer(sha, keys.length, ...keys, ...args)
     } catch (error) {
       if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return await (redis as unknown as BufferScripts).evalBuffer(this.#source, keys.length, ...keys, ...args)
+      return await (redis as unknown as BufferScripts).evalBuffer(source, keys.length, ...keys, ...args)
     }
   }
+
+  #for (redis: Redis): ScriptText { return isCluster(redis) ? this.#sharded : this.#plain }
 }
 
 /** The consumer group every sidecar reads an app's queue in. */
@@ -130,11 +144,14 @@ return 1
  * RUN_MAX_EVENTS or RUN_MAX_EVENT_BYTES (the newest always stays): the run's hash counts the next
  * event number (`events`) and the kept events' bytes (`event_bytes`). An event appended after the
  * run ended (a cancel) expires with it.
+ * Fencing: a run another sidecar took over (its owner is no longer the writer) takes no event (0).
  * KEYS: run, events. ARGV: entry id `0-<n+1>`, data, max events, live channel, n, max bytes, skip
- * ('1' or '').
+ * ('1' or ''), the writer (its consumer name).
  */
 export const APPEND_EVENT = new LuaScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if not owner and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if owner and owner ~= ARGV[8] then return 0 end
 local n = tonumber(ARGV[5])
 local expected = tonumber(redis.call('HGET', KEYS[1], 'events') or '0')
 if n < expected then return 0 end
@@ -292,8 +309,45 @@ end
 return removed
 `)
 
+/**
+ * The heartbeat: renews this sidecar's hold on the entries it still holds (XCLAIM … JUSTID, idle
+ * time back to 0), and only those: an entry another sidecar took over while this one was silent
+ * (a long pause) stays the other's. Returns the ids no longer held (dropped by the caller).
+ * KEYS: stream. ARGV: group, consumer, ids….
+ */
+export const KEEP_HELD = new LuaScript(`
+local lost = {}
+for i = 3, #ARGV do
+  local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
+  if #mine == 1 then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost
+`)
+
+/**
+ * The heartbeat renews the leases of this sidecar's Idempotency-Key claims still running (`run`
+ * still its run's, no answer kept yet); a claim taken by another meanwhile is left alone. Returns
+ * the slot keys no longer this sidecar's. KEYS: slots. ARGV: their run ids, then the lease in ms.
+ */
+export const RENEW_CLAIMS = new LuaScript(`
+local lost = {}
+local lease = ARGV[#ARGV]
+for i, key in ipairs(KEYS) do
+  if redis.call('HGET', key, 'run') == ARGV[i] and redis.call('HEXISTS', key, 'status') == 0 then
+    redis.call('PEXPIRE', key, lease)
+  else
+    lost[#lost + 1] = key
+  end
+end
+return lost
+`)
+
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
   SUBMIT, TRANSITION, FINISH_RECORDED, APPEND_EVENT, RELEASE, WAITING, CLAIM_KEY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, HOLD_DELIVERY, DELIVERY_DONE,
-  FORGET_CONSUMERS
+  FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS
 ]

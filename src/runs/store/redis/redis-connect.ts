@@ -1,0 +1,64 @@
+import type * as IoRedis from 'ioredis'
+import type { ClusterOptions, Redis, RedisOptions } from 'ioredis'
+import { parseRunStoreAddress, type RunStoreAddress } from '../../../config/run-store-address.ts'
+import { requireCjs } from '../../../shared/require-cjs.ts'
+
+const ioredis = requireCjs('ioredis') as typeof IoRedis
+
+/**
+ * A connection to the run store's Redis whatever its topology. A Cluster client is used through
+ * the same commands as a single server (ioredis gives both one interface; every command and script
+ * here touches one app's keys, one hash slot): it is typed as one, `isCluster` tells them apart.
+ */
+export type RedisClient = Redis
+
+/** RUN_STORE_URL's value: parsed already by the config, or a URL (tests). */
+export function runStoreAddress (address: RunStoreAddress | string): RunStoreAddress {
+  return typeof address === 'string' ? parseRunStoreAddress('RUN_STORE_URL', address) : address
+}
+
+/**
+ * A client of the address's topology with `options`: one server as named; with Sentinel, the
+ * primary the sentinels name, asked again after a failover (ioredis's failover detector listens to
+ * them) or when a connection finds a replica; with Cluster, the node serving each key's slot,
+ * following MOVED and ASK (ioredis's cluster client), `options` applying to each node's connection.
+ */
+export function connectRedis (address: RunStoreAddress, options: RedisOptions): RedisClient {
+  if (address.topology === 'single') return new ioredis.Redis(address.url.href, options)
+  const tls = address.tls ? { tls: {} } : {}
+  const { username, password } = address.credentials
+  if (address.topology === 'sentinel') {
+    return new ioredis.Redis({
+      ...options,
+      ...tls,
+      sentinels: address.sentinels.map(({ host, port }) => ({ host, port })),
+      name: address.master,
+      db: address.db,
+      username,
+      password,
+      // sentinels are asked with the same credentials when they are set for them too (a common deployment)
+      sentinelUsername: username,
+      sentinelPassword: password,
+      ...(address.tls ? { enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
+      failoverDetector: true,
+      sentinelRetryStrategy: times => Math.min(100 * times, 1000)
+    })
+  }
+  const { retryStrategy, enableOfflineQueue, ...nodeOptions } = options
+  const cluster: ClusterOptions = {
+    redisOptions: { ...nodeOptions, ...tls, username, password },
+    enableOfflineQueue: enableOfflineQueue ?? true,
+    clusterRetryStrategy: (times: number) => retryStrategy?.(times) ?? Math.min(100 * times, 1000),
+    // a node's connection that drops is made again (its slot may not have moved: a restart)
+    clusterNodeRetryStrategy: (times: number) => Math.min(100 * times, 1000),
+    slotsRefreshTimeout: 1000,
+    retryDelayOnMoved: 50,
+    maxRedirections: 8
+  }
+  return new ioredis.Cluster(address.nodes.map(({ host, port }) => ({ host, port })), cluster) as unknown as RedisClient
+}
+
+/** Whether `client` speaks to a cluster (sharded pub/sub, per-node script caches). */
+export function isCluster (client: RedisClient): boolean {
+  return (client as { isCluster?: boolean }).isCluster === true
+}

@@ -1,0 +1,84 @@
+import type { ServerResponse } from 'node:http'
+import t from 'tap'
+import { send } from '../../helpers/http-client.ts'
+import { startPrivateRedis } from '../../helpers/redis-server.ts'
+import { eventually, startTestServer } from '../../helpers/sidecar-harness.ts'
+import { startSidecarProcess } from '../../helpers/sidecar-process.ts'
+import { startWebhookReceiver } from '../../helpers/webhook-receiver.ts'
+
+// Fencing. A sidecar paused (SIGSTOP: a GC pause, CPU throttling, a frozen VM) past
+// RUN_LOST_AFTER_SECONDS is taken for dead: the other fails its run "replica lost" and sends the
+// webhook. When the paused one comes back and its app answers, that end stands: no second webhook,
+// the record and its events unchanged.
+t.setTimeout(150_000)
+
+t.test('SIGSTOP past RUN_LOST_AFTER_SECONDS, then SIGCONT and the app answers: one webhook, the "replica lost" record and its events unchanged', async t => {
+  const redis = await startPrivateRedis(t)
+  const receiver = await startWebhookReceiver()
+  t.teardown(() => receiver.close())
+  const held: Array<ServerResponse | undefined> = [undefined, undefined]
+  const apps = await Promise.all([0, 1].map(async i => {
+    const app = await startTestServer((req, res) => {
+      if (req.url?.startsWith('/stream')) {
+        held[i] = res
+        res.writeHead(200, { 'content-type': 'application/x-ndjson' }).write('{"n":0}\n')
+      } else res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}')
+    })
+    t.teardown(() => app.close())
+    return app
+  }))
+  const common = {
+    DISABLE_AUTH: 'true', PROJECT_ID: 'p', APP_NAME: 'a', RUN_STORE_URL: redis.url, REPLICA_CONCURRENCY: '1',
+    WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', RUN_LOST_AFTER_SECONDS: '30'
+  }
+  const sidecars = await Promise.all(apps.map(async app => await startSidecarProcess(t, { ...common, APP_URL: app.url })))
+  const base = (i: number): string => (sidecars[i] as typeof sidecars[number]).base
+  const record = async (i: number): Promise<Record<string, unknown>> => (await send(`${base(i)}/v4/p/a/_runs/paused`)).json() as Record<string, unknown>
+  // read once the run has ended (a running run's events go on)
+  const events = async (i: number): Promise<string> => (await send(`${base(i)}/v4/p/a/_runs/paused/events`)).body.toString()
+
+  const hook = encodeURIComponent(`${receiver.url}/hook`)
+  const submitted = await send(`${base(0)}/v4/p/a/stream?async=true&webhookEndpoint=${hook}`, { method: 'POST', headers: { 'x-request-id': 'paused' }, body: '{}' })
+  t.equal(submitted.status, 202)
+  await eventually(() => held[0] !== undefined || held[1] !== undefined)
+  const runner = held[0] !== undefined ? 0 : 1
+  const survivor = 1 - runner
+  await eventually(async () => (await record(survivor)).status === 'running')
+
+  const paused = sidecars[runner] as typeof sidecars[number]
+  paused.child.process.kill('SIGSTOP')
+  t.teardown(() => { paused.child.process.kill('SIGCONT') })
+  let lost: Record<string, unknown> = {}
+  await eventually(async () => {
+    lost = await record(survivor)
+    return lost.status === 'failed'
+  }, 70_000)
+  t.equal(lost.status_code, 502)
+  t.same(lost.result, { message: 'replica lost' })
+  await receiver.waitForAttempts(1, 15_000)
+  await eventually(async () => ((await record(survivor)).webhook as { status?: string } | undefined)?.status === 'delivered', 10_000)
+  const decided = await record(survivor)
+  const decidedEvents = await events(survivor)
+
+  // the paused sidecar comes back; its app goes on streaming and answers
+  const backLine = paused.child.waitForLine(line => line.msg === 'async run ended by another replica meanwhile (this one was taken for lost): its answer here is not recorded, no webhook sent', 30_000)
+  paused.child.process.kill('SIGCONT')
+  const app = held[runner] as ServerResponse
+  app.write('{"n":1}\n')
+  app.end('{"n":2}\n')
+  const line = await backLine
+  t.equal(line.runId, 'paused')
+  t.equal(line.status, 'failed')
+
+  // a later run on the comeback replica still works (it serves again), and proves it has caught up
+  const next = await send(`${base(runner)}/v4/p/a/json?async=true`, { method: 'POST', headers: { 'x-request-id': 'after' } })
+  t.equal(next.status, 202)
+  await eventually(async () => ((await send(`${base(runner)}/v4/p/a/_runs/after`)).json() as { status: string }).status === 'succeeded', 15_000)
+
+  t.same(await record(runner), decided, 'the record is as the survivor decided it, read on the comeback replica')
+  t.same(await record(survivor), decided)
+  t.equal(await events(survivor), decidedEvents, 'no event appended by the comeback replica')
+  t.equal(receiver.attempts.length, 1, 'one webhook')
+  const holds = [...(apps[0]?.requests ?? []), ...(apps[1]?.requests ?? [])].filter(r => r.url.startsWith('/stream'))
+  t.equal(holds.length, 1, 'the run reached an app once')
+})
