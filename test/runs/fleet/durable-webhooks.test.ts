@@ -94,3 +94,37 @@ t.test('Redis restarted while deliveries are pending: every delivery still arriv
   for (const [i, receiver] of retried.entries()) checkArrived(t, receiver, `restart-${i}`, 3)
   await eventually(async () => (await send(`${sidecars[0].base}/v4/p/a/x?async=true`, { method: 'POST' })).status === 202, 15_000)
 })
+
+t.test('Redis restarted empty while an async run runs: its webhook still arrives, once, with the app\'s answer', async t => {
+  const redis = await startPrivateRedis(t)
+  let holding: ((body: string) => void) | undefined
+  const app = await startTestServer((_req, res) => {
+    holding = body => { res.writeHead(200, { 'content-type': 'application/json' }).end(body) }
+  })
+  t.teardown(() => app.close())
+  const sidecar = await startSidecarProcess(t, { DISABLE_AUTH: 'true', PROJECT_ID: 'p', APP_NAME: 'a', RUN_STORE_URL: redis.url, WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', APP_URL: app.url })
+  const receiver = await receiverFor(t, [])
+  const hook = encodeURIComponent(`${receiver.url}/hook`)
+  const submitted = await send(`${sidecar.base}/v4/p/a/work?async=true&webhookEndpoint=${hook}`, {
+    method: 'POST', headers: { 'x-request-id': 'vanished', 'x-webhook-secret': SECRET, traceparent: traceOf('vanished') }, body: '{}'
+  })
+  t.equal(submitted.status, 202)
+  await eventually(() => holding !== undefined)
+  await redis.stop()
+  await redis.start() // no persistence: the record, the queue and the entry are gone
+  const noticed = sidecar.child.waitForLine(line => line.msg === 'run kept in part' && line.runId === 'vanished', 20_000)
+  await eventually(async () => (await send(`${sidecar.admin}/readyz`)).json() !== undefined &&
+    ((await send(`${sidecar.admin}/readyz`)).json() as { run_store?: string }).run_store === 'up', 15_000)
+  holding?.('{"ok":true}')
+  const [attempt] = await receiver.waitForAttempts(1, 20_000)
+  await noticed
+  t.match(JSON.parse(attempt?.body.toString() ?? '{}'), { run_id: 'vanished', status_code: 200, result: { ok: true } })
+  t.ok(verifyWebhook(SECRET, attempt?.headers ?? {}, attempt?.body ?? Buffer.alloc(0)), 'signed')
+  // the sidecar goes on: a new run is recorded and runs
+  const next = await send(`${sidecar.base}/v4/p/a/work?async=true`, { method: 'POST', headers: { 'x-request-id': 'next' }, body: '{}' })
+  t.equal(next.status, 202)
+  await eventually(() => holding !== undefined && app.requests.length === 2)
+  holding?.('{"ok":2}')
+  await eventually(async () => ((await send(`${sidecar.base}/v4/p/a/_runs/next`)).json() as { status: string }).status === 'succeeded', 10_000)
+  t.equal(receiver.attempts.length, 1, 'one webhook')
+})

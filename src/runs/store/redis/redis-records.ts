@@ -1,5 +1,5 @@
 import { EventBeyondLastError, RunFinishedError, RunNotAsyncError, RunNotFoundError } from '../../../errors.ts'
-import { canceledRecord, finishedRecord, isFinished } from '../../run-record.ts'
+import { canceledRecord, finishedRecord, isFinished, queuedRecord } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
 import type { KeyAnswer, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
@@ -76,7 +76,8 @@ export class RedisRecords implements RunRecords {
     }
     if (keep !== undefined) await this.#keys.keepAnswer(run.scope, keep.slot, run.runId, keep.answer)
     for (;;) {
-      const [view, raw] = await ctx.read(keys, run.runId)
+      const [view, raw] = await ctx.readOrMissing(keys, run.runId)
+      if (view === undefined) return await this.#vanished(keys, run, outcome)
       if (view.record.status !== 'running') {
         ctx.held.delete(run.entry) // acknowledged by whoever ended it
         // a cancel came first (this sidecar reports it), or another sidecar took this one for lost and failed the run (that end stands)
@@ -88,6 +89,17 @@ export class RedisRecords implements RunRecords {
         return { record: finished, resultJson: outcome.resultJson, async: view.async }
       }
     }
+  }
+
+  /**
+   * A run whose record is gone while it ran (a Redis restarted empty, an eviction): its end is
+   * still reported (its webhook sent, from what this sidecar holds), and the loss told.
+   */
+  async #vanished (keys: ScopeKeys, run: TakenRun, outcome: RunOutcome): Promise<RunView> {
+    this.#ctx.held.delete(run.entry)
+    await this.#ctx.forget(keys, run.entry).catch(() => {})
+    this.#ctx.listener?.truncated?.(run.scope, run.runId, 'its record, lost by the run store (restarted empty or evicting keys); its webhook is still sent')
+    return { record: finishedRecord(queuedRecord(run), outcome), resultJson: outcome.resultJson, async: true }
   }
 
   async webhookDone (scope: RunScope, runId: string, status: WebhookStatus, attempts: number): Promise<void> {
