@@ -2,7 +2,8 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { Redis } from 'ioredis'
 import { freePort } from './ports.ts'
 
-interface TestLike {
+/** What the Redis helpers need of a tap test. */
+export interface TestLike {
   comment: (why: string) => void
   fail: (why: string) => boolean
   teardown: (fn: () => unknown) => void
