@@ -62,7 +62,7 @@ export function parseWebhook (json: string): WebhookTarget {
 const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE']
 
 /** How often the store's availability is checked while its connection is open (sidecar_run_store_up). */
-const PROBE_MS = 1000
+const PROBE_MS = 2000
 
 /**
  * What the Redis store's roles (queue, records, key claims, deliveries) and its reaper share: the
