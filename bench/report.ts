@@ -150,7 +150,22 @@ function scenarioMarkdown (report: ScenarioReport, settings: BenchReport['settin
   return lines.join('\n')
 }
 
-/** latest.md: a header on the machine, then every scenario's section. */
+const cell = (text: string): string => text.replace(/\s*\n\s*/g, ' ').replaceAll('|', '\\|').replaceAll('*', '\\*')
+/** A check's figure without its margin (`0.93× (per round: …)`), or its whole detail when it has none. */
+const measured = (detail: string): string => detail.split('; margin ')[0] ?? detail
+
+/** Every target of the run in one table, met or not, with its figure (the scenarios' sections give the margins). */
+function targetList (report: BenchReport): string[] {
+  const checks = report.scenarios.flatMap(s => s.checks)
+  return ['## Targets', '',
+    `${checks.filter(c => c.status === 'PASS').length} of ${checks.length} met. Each figure is the median of the rounds; ` +
+    'each scenario\'s section below has its tables, ratios and margins.', '',
+    '| scenario | target | result | measured |',
+    '|---|---|---|---|',
+    ...report.scenarios.flatMap(s => s.checks.map(c => `| ${s.name} | ${cell(c.label)} | ${c.status} | ${cell(measured(c.detail))} |`))]
+}
+
+/** latest.md: a header on the machine, every target of the run, then every scenario's section. */
 export function renderMarkdown (report: BenchReport): string {
   const env = report.environment
   return ['# app-sidecar benchmark', '',
@@ -158,6 +173,8 @@ export function renderMarkdown (report: BenchReport): string {
     '',
     'Everything on loopback; each server is its own process, measured one at a time (the app keeps running); ' +
     'the load generators (autocannon, or the bench\'s own for streams) run in the bench process on the same cores.',
+    '',
+    ...targetList(report),
     '',
     ...report.scenarios.flatMap(scenario => [scenarioMarkdown(scenario, report.settings), ''])
   ].join('\n')
