@@ -171,7 +171,7 @@ export function sidecarHelp (): string {
   return [
     'app-sidecar: reverse-proxy sidecar beside one app replica.',
     '',
-    'Usage: app-sidecar [--help]        (configured by environment variables)',
+    'Usage: app-sidecar [--help | --version]        (configured by environment variables)',
     '',
     `  ${'VARIABLE'.padEnd(36)}${'DEFAULT'.padEnd(40)}MEANING`,
     ...rows,

@@ -28,6 +28,9 @@ t.test('--version prints the package version and exits 0, without starting', asy
     t.equal(await child.exited, 0, bin)
     t.equal(child.stdout, `${version}\n`, bin)
     t.equal(child.stderr, '', bin)
+    const help = runBin(bin, {}, ['--help'])
+    t.equal(await help.exited, 0)
+    t.match(help.stdout, new RegExp(`^ *(Usage: )?${bin} .*--help \\| --version`, 'm'), `${bin} --help names --version`)
   }
 })
 
