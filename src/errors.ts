@@ -41,6 +41,11 @@ export class ForbiddenProjectError extends SidecarError {
   constructor () { super(403, 'SIDECAR_FORBIDDEN', 'token is not valid for this project') }
 }
 
+/** A CORS preflight from an origin CORS_ALLOWED_ORIGINS does not name. */
+export class OriginNotAllowedError extends SidecarError {
+  constructor () { super(403, 'SIDECAR_ORIGIN_NOT_ALLOWED', 'origin not allowed') }
+}
+
 export class RouteNotFoundError extends SidecarError {
   constructor (message = 'no such route') { super(404, 'SIDECAR_NOT_FOUND', message) }
 }

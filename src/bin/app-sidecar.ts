@@ -3,6 +3,7 @@ import { applyBuildSettings } from '../config/build-settings.ts'
 import { packageVersion } from '../config/package-version.ts'
 import { loadSidecarConfig, type SidecarConfig, sidecarHelp } from '../config/sidecar-config.ts'
 import { ConfigError } from '../errors.ts'
+import { portTakenHint } from '../sidecar/listeners.ts'
 import { guardProcess } from '../sidecar/process-guard.ts'
 import { startSidecar } from '../sidecar/sidecar.ts'
 
@@ -33,7 +34,8 @@ try {
 }
 
 const sidecar = await startSidecar(config).catch((error: NodeJS.ErrnoException) => {
-  process.stderr.write(`app-sidecar: cannot start: ${error.code ?? ''} ${error.message}\n`)
+  const hint = portTakenHint(error, { PORT: config.port, ADMIN_PORT: config.adminPort })
+  process.stderr.write(`app-sidecar: cannot start: ${error.code ?? ''} ${error.message}${hint}\n`)
   process.exit(1)
 })
 

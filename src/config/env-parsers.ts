@@ -107,6 +107,28 @@ export const parseHeaderBrand: EnvParser<string> = (name, raw) => {
   return raw
 }
 
+/** CORS_ALLOWED_ORIGINS: `*` (any origin), or the origins named, each as a browser sends it (`https://app.example.com`). */
+export type AllowedOrigins = '*' | readonly string[]
+
+/**
+ * A comma-separated list of http(s) origins, or `*`. Each is kept as a browser's `Origin` header
+ * would spell it (scheme and host lower-case, no default port, no trailing slash).
+ */
+export const parseOriginList: EnvParser<AllowedOrigins> = (name, raw) => {
+  const parts = raw.split(',').map(part => part.trim()).filter(part => part !== '')
+  if (parts.length === 1 && parts[0] === '*') return '*'
+  if (parts.length === 0 || parts.includes('*')) throw new ConfigError(name, `expected * alone, or origins like https://app.example.com, got "${raw}"`)
+  return parts.map(part => {
+    let url: URL | undefined
+    try { url = new URL(part) } catch {}
+    if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.username !== '' || url.password !== '' ||
+        url.pathname !== '/' || /[?#]/.test(part)) {
+      throw new ConfigError(name, `expected origins like https://app.example.com (scheme, host and port only), got "${part}"`)
+    }
+    return url.origin
+  })
+}
+
 export interface Cidr { readonly address: string, readonly prefix: number, readonly family: 4 | 6 }
 
 /** A comma-separated list of CIDR ranges such as `127.0.0.0/8,fd00::/8` (addresses in their standard form only). */

@@ -2,8 +2,8 @@ import { ConfigError } from '../errors.ts'
 import { type EnvVariable, envHelpRows, envVariable, loadEnvTable } from './env-table.ts'
 import { underUrl } from '../shared/url-paths.ts'
 import {
-  type Cidr, type EnvParser, integerIn, numberUpTo, oneOf, parseBoolean, parseCidrList,
-  parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parsePort, LOG_LEVELS, type LogLevel
+  type AllowedOrigins, type Cidr, type EnvParser, integerIn, numberUpTo, oneOf, parseBoolean, parseCidrList,
+  parseBearerToken, parseHeaderBrand, parseHttpPath, parseHttpUrl, parseId, parseOriginList, parsePort, LOG_LEVELS, type LogLevel
 } from './env-parsers.ts'
 import { parseRunStoreAddress, type RunStoreAddress } from './run-store-address.ts'
 
@@ -58,6 +58,8 @@ export interface SidecarConfig {
   streamMaxEventBytes: number
   runMaxReaders: number
   asyncQueueMaxBytes: number
+  /** CORS_ALLOWED_ORIGINS: whose browser pages may call /v4; undefined: no CORS header anywhere. */
+  corsAllowedOrigins: AllowedOrigins | undefined
   logLevel: LogLevel
   otelSdkDisabled: boolean
   otelEndpoint: URL | undefined
@@ -125,6 +127,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'STREAM_MAX_EVENT_BYTES', key: 'streamMaxEventBytes', defaultText: '16777216', meaning: 'longest single event assembled (an NDJSON line); beyond it the stream ends with an error event', parse: integerIn(65_536, 134_217_728), fallback: fixed(16_777_216) }),
   variable({ name: 'RUN_MAX_READERS', key: 'runMaxReaders', defaultText: '1000', meaning: 'most readers of run events this replica serves at once; beyond it 503', parse: integerIn(1, 1_000_000), fallback: fixed(1000) }),
   variable({ name: 'ASYNC_QUEUE_MAX_BYTES', key: 'asyncQueueMaxBytes', defaultText: '268435456', meaning: 'most request-body bytes of async runs waiting per app; beyond it 503, one larger body 413', parse: integerIn(0, 64 * GIB), fallback: fixed(268_435_456) }),
+  variable({ name: 'CORS_ALLOWED_ORIGINS', key: 'corsAllowedOrigins', defaultText: undefined, meaning: 'origins (comma-separated, or *) whose browser pages may call /v4; unset = no CORS', parse: parseOriginList, fallback: fixed(undefined) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),
   variable({ name: 'OTEL_SDK_DISABLED', key: 'otelSdkDisabled', defaultText: 'false', meaning: 'true: no tracing even with an endpoint set', parse: parseBoolean, fallback: fixed(false) }),
   variable({ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', key: 'otelEndpoint', defaultText: undefined, meaning: 'OTLP/HTTP collector base URL; spans go to $it/v1/traces; unset = no tracing', parse: parseHttpUrl, fallback: fixed(undefined) }),
@@ -173,7 +176,7 @@ export function sidecarHelp (): string {
   return [
     'app-sidecar: reverse-proxy sidecar beside one app replica.',
     '',
-    'Usage: app-sidecar [--help]        (configured by environment variables)',
+    'Usage: app-sidecar [--help | --version]        (configured by environment variables)',
     '',
     `  ${'VARIABLE'.padEnd(36)}${'DEFAULT'.padEnd(40)}MEANING`,
     ...rows,

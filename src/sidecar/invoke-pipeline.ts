@@ -17,6 +17,7 @@ import { createRunSubmit, wantsAsync } from '../runs/stages/submit-run.ts'
 import { createAppForward } from './app-forward.ts'
 import { authorizeCall } from './call/authorize-call.ts'
 import { startDeadline } from './call/call-deadline.ts'
+import { CorsPolicy } from './call/cors.ts'
 import type { CallRecorder } from './call/call-record.ts'
 import { answerFinishedStream } from './call/finished-stream.ts'
 import { HttpCall } from './call/http-call.ts'
@@ -53,12 +54,13 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   const heartbeatMs = config.sseHeartbeatSeconds * 1000
   const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs, maxEventBytes: config.streamMaxEventBytes })
   const basePath = pathPrefix(config.appUrl)
+  const cors = config.corsAllowedOrigins === undefined ? undefined : new CorsPolicy(config.corsAllowedOrigins)
   const headerRules = { dropAuthorization: verifier !== undefined, dropAcceptEncoding: config.runtime === 'cortex', upgrade: false }
   const forwardToApp = createAppForward({
     app: deps.app,
     appUrl: config.appUrl.href,
     basePath,
-    chooseSink: responseTable(streams, config.runtime, config.envelopeMaxBodyBytes),
+    chooseSink: responseTable(streams, config.runtime, config.envelopeMaxBodyBytes, cors !== undefined),
     webhooks: deps.webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
     headerRules
@@ -71,6 +73,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   const bodyLimit = (async: boolean): number => async ? asyncMaxBodyBytes : config.maxBodyBytes
 
   async function invoke (call: HttpCall): Promise<void> {
+    if (cors?.answer(call) === true) return                                // CORS headers for an allowed Origin; 204 its preflight, 403 another's
     call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
     await authorizeCall(call, verifier)                                    // 401 bad token, 403 another project
     if (answerFinishedStream(call)) return                                 // 204 GET/HEAD with Last-Event-ID <run_id>.done: an EventSource stops

@@ -19,6 +19,17 @@ export function listen (server: Server, port: number, host: string): Promise<voi
   })
 }
 
+/**
+ * What to add to the line of a listener that could not open: for a port already taken, which
+ * variable (of `ports`, by name) to set and how; '' for any other error.
+ */
+export function portTakenHint (error: NodeJS.ErrnoException & { port?: number }, ports: Readonly<Record<string, number>>): string {
+  if (error.code !== 'EADDRINUSE') return ''
+  const name = Object.keys(ports).find(name => ports[name] === error.port)
+  if (name === undefined) return ` (port ${String(error.port)} is taken)`
+  return ` (port ${String(error.port)} is taken: set ${name} to another port, or ${name}=0 for a free one)`
+}
+
 /** Stops accepting and resolves once every connection has closed. */
 export function closeServer (server: Server): Promise<void> {
   return new Promise(resolve => { server.close(() => { resolve() }) })

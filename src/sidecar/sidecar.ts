@@ -87,7 +87,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     : new AppProbe({ appUrl: config.appUrl, path: config.healthcheckPath, ...intervals })
   let draining = false
 
-  const tracer = await openTracer(traceSettingsOf(config))
+  const tracer = await openTracer(traceSettingsOf(config), { logger, failures: metrics.traceExportFailures })
   const delivery = new WebhookDelivery({
     attempts: config.webhookAttempts,
     maxDelayMs: config.webhookMaxDelayMs,

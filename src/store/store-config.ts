@@ -89,7 +89,7 @@ export function storeHelp (): string {
     '  build-store list-service-accounts  --project P',
     '  build-store revoke-service-account --project P --id ID',
     '  build-store put-build --project P --app A --build B --file build.json   (--file - reads stdin)',
-    '  build-store --help',
+    '  build-store --help | --version',
     '',
     'Server variables:',
     `  ${'VARIABLE'.padEnd(16)}${'DEFAULT'.padEnd(24)}MEANING`,

@@ -1,5 +1,6 @@
 import type { OtlpProtocol, SidecarConfig, TraceSampler } from '../config/sidecar-config.ts'
 import type { Tracer } from '../shared/trace-contracts.ts'
+import type { ExportFailureReport } from './export-failures.ts'
 
 /** What the tracer needs (SPEC: Tracing; the standard OTEL_* variables). */
 export interface TraceSettings {
@@ -31,14 +32,16 @@ export function traceSettingsOf (config: SidecarConfig): TraceSettings | undefin
 
 /**
  * The tracer, or undefined when tracing is off. The OpenTelemetry SDK and exporter are loaded
- * only here, only when configured: without an endpoint they cost no memory and no CPU.
+ * only here, only when configured: without an endpoint they cost no memory and no CPU. A failed
+ * export goes to `report` (a warn line at most once a minute, and the failures counter).
  */
-export async function openTracer (settings: TraceSettings | undefined): Promise<Tracer | undefined> {
+export async function openTracer (settings: TraceSettings | undefined, report: ExportFailureReport): Promise<Tracer | undefined> {
   if (settings === undefined) return undefined
-  const { OtelTracer } = await import('./otel-tracer.ts')
+  const [{ OtelTracer }, { ReportingExporter }] = await Promise.all([import('./otel-tracer.ts'), import('./export-failures.ts')])
   // only the exporter of the protocol in use is loaded
   const { OTLPTraceExporter } = settings.protocol === 'http/json'
     ? await import('@opentelemetry/exporter-trace-otlp-http')
     : await import('@opentelemetry/exporter-trace-otlp-proto')
-  return new OtelTracer(settings, new OTLPTraceExporter({ url: settings.endpoint.href }))
+  const exporter = new OTLPTraceExporter({ url: settings.endpoint.href })
+  return new OtelTracer(settings, new ReportingExporter(exporter, settings.endpoint.href, report))
 }

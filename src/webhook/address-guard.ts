@@ -14,7 +14,58 @@ const GLOBAL_UNICAST_V6 = parseCIDR('2000::/3')
 /** A webhook destination whose address is not public (and not explicitly allowed). */
 export class AddressRefusedError extends Error {
   readonly code = 'WEBHOOK_ADDRESS_REFUSED'
-  constructor (address: string) { super(`address refused: ${address}`) }
+  /** The address refused, as the guard judged it (an IPv4-mapped one as its IPv4). */
+  readonly address: string
+  /** The reserved range that refused it, e.g. `127.0.0.0/8 (loopback)`. */
+  readonly range: string
+  /** What to set to allow it: `WEBHOOK_ALLOWED_CIDRS`, with the range. */
+  readonly hint: string
+
+  constructor (address: string) {
+    super(`address refused: ${address}`)
+    const refused = reservedRangeOf(address)
+    this.address = refused.address
+    this.range = refused.range
+    const alone = refused.cidr === refused.single ? '' : ` (or ${refused.single} alone)`
+    this.hint = `${refused.address} is in ${refused.range}, which webhooks may not reach; add ${refused.cidr}${alone} to WEBHOOK_ALLOWED_CIDRS to allow it`
+  }
+}
+
+/** One of ipaddr.js's special ranges: an address and a prefix length. */
+type SpecialRange = [Address, number]
+
+/** Where a refused address lies: the range as the log line names it, and the CIDRs that would allow it. */
+export interface ReservedRange {
+  /** The address as judged (an IPv4-mapped one as its IPv4). */
+  readonly address: string
+  /** e.g. `127.0.0.0/8 (loopback)`. */
+  readonly range: string
+  /** The whole range, for WEBHOOK_ALLOWED_CIDRS. */
+  readonly cidr: string
+  /** The address alone (/32 or /128). */
+  readonly single: string
+}
+
+/**
+ * The reserved range `address` lies in, as a CIDR and ipaddr.js's name for it (`loopback`,
+ * `private`, `linkLocal`…): the ranges `AddressGuard.allows` refuses by that name. IPv6 outside
+ * 2000::/3 that ipaddr.js calls unicast is refused as not global unicast.
+ */
+export function reservedRangeOf (address: string): ReservedRange {
+  if (!isValid(address)) return { address, range: 'no IP range (not an address)', cidr: address, single: address }
+  let parsed: Address = parse(address)
+  if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) parsed = (parsed as ipaddr.IPv6).toIPv4Address()
+  const text = parsed.toString()
+  const single = `${text}/${parsed.kind() === 'ipv6' ? 128 : 32}`
+  const name = parsed.range()
+  if (name === 'unicast') return { address: text, range: 'IPv6 outside 2000::/3 (not global unicast)', cidr: single, single }
+  // ipaddr.js's own table of the ranges it names (on the prototype, not in its types): one [address, prefix] or a list of them
+  const table = (parsed as unknown as { SpecialRanges: Record<string, SpecialRange | SpecialRange[]> }).SpecialRanges
+  const entry = table[name]
+  const ranges = entry === undefined ? [] : Array.isArray(entry[0]) ? entry as SpecialRange[] : [entry as SpecialRange]
+  const found = ranges.find(([base, prefix]) => parsed.match(base, prefix))
+  const cidr = found === undefined ? single : `${found[0].toString()}/${found[1]}`
+  return { address: text, range: `${cidr} (${name})`, cidr, single }
 }
 
 /**

@@ -62,10 +62,13 @@ export interface DeliverySettings {
 class AttemptOutcome extends Error {
   readonly outcome: WebhookAttemptOutcome
   readonly retry: boolean
-  constructor (outcome: WebhookAttemptOutcome, detail: string, retry: boolean) {
+  /** A refused address: which range refused it, and what would allow it (for the failure's log line). */
+  readonly refused: AddressRefusedError | undefined
+  constructor (outcome: WebhookAttemptOutcome, detail: string, retry: boolean, refused?: AddressRefusedError) {
     super(detail)
     this.outcome = outcome
     this.retry = retry
+    this.refused = refused
   }
 }
 
@@ -156,11 +159,14 @@ export class WebhookDelivery {
         return 'shutdown'
       }
       metrics.webhookDeliveries.labels('failed').inc()
+      const refused = shutdown ? undefined : last?.refused
       logger.warn({
         runId: job.runId,
         host: job.target.url.host,
         attempts: made,
-        outcome: shutdown ? 'shutdown' : (last?.message ?? 'unknown')
+        outcome: shutdown ? 'shutdown' : (last?.message ?? 'unknown'),
+        // a refused address says which range refused it, and that WEBHOOK_ALLOWED_CIDRS would allow it
+        ...(refused === undefined ? {} : { address: refused.address, range: refused.range, hint: refused.hint })
       }, 'webhook failed')
       const result = shutdown ? 'shutdown' : 'failed'
       if (ledger !== undefined) await ledger.done()
@@ -237,7 +243,8 @@ export class WebhookDelivery {
 /** A failed connection or exchange: refused addresses stop at once, everything else retries. */
 function classify (error: unknown, timedOut: boolean): AttemptOutcome {
   const cause = (error as { cause?: unknown }).cause
-  if (error instanceof AddressRefusedError || cause instanceof AddressRefusedError) return new AttemptOutcome('refused', 'address refused', false)
+  const refused = error instanceof AddressRefusedError ? error : cause instanceof AddressRefusedError ? cause : undefined
+  if (refused !== undefined) return new AttemptOutcome('refused', 'address refused', false, refused)
   if (timedOut || isNetworkTimeout(error as Error)) return new AttemptOutcome('timeout', 'timeout', true)
   return new AttemptOutcome('network', describeNetworkError(error as Error), true)
 }

@@ -28,6 +28,9 @@ t.test('--version prints the package version and exits 0, without starting', asy
     t.equal(await child.exited, 0, bin)
     t.equal(child.stdout, `${version}\n`, bin)
     t.equal(child.stderr, '', bin)
+    const help = runBin(bin, {}, ['--help'])
+    t.equal(await help.exited, 0)
+    t.match(help.stdout, new RegExp(`^ *(Usage: )?${bin} .*--help \\| --version`, 'm'), `${bin} --help names --version`)
   }
 })
 
@@ -72,12 +75,19 @@ t.test('the start-up line naming the ports is written as soon as the listeners a
   t.ok(lagMs < 60, `the line came ${lagMs.toFixed(1)} ms after the admin port accepted`)
 })
 
-t.test('a port in use: a clear error and a non-zero exit', async t => {
+t.test('a port in use: exit 1 and one line naming the variable to set, PORT or ADMIN_PORT', async t => {
   const busy = await startTestServer((req, res) => { res.end() })
   t.teardown(() => busy.close())
-  const child = runBin('app-sidecar', { ...BASE_ENV, PORT: String(busy.port) })
-  t.equal(await child.exited, 1)
-  t.match(child.stderr, /^app-sidecar: cannot start: EADDRINUSE/)
+  const publicTaken = runBin('app-sidecar', { ...BASE_ENV, DISABLE_AUTH: 'true', PORT: String(busy.port) })
+  t.equal(await publicTaken.exited, 1)
+  t.equal(publicTaken.stderr, `app-sidecar: cannot start: EADDRINUSE listen EADDRINUSE: address already in use 127.0.0.1:${busy.port} ` +
+    `(port ${busy.port} is taken: set PORT to another port, or PORT=0 for a free one)\n`)
+  t.equal(publicTaken.stdout, '', 'nothing else')
+  const adminTaken = runBin('app-sidecar', { ...BASE_ENV, DISABLE_AUTH: 'true', ADMIN_PORT: String(busy.port) })
+  t.equal(await adminTaken.exited, 1)
+  t.equal(adminTaken.stderr, `app-sidecar: cannot start: EADDRINUSE listen EADDRINUSE: address already in use 127.0.0.1:${busy.port} ` +
+    `(port ${busy.port} is taken: set ADMIN_PORT to another port, or ADMIN_PORT=0 for a free one)\n`)
+  t.equal(adminTaken.stdout, '')
 })
 
 t.test('SIGTERM: readyz turns 503 at once, in-flight and new calls finish, then exit 0', async t => {

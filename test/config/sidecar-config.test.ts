@@ -80,6 +80,16 @@ t.test('the OTEL_* variables: tracing is off unless an endpoint is set; the trac
   t.same([on.otelTracesSampler, on.otelTracesSamplerArg, on.otelServiceName, on.otelScheduleDelayMs, on.otelSdkDisabled], ['parentbased_traceidratio', 0.25, 'gpu', 100, true])
 })
 
+t.test('CORS_ALLOWED_ORIGINS: unset, *, or origins kept as a browser spells them', async t => {
+  t.equal(loadSidecarConfig({}).corsAllowedOrigins, undefined, 'unset: no CORS')
+  t.equal(loadSidecarConfig({ CORS_ALLOWED_ORIGINS: ' * ' }).corsAllowedOrigins, '*')
+  t.same(loadSidecarConfig({ CORS_ALLOWED_ORIGINS: ' https://App.Example.com , http://localhost:5173/,https://b.example:443,' }).corsAllowedOrigins,
+    ['https://app.example.com', 'http://localhost:5173', 'https://b.example'], 'lower-case host, no trailing slash, no default port')
+  for (const raw of ['app.example.com', 'https://a.example/path', 'https://a.example?x', 'https://a.example/#', 'ftp://a.example', 'https://u:p@a.example', '*,https://a.example', ',', 'null']) {
+    t.throws(() => loadSidecarConfig({ CORS_ALLOWED_ORIGINS: raw }), { name: 'ConfigError', message: /^CORS_ALLOWED_ORIGINS: expected / }, raw)
+  }
+})
+
 t.test('derived defaults follow the values they depend on', async t => {
   t.equal(loadSidecarConfig({ REPLICA_CONCURRENCY: '4' }).queueDepth, 40)
   t.equal(loadSidecarConfig({ REPLICA_CONCURRENCY: '4', QUEUE_DEPTH: '7' }).queueDepth, 7)
@@ -137,7 +147,7 @@ const invalid: Array<[string, string]> = [
   ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'http://user:token@collector/v1/traces'], ['OTEL_SERVICE_NAME', ' '],
   ['OTEL_SERVICE_NAME', 'x'.repeat(256)], ['OTEL_TRACES_SAMPLER', 'jaeger_remote'], ['OTEL_TRACES_SAMPLER_ARG', '1.5'],
   ['OTEL_TRACES_SAMPLER_ARG', '-0.1'], ['OTEL_BSP_SCHEDULE_DELAY', 'soon'], ['OTEL_EXPORTER_OTLP_PROTOCOL', 'grpc'],
-  ['OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', 'http/thrift']
+  ['OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', 'http/thrift'], ['CORS_ALLOWED_ORIGINS', 'https://a.example/app']
 ]
 for (const [name, value] of invalid) {
   t.test(`${name}=${JSON.stringify(value)} is refused with an error naming it`, async t => {

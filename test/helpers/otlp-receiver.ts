@@ -53,6 +53,8 @@ export interface OtlpReceiverOptions {
   onExport?: (body: Buffer, protobuf: boolean) => void
   /** Answers any other request (returns true when it did; else 404), after its body was read. */
   other?: (req: IncomingMessage, res: ServerResponse) => boolean
+  /** The status every export gets instead of 200 (a collector failing them): each is counted in `exports`, its spans not kept. */
+  failWith?: number
 }
 
 /** A real OTLP/HTTP trace receiver on loopback (protobuf and JSON): it decodes what the exporter sends, as a collector would. */
@@ -69,6 +71,12 @@ export async function startOtlpReceiver (options: OtlpReceiverOptions = {}): Pro
         return
       }
       const raw = Buffer.concat(chunks)
+      if (options.failWith !== undefined) {
+        exports.push(String(req.headers['content-type']))
+        res.writeHead(options.failWith, { 'content-type': 'text/plain' }).end('collector failing')
+        changed()
+        return
+      }
       if (options.onExport !== undefined) {
         options.onExport(raw, req.headers['content-type'] === 'application/x-protobuf')
         res.writeHead(200, { 'content-type': 'application/json' }).end('{}')

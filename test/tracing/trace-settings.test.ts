@@ -1,10 +1,11 @@
+import pino from 'pino'
 import t from 'tap'
 import { loadSidecarConfig } from '../../src/config/sidecar-config.ts'
 import { openTracer, traceSettingsOf } from '../../src/tracing/trace-settings.ts'
 
 t.test('tracing is on only with an endpoint and without OTEL_SDK_DISABLED', async t => {
   t.equal(traceSettingsOf(loadSidecarConfig({})), undefined)
-  t.equal(await openTracer(undefined), undefined, 'no tracer, nothing loaded')
+  t.equal(await openTracer(undefined, { logger: pino({ enabled: false }), failures: { inc: () => { t.fail('no failure without a tracer') } } }), undefined, 'no tracer, nothing loaded')
   t.equal(traceSettingsOf(loadSidecarConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_SDK_DISABLED: 'true' })), undefined)
   t.same(traceSettingsOf(loadSidecarConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', APP_URL: 'http://127.0.0.1:9000', OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.5' })), {
     endpoint: new URL('http://c:4318/v1/traces'),

@@ -1,6 +1,6 @@
 import type { LookupAddress } from 'node:dns'
 import t from 'tap'
-import { AddressGuard, AddressRefusedError } from '../../src/webhook/address-guard.ts'
+import { AddressGuard, AddressRefusedError, reservedRangeOf } from '../../src/webhook/address-guard.ts'
 import { parseCidrList } from '../../src/config/env-parsers.ts'
 
 // Unit tests only call allows() / checkLiteralHost() / lookup('localhost'): nothing here connects anywhere.
@@ -52,6 +52,29 @@ const PUBLIC = ['8.8.8.8', '1.1.1.1', '93.184.216.34', '2606:4700::1111', '2001:
 t.test('allows(): loopback, private, link-local, multicast and reserved addresses are refused', async t => {
   const g = guard()
   for (const [address, why] of REFUSED) t.equal(g.allows(address), false, `${address}: ${why}`)
+})
+
+t.test('reservedRangeOf(): the range that refused an address, as a CIDR that WEBHOOK_ALLOWED_CIDRS takes and that then allows it', async t => {
+  for (const [address, why] of REFUSED) {
+    const refused = reservedRangeOf(address)
+    t.equal(guard(refused.cidr).allows(address), true, `${address} (${why}): ${refused.range}, allowed by ${refused.cidr}`)
+    t.equal(guard(refused.single).allows(address), true, `${address}: allowed alone by ${refused.single}`)
+  }
+  t.same(reservedRangeOf('127.0.0.1'), { address: '127.0.0.1', range: '127.0.0.0/8 (loopback)', cidr: '127.0.0.0/8', single: '127.0.0.1/32' })
+  t.same(reservedRangeOf('172.31.255.255'), { address: '172.31.255.255', range: '172.16.0.0/12 (private)', cidr: '172.16.0.0/12', single: '172.31.255.255/32' })
+  t.same(reservedRangeOf('169.254.169.254'), { address: '169.254.169.254', range: '169.254.0.0/16 (linkLocal)', cidr: '169.254.0.0/16', single: '169.254.169.254/32' })
+  t.same(reservedRangeOf('::ffff:10.0.0.1'), { address: '10.0.0.1', range: '10.0.0.0/8 (private)', cidr: '10.0.0.0/8', single: '10.0.0.1/32' }, 'IPv4-mapped: as its IPv4')
+  t.same(reservedRangeOf('fd00::1'), { address: 'fd00::1', range: 'fc00::/7 (uniqueLocal)', cidr: 'fc00::/7', single: 'fd00::1/128' })
+  t.same(reservedRangeOf('::1'), { address: '::1', range: '::1/128 (loopback)', cidr: '::1/128', single: '::1/128' })
+  t.same(reservedRangeOf('4000::1'), { address: '4000::1', range: 'IPv6 outside 2000::/3 (not global unicast)', cidr: '4000::1/128', single: '4000::1/128' })
+})
+
+t.test('AddressRefusedError: the address, the range, and a hint naming WEBHOOK_ALLOWED_CIDRS', async t => {
+  const error = new AddressRefusedError('127.0.0.1')
+  t.equal(error.message, 'address refused: 127.0.0.1')
+  t.equal(error.range, '127.0.0.0/8 (loopback)')
+  t.equal(error.hint, '127.0.0.1 is in 127.0.0.0/8 (loopback), which webhooks may not reach; add 127.0.0.0/8 (or 127.0.0.1/32 alone) to WEBHOOK_ALLOWED_CIDRS to allow it')
+  t.equal(new AddressRefusedError('::1').hint, '::1 is in ::1/128 (loopback), which webhooks may not reach; add ::1/128 to WEBHOOK_ALLOWED_CIDRS to allow it', 'a one-address range: no "alone"')
 })
 
 t.test('allows(): public unicast addresses pass', async t => {

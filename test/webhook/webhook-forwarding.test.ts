@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { verifyWebhook } from '../../src/index.ts'
-import { eventually, type Harness, type LogLine, type TestServer } from '../helpers/sidecar-harness.ts'
+import { eventually, freePort, type Harness, type LogLine, type TestServer } from '../helpers/sidecar-harness.ts'
 import { send } from '../helpers/http-client.ts'
 import { type ReceivedAttempt, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { clientClosed, connectClient, nextMessage, startWebSocketApp } from '../helpers/websocket-app.ts'
@@ -346,6 +346,45 @@ t.test('SSRF guard: without WEBHOOK_ALLOWED_CIDRS, non-public destinations are r
   t.same(await webhookCounts(guarded), { attempts: { refused: hosts.length }, deliveries: { failed: hosts.length } })
   t.equal(linesWith(guarded.logs, 'webhook failed').length, hosts.length, 'exactly one line per refused delivery')
   t.equal(target.connections(), 0, 'the loopback receiver never got a connection')
+})
+
+t.test('SSRF guard: a refused address\'s line names the range that refused it and WEBHOOK_ALLOWED_CIDRS', async t => {
+  const guarded = await sidecarFor(t, app.url, { DISABLE_AUTH: 'true' })
+  const port = await freePort()
+  const cases: Array<[string, string, string, string]> = [
+    ['127.0.0.1', '127.0.0.1', '127.0.0.0/8 (loopback)', 'add 127.0.0.0/8 (or 127.0.0.1/32 alone)'],
+    ['127.0.0.2', '127.0.0.2', '127.0.0.0/8 (loopback)', 'add 127.0.0.0/8 (or 127.0.0.2/32 alone)'],
+    ['[::ffff:127.0.0.1]', '127.0.0.1', '127.0.0.0/8 (loopback)', 'add 127.0.0.0/8 (or 127.0.0.1/32 alone)'],
+    ['[::1]', '::1', '::1/128 (loopback)', 'add ::1/128'],
+    ['0.0.0.0', '0.0.0.0', '0.0.0.0/8 (unspecified)', 'add 0.0.0.0/8 (or 0.0.0.0/32 alone)']
+  ]
+  // loopback hosts only (other ranges are covered without connecting, in address-guard.test.ts): were the guard to fail, nothing leaves the machine
+  for (const [host, address, range, add] of cases) {
+    const endpoint = `http://${host}:${port}/hook`
+    const runId = newRunId()
+    await call(guarded, '/json', endpoint, { headers: { 'x-request-id': runId } })
+    await eventually(() => linesWith(guarded.logs, 'webhook failed').some(line => line.runId === runId))
+    const { level, time, ...line } = linesWith(guarded.logs, 'webhook failed').find(line => line.runId === runId) as LogLine
+    t.equal(level, 40, `${host}: a warn line`)
+    t.type(time, 'number')
+    t.same(line, {
+      name: 'app-sidecar',
+      runId,
+      host: new URL(endpoint).host,
+      attempts: 1,
+      outcome: 'address refused',
+      address,
+      range,
+      hint: `${address} is in ${range}, which webhooks may not reach; ${add} to WEBHOOK_ALLOWED_CIDRS to allow it`,
+      msg: 'webhook failed'
+    }, `${host}: the exact line`)
+  }
+  // a name is judged by what it resolves to: the same fields, for the address the lookup gave
+  const named = newRunId()
+  await call(guarded, '/json', `http://localhost:${port}/hook`, { headers: { 'x-request-id': named } })
+  await eventually(() => linesWith(guarded.logs, 'webhook failed').some(line => line.runId === named))
+  t.match(linesWith(guarded.logs, 'webhook failed').find(line => line.runId === named),
+    { outcome: 'address refused', address: /^(127\.0\.0\.1|::1)$/, range: /^(127\.0\.0\.0\/8|::1\/128) \(loopback\)$/, hint: /to WEBHOOK_ALLOWED_CIDRS to allow it$/ }, 'localhost')
 })
 
 t.test('SSRF guard: WEBHOOK_ALLOWED_CIDRS opens the named ranges to names and literals alike', async t => {

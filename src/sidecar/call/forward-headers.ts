@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from '
 import type { TLSSocket } from 'node:tls'
 import { withServerTiming } from '../../shared/server-timing.ts'
 import type { TraceContext } from '../../shared/trace-contracts.ts'
+import { varyWithOrigin } from './cors.ts'
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1) and the ones the sidecar sets or consumes itself. */
 const ALWAYS_DROPPED = new Set([
@@ -93,18 +94,21 @@ const BODY_DESCRIBING = new Set(['content-type', 'content-length', 'content-enco
 /**
  * The app's response headers minus hop-by-hop ones, with the run id set and the sidecar's
  * `timing` after the app's own Server-Timing entries (less any it names `queue` or `app`); `forEnvelope` also drops the ones that
- * describe the app's body (the caller gets the envelope instead).
+ * describe the app's body (the caller gets the envelope instead). With `corsOwned`
+ * (CORS_ALLOWED_ORIGINS set) the sidecar answers CORS: the app's `Access-Control-*` headers are
+ * dropped (the call's own are already on the response), and its `Vary` keeps `Origin`.
  */
-export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: string, timing: string, forEnvelope = false): OutgoingHttpHeaders {
+export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: string, timing: string, forEnvelope = false, corsOwned = false): OutgoingHttpHeaders {
   const named = connectionTokens(appHeaders.connection)
   const out: OutgoingHttpHeaders = {}
   for (const name in appHeaders) {
     if (RESPONSE_DROPPED.has(name) || (named !== undefined && named.has(name)) ||
-        (forEnvelope && BODY_DESCRIBING.has(name))) continue
+        (forEnvelope && BODY_DESCRIBING.has(name)) || (corsOwned && name.startsWith('access-control-'))) continue
     out[name] = appHeaders[name]
   }
   out['x-request-id'] = runId
   out['server-timing'] = withServerTiming(out['server-timing'] as string | string[] | undefined, timing)
+  if (corsOwned && out.vary !== undefined) out.vary = varyWithOrigin(out.vary as string | string[])
   return out
 }
 

@@ -110,6 +110,13 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     registers: [this.registry]
   })
 
+  /** Span exports that failed (tracing on): their spans are lost; each is also logged, at most once a minute. */
+  readonly traceExportFailures = new Counter({
+    name: 'sidecar_trace_export_failures_total',
+    help: 'Span exports to the OTLP collector that failed (down, refused, or answering an error); their spans are lost',
+    registers: [this.registry]
+  })
+
   readonly runsTotal = new Counter({
     name: 'sidecar_runs_total',
     help: 'Recorded runs (async) that ended, by final status',

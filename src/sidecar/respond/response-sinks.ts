@@ -9,10 +9,10 @@ import { envelopeParts, envelopeText } from './response-envelope.ts'
 import { JsonSyntax } from '../../shared/json-syntax.ts'
 import type { ResponseSink, SinkContext } from '../../shared/response-sink.ts'
 
-/** Status, headers and body as the app sent them (hop-by-hop headers aside). */
-export function passthroughSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders): ResponseSink {
+/** Status, headers and body as the app sent them (hop-by-hop headers aside; `corsOwned`: see callerResponseHeaders). */
+export function passthroughSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders, corsOwned = false): ResponseSink {
   const { res, capture } = ctx
-  res.writeHead(status, callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs)))
+  res.writeHead(status, callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs), false, corsOwned))
   if (capture !== undefined) capture.status = status
   return {
     write: chunk => {
@@ -32,7 +32,7 @@ const ONE_WRITE_BYTES = 64 * 1024
  * The cortex runtime's 2xx answer: the whole body, wrapped as `{run_id, result, run_time_ms, timestamp}`.
  * A body over `maxBytes` (ENVELOPE_MAX_BODY_BYTES) is answered 502 and the app request cut at once.
  */
-export function envelopeSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders, maxBytes: number): ResponseSink {
+export function envelopeSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders, maxBytes: number, corsOwned = false): ResponseSink {
   const chunks: Buffer[] = []
   const syntax = new JsonSyntax()
   let size = 0
@@ -59,7 +59,7 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
       if (refused) return
       const runTimeMs = roundedMs(performance.now() - ctx.forwardedAt)
       const timestamp = new Date().toISOString()
-      const out = callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs, runTimeMs), true)
+      const out = callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs, runTimeMs), true, corsOwned)
       out['content-type'] = 'application/json; charset=utf-8'
       // a small envelope is one string, sent with the head in one write; a large one goes as its parts, no copy
       if (size <= ONE_WRITE_BYTES) {

@@ -10,18 +10,19 @@ export type SinkChooser = (ctx: SinkContext, status: number, headers: IncomingHt
 /**
  * The SPEC's response table, row by row: an event stream, NDJSON/JSONL, a chunked body for a
  * caller that accepts SSE (the three stream rows, for 2xx bodies the sidecar can read), then the
- * runtime's rule: the cortex envelope, else everything as the app sent it.
+ * runtime's rule: the cortex envelope, else everything as the app sent it. `corsOwned`
+ * (CORS_ALLOWED_ORIGINS set): the app's own CORS headers give way to the sidecar's.
  */
-export function responseTable (streams: StreamSinks, runtime: 'cortex' | 'custom', envelopeMaxBytes: number): SinkChooser {
+export function responseTable (streams: StreamSinks, runtime: 'cortex' | 'custom', envelopeMaxBytes: number, corsOwned = false): SinkChooser {
   return function chooseSink (ctx, status, headers) {
     const req = ctx.res.req
-    if (!hasReadableBody(req.method, status, headers)) return passthroughSink(ctx, status, headers)
+    if (!hasReadableBody(req.method, status, headers)) return passthroughSink(ctx, status, headers, corsOwned)
     const kind = streamKind(headers, req.headers.accept)
     if (kind === 'event-stream') return streams.eventStream(ctx)
     if (kind === 'ndjson') return streams.ndjson(ctx)
     if (kind === 'chunks') return streams.chunks(ctx)
-    if (runtime === 'cortex') return envelopeSink(ctx, status, headers, envelopeMaxBytes)
-    return passthroughSink(ctx, status, headers)
+    if (runtime === 'cortex') return envelopeSink(ctx, status, headers, envelopeMaxBytes, corsOwned)
+    return passthroughSink(ctx, status, headers, corsOwned)
   }
 }
 
