@@ -75,6 +75,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     lost: (run, view) => { runner.lost(run, view) },
     deliveryLost: held => { webhooks.resume(held) },
     truncated: (scope, runId, what) => { logger.warn({ runId, projectId: scope.projectId, appName: scope.appName, cut: what }, 'run kept in part') },
+    rewritten: (scope, runId, what) => { logger.warn({ runId, projectId: scope.projectId, appName: scope.appName, rewritten: what }, 'run store lost a write in a failover; written again') },
     availability: available => {
       if (available) logger.info({ runStore: 'redis' }, 'run store reachable')
       else logger.warn({ runStore: 'redis' }, 'run store unreachable: async runs and run records answer 503 until it is back')

@@ -180,6 +180,8 @@ export interface RunStoreListener {
   deliveryLost?: (delivery: HeldDelivery) => void
   /** Part of a run could not be kept (`what`: which part, and why): logged, the record keeps its shape. */
   truncated?: (scope: RunScope, runId: string, what: string) => void
+  /** A write the backend acknowledged then lost (a failover before its replica had it) was made again (`what`: which). */
+  rewritten?: (scope: RunScope, runId: string, what: string) => void
 }
 
 /**

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { RedisOptions } from 'ioredis'
+import { LRUCache } from 'lru-cache'
 import type { RunStoreAddress } from '../../../config/run-store-address.ts'
 import { RunNotFoundError, RunStoreUnavailableError } from '../../../errors.ts'
 import { isFinished } from '../../run-record.ts'
@@ -47,6 +48,14 @@ export class ScopeKeys {
   get cancel (): string { return `${this.#prefix}:cancel` }
 }
 
+/** A run this store ended: what its end wrote, to write it again if a failover lost it. */
+export interface EndedRun {
+  readonly keys: ScopeKeys
+  readonly runId: string
+  readonly record: RunRecord
+  readonly resultJson: string | undefined
+}
+
 /** A Redis store's settings: it always serves one app (PROJECT_ID and APP_NAME), never the whole store. */
 export interface RedisStoreSettings extends RunStoreSettings {
   readonly scope: RunScope
@@ -60,6 +69,10 @@ export function parseWebhook (json: string): WebhookTarget {
 
 /** The commands this store sends with `redis.call` (kept out of the auto-pipeline, see the constructor). */
 const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE']
+
+/** The ends of runs kept to write again after a failover: at most this many, this many bytes of results. */
+const ENDED_MAX = 10_000
+const ENDED_MAX_BYTES = 8 * 1024 * 1024
 
 /** How often the store's availability is checked while its connection is open (sidecar_run_store_up). */
 const PROBE_MS = 2000
@@ -87,6 +100,12 @@ export class RedisContext {
   readonly publish: 'PUBLISH' | 'SPUBLISH'
   /** Entries this store holds (taken, not ended), by id: the heartbeat keeps them claimed. */
   readonly held = new Map<string, string>()
+  /**
+   * Runs this store ended lately, by entry: should a failover lose the end (a primary that
+   * acknowledged it then lost its place before its replica had it), the heartbeat finds the entry
+   * still pending here and writes the end again (redis-reaper.ts). Kept for RUN_LOST_AFTER_SECONDS.
+   */
+  readonly ended: LRUCache<string, EndedRun>
   /** Idempotency-Key slots this store claimed whose answer is not kept yet, with their run ids: their lease is renewed with the heartbeat. */
   readonly claims = new Map<string, string>()
   /** The queues whose consumer group this store knows exists. */
@@ -102,6 +121,8 @@ export class RedisContext {
     this.consumer = options.consumer ?? randomBytes(6).toString('hex')
     this.heartbeatMs = options.heartbeatMs ?? 10_000
     this.lostAfterMs = options.lostAfterMs ?? 30_000
+    // bounded: under load the newest ends are the ones a failover can have lost
+    this.ended = new LRUCache({ max: ENDED_MAX, maxSize: ENDED_MAX_BYTES, sizeCalculation: ended => 512 + (ended.resultJson?.length ?? 0), ttl: this.lostAfterMs })
     // two connections, both named (CLIENT SETNAME takes no space): requests and pub/sub share one
     // (RESP3 pushes), the blocking queue read has the other
     const common: RedisOptions = {
@@ -173,10 +194,11 @@ export class RedisContext {
     return [view, raw, entry]
   }
 
-  async readOrMissing (keys: ScopeKeys, runId: string): Promise<[RunView | undefined, string, string]> {
-    const [raw, result, async, entry] = await guard(this.redis.hmget(keys.run(runId), 'record', 'result', 'async', 'entry'))
-    if (raw === null || raw === undefined) return [undefined, '', '']
-    return [{ record: JSON.parse(raw) as RunRecord, resultJson: result ?? undefined, async: async === '1' }, raw, entry ?? '']
+  /** A run's view, its record as stored (for a compare-and-set), its queue entry and the sidecar running it ('' none). */
+  async readOrMissing (keys: ScopeKeys, runId: string): Promise<[RunView | undefined, string, string, string]> {
+    const [raw, result, async, entry, owner] = await guard(this.redis.hmget(keys.run(runId), 'record', 'result', 'async', 'entry', 'owner'))
+    if (raw === null || raw === undefined) return [undefined, '', '', '']
+    return [{ record: JSON.parse(raw) as RunRecord, resultJson: result ?? undefined, async: async === '1' }, raw, entry ?? '', owner ?? '']
   }
 
   /** Compare-and-set of the record; a finished record gets its TTL, and its followers the end. */

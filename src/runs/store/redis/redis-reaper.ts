@@ -1,4 +1,4 @@
-import { finishedRecord, REPLICA_LOST } from '../../run-record.ts'
+import { finishedRecord, isFinished, REPLICA_LOST } from '../../run-record.ts'
 import type { RunView, TakenRun } from '../run-store.ts'
 import { type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import type { RedisDeliveries } from './redis-deliveries.ts'
@@ -55,11 +55,37 @@ export class RedisReaper {
         const lost = await RENEW_CLAIMS.run(ctx.redis, [...ctx.claims.keys()], [...ctx.claims.values(), ctx.claimLeaseMs]) as string[]
         for (const key of lost) ctx.claims.delete(key)
       }
+      await this.#endAgain()
       await this.#reap(ctx.own.queue)
       await this.#deliveries.reap(ctx.own)
       // consumers of sidecars long gone, their entries taken over above: removed from the app's groups
       await forgetConsumers(ctx, '', GONE_AFTER_LOST * ctx.lostAfterMs)
     } catch {} // Redis went away meanwhile: the next beat tries again
+  }
+
+  /**
+   * Ends this store wrote lately whose entry is still pending here: the primary that acknowledged
+   * them lost its place before its replica had them (a failover). Written again, unless the run
+   * ended otherwise meanwhile; without this, the run would stay running, then fail "replica lost".
+   */
+  async #endAgain (): Promise<void> {
+    const ctx = this.#ctx
+    ctx.ended.purgeStale()
+    if (ctx.ended.size === 0) return
+    const pending = await ctx.redis.xpending(ctx.own.queue, GROUP, '-', '+', 100, ctx.consumer) as Array<[string, ...unknown[]]>
+    for (const [entry] of pending) {
+      const ended = ctx.ended.get(entry)
+      if (ended === undefined || ctx.held.has(entry)) continue
+      ctx.ended.delete(entry)
+      const [view, raw, , owner] = await ctx.readOrMissing(ended.keys, ended.runId)
+      if (view === undefined || isFinished(view.record) || (owner !== ctx.consumer && owner !== '')) {
+        await ctx.forget(ended.keys, entry)
+        continue
+      }
+      if (await ctx.transition(ended.keys, ended.runId, raw, ended.record, { result: ended.resultJson, entry, done: true, owner: ctx.consumer })) {
+        ctx.listener?.rewritten?.(scopeOfQueue(ended.keys.queue), ended.runId, `its end (${ended.record.status})`)
+      }
+    }
   }
 
   async #reap (queue: string): Promise<void> {

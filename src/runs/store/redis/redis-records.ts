@@ -1,5 +1,5 @@
 import { EventBeyondLastError, RunFinishedError, RunNotAsyncError, RunNotFoundError } from '../../../errors.ts'
-import { canceledRecord, finishedRecord, isFinished, queuedRecord } from '../../run-record.ts'
+import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
 import type { KeyAnswer, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
@@ -76,16 +76,21 @@ export class RedisRecords implements RunRecords {
     }
     if (keep !== undefined) await this.#keys.keepAnswer(run.scope, keep.slot, run.runId, keep.answer)
     for (;;) {
-      const [view, raw] = await ctx.readOrMissing(keys, run.runId)
+      const [view, raw, , owner] = await ctx.readOrMissing(keys, run.runId)
       if (view === undefined) return await this.#vanished(keys, run, outcome)
-      if (view.record.status !== 'running') {
+      const { status } = view.record
+      // its start lost in a failover (the record queued again, its entry still this sidecar's): it did run, here
+      const lostStart = status === 'queued' && owner === ''
+      if (status === 'canceled' || (status !== 'running' && !lostStart) || (status === 'running' && owner !== ctx.consumer)) {
         ctx.held.delete(run.entry) // acknowledged by whoever ended it
-        // a cancel came first (this sidecar reports it), or another sidecar took this one for lost and failed the run (that end stands)
-        return view.record.status === 'canceled' ? view : { ...view, endedElsewhere: true }
+        // a cancel came first (this sidecar reports it), or another sidecar took this one for lost and ended or ran the run (that stands)
+        return status === 'canceled' ? view : { ...view, endedElsewhere: true }
       }
-      const finished = finishedRecord(view.record, outcome)
-      if (await ctx.transition(keys, run.runId, raw, finished, { result: outcome.resultJson, entry: run.entry, done: true })) {
+      const running = lostStart ? startedRecord(view.record, run.createdAt, outcome.completedAt - outcome.runTimeMs) : view.record
+      const finished = finishedRecord(running, outcome)
+      if (await ctx.transition(keys, run.runId, raw, finished, { result: outcome.resultJson, entry: run.entry, done: true, owner: ctx.consumer })) {
         ctx.held.delete(run.entry)
+        if (run.entry !== '') ctx.ended.set(run.entry, { keys, runId: run.runId, record: finished, resultJson: outcome.resultJson })
         return { record: finished, resultJson: outcome.resultJson, async: view.async }
       }
     }
