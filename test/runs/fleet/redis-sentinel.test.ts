@@ -40,6 +40,10 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
   ] as const
   const clients = sidecars.map(sidecar => runsClient({ base: sidecar.base }))
   const [c0, c1] = clients as [typeof clients[number], typeof clients[number]]
+  /** The runs that ended with a webhook asked for: each must arrive once. */
+  const hooked: string[] = ['held-0', 'held-1']
+  /** Runs the old primary took in the switch window and lost: each ran once at most (before it was lost), or never. */
+  const lostIds = new Set<string>()
   const ran = (): string[] => apps.flatMap(app => app.requests.map(r => r.headers['x-request-id'] as string))
 
   // promises made before the failover: two runs held at the app, one key answered
@@ -59,45 +63,55 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
     }
   })
 
-  /** Submits in a loop on both sidecars until `stop`: each answer's status and time. */
-  const traffic = (prefix: string): { stop: () => Promise<Array<{ id: string, status: number, ms: number }>> } => {
-    const answers: Array<{ id: string, status: number, ms: number }> = []
+  /** Submits in a loop on both sidecars until `stop`: each answer's status, time taken and arrival. */
+  const traffic = (prefix: string): { stop: () => Promise<Array<{ id: string, status: number, ms: number, at: number }>> } => {
+    const answers: Array<{ id: string, status: number, ms: number, at: number }> = []
     let going = true
     const loop = (async () => {
       for (let n = 0; going; n++) {
         const id = `${prefix}-${n}`
         const started = performance.now()
         const r = await send(`${sidecars[n % 2]?.base as string}/v4/p/a/work?async=true&webhookEndpoint=${hook}`, { method: 'POST', headers: { 'x-request-id': id } })
-        answers.push({ id, status: r.status, ms: performance.now() - started })
+        answers.push({ id, status: r.status, ms: performance.now() - started, at: performance.now() })
         if (r.status !== 202) await new Promise(resolve => setTimeout(resolve, 50))
       }
     })()
     return { stop: async () => { going = false; await loop; return answers } }
   }
 
-  const checkFailover = async (t: Test, prefix: string, failover: () => Promise<string>): Promise<void> => {
+  /**
+   * A failover under traffic. Every run accepted runs once and ends (its webhook sent once), except,
+   * with `window`, runs accepted by the old primary after the promotion and before the sidecars
+   * learnt of it (from the failover's start to `window` ms after the sentinels name the new
+   * primary): those may be lost with the old primary, as docs/runs.md says (404, never half done).
+   */
+  const checkFailover = async (t: Test, prefix: string, failover: () => Promise<string>, window = 0): Promise<void> => {
     const primary = new Redis(await topology.primaryUrl())
-    await primary.wait(1, 2000) // the replica has every write so far
+    t.equal(await primary.wait(1, 2000), 1, 'the replica has every write so far')
     primary.disconnect()
     const load = traffic(prefix)
     await new Promise(resolve => setTimeout(resolve, 500))
+    const began = performance.now()
     await failover()
     const named = performance.now()
     await eventually(async () => (await c1.submit('/work', `${prefix}-probe`)).status === 202, 10_000)
     t.ok(performance.now() - named < 10_000, `accepted again ${Math.round(performance.now() - named)} ms after the sentinels named the new primary`)
-    await new Promise(resolve => setTimeout(resolve, 500))
+    await new Promise(resolve => setTimeout(resolve, window + 500))
     const answers = await load.stop()
     t.same([...new Set(answers.map(a => a.status))].filter(status => status !== 202 && status !== 503), [], 'only 202 or 503')
     const slowest = Math.max(...answers.map(a => a.ms))
     t.ok(slowest < 2500, `every answer within 2 s (slowest ${Math.round(slowest)} ms)`)
-    t.ok(answers.some(a => a.status === 202), 'accepted before and after')
-    const accepted = answers.filter(a => a.status === 202).map(a => a.id)
-    for (const id of accepted) {
-      const status = await c0.finished(id, 20_000).then(read => read.record.status, async () => JSON.stringify((await send(c0.runUrl(id))).text))
-      t.equal(status, 'succeeded', id)
+    const accepted = answers.filter(a => a.status === 202)
+    t.ok(accepted.some(a => a.at < began) && accepted.some(a => a.at > named + window), 'accepted before and after')
+    let lost = 0
+    for (const { id, at } of accepted) {
+      const mayBeLost = window > 0 && at >= began && at <= named + window
+      const ended = await c0.finished(id, 20_000).then(read => read.record.status, async () => `${(await send(c0.runUrl(id))).status} ${(await send(c0.runUrl(id))).text}`)
+      if (mayBeLost && ended === '404 {"message":"no such run"}') { lost++; lostIds.add(id) }
+      else if (t.equal(ended, 'succeeded', id)) hooked.push(id)
     }
+    t.comment(`${accepted.length} accepted, ${lost} lost with the old primary in the switch window`)
     t.equal((await c0.finished(`${prefix}-probe`, 20_000)).record.status, 'succeeded')
-    await receiver.waitForAttempts(accepted.length, 20_000)
   }
 
   t.test('the primary killed under traffic', async t => {
@@ -115,14 +129,18 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
 
   t.test('a graceful SENTINEL FAILOVER: the old primary demoted while the sidecars talk to it', async t => {
     await topology.restartOld({ asReplica: true })
-    await checkFailover(t, 'switch', async () => await topology.sentinelFailover())
+    await checkFailover(t, 'switch', async () => await topology.sentinelFailover(), 2000)
   })
 
   t.test('every run ran once, every webhook arrived once, no internal error', async t => {
     const ids = ran().filter(id => id !== 'keyed')
     t.equal(new Set(ids).size, ids.length, 'no run twice')
-    const hooked = receiver.attempts.map(attempt => (JSON.parse(attempt.body.toString()) as { run_id: string }).run_id)
-    t.equal(new Set(hooked).size, hooked.length, 'no webhook twice')
+    await receiver.waitForAttempts(hooked.length, 20_000)
+    await new Promise(resolve => setTimeout(resolve, 500)) // a second one of any would come now
+    const arrived = receiver.attempts.map(attempt => (JSON.parse(attempt.body.toString()) as { run_id: string }).run_id)
+    t.equal(new Set(arrived).size, arrived.length, 'no webhook twice')
+    t.same(hooked.filter(id => !arrived.includes(id)), [], 'a webhook for each run that ended')
+    t.same(arrived.filter(id => !hooked.includes(id) && !lostIds.has(id)), [], 'no other webhook (a run lost with the old primary may have run before)')
     for (const sidecar of sidecars) t.equal(sumOf(await scrapeMetrics(sidecar.admin), 'sidecar_internal_errors_total'), 0)
   })
 })

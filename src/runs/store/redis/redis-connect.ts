@@ -1,3 +1,4 @@
+import { isIP } from 'node:net'
 import type * as IoRedis from 'ioredis'
 import type { ClusterOptions, Redis, RedisOptions } from 'ioredis'
 import { parseRunStoreAddress, type RunStoreAddress } from '../../../config/run-store-address.ts'
@@ -28,7 +29,7 @@ export function connectRedis (address: RunStoreAddress, options: RedisOptions): 
   const tls = address.tls ? { tls: {} } : {}
   const { username, password } = address.credentials
   if (address.topology === 'sentinel') {
-    return new ioredis.Redis({
+    const client = new ioredis.Redis({
       ...options,
       ...tls,
       sentinels: address.sentinels.map(({ host, port }) => ({ host, port })),
@@ -43,6 +44,8 @@ export function connectRedis (address: RunStoreAddress, options: RedisOptions): 
       failoverDetector: true,
       sentinelRetryStrategy: times => Math.min(100 * times, 1000)
     })
+    client.on('ready', () => { void checkQuorum(client, address) })
+    return client
   }
   const { retryStrategy, enableOfflineQueue, ...nodeOptions } = options
   const cluster: ClusterOptions = {
@@ -61,4 +64,39 @@ export function connectRedis (address: RunStoreAddress, options: RedisOptions): 
 /** Whether `client` speaks to a cluster (sharded pub/sub, per-node script caches). */
 export function isCluster (client: RedisClient): boolean {
   return (client as { isCluster?: boolean }).isCluster === true
+}
+
+/**
+ * Right after a failover the sentinel asked first may not know it yet and name the old primary,
+ * which still takes writes until the others demote it (writes then lost): once connected, the
+ * sentinels are asked, and while any of them names another primary the connection is made again
+ * (asking them again): a few reconnects (503s) until they agree, rather than writes lost.
+ */
+async function checkQuorum (client: RedisClient, address: Extract<RunStoreAddress, { topology: 'sentinel' }>): Promise<void> {
+  const here = client.stream as { remoteAddress?: string, remotePort?: number } | undefined
+  if (here?.remotePort === undefined) return
+  const named = await Promise.all(address.sentinels.map(async ({ host, port }) => {
+    const sentinel = new ioredis.Redis({
+      host, port, username: address.credentials.username, password: address.credentials.password, ...(address.tls ? { tls: {} } : {}),
+      lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0, connectTimeout: 1000, commandTimeout: 1000, enableOfflineQueue: true
+    })
+    sentinel.on('error', () => {})
+    try {
+      const [ip, at] = await sentinel.call('SENTINEL', 'get-master-addr-by-name', address.master) as [string, string]
+      return `${ip}:${at}`
+    } catch {
+      return undefined
+    } finally {
+      sentinel.disconnect()
+    }
+  }))
+  const answers = named.filter((name): name is string => name !== undefined)
+  const ip = here.remoteAddress?.replace(/^::ffff:/, '') ?? ''
+  // a sentinel names the primary by address (or by hostname, announce-hostnames: then only its port can be told apart)
+  const elsewhere = answers.filter(name => {
+    const colon = name.lastIndexOf(':')
+    const host = name.slice(0, colon)
+    return Number(name.slice(colon + 1)) !== here.remotePort || (isIP(host) !== 0 && host !== ip)
+  })
+  if (elsewhere.length > 0 && client.status === 'ready') client.disconnect(true)
 }

@@ -33,7 +33,12 @@ export function unavailableReply (error: ReplyLike): string | undefined {
   return undefined
 }
 
-/** ioredis's reconnectOnError: a demoted primary's connection is dropped and made again (the command fails, 503). */
+/**
+ * ioredis's reconnectOnError: a demoted primary's connection (READONLY), or one that has lost its
+ * replicas and refuses writes (NOREPLICAS, `min-replicas-to-write`: a primary cut off from the
+ * rest, about to be replaced), is dropped and made again (the command fails, 503); with Sentinel,
+ * the sentinels are asked again.
+ */
 export function reconnectOnReadonly (error: Error): 1 | false {
-  return error.message.startsWith('READONLY') ? 1 : false
+  return error.message.startsWith('READONLY') || error.message.startsWith('NOREPLICAS') ? 1 : false
 }
