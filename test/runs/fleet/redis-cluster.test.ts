@@ -78,7 +78,7 @@ t.test('two apps on a three-master cluster, two sidecars each', async t => {
     await clients.a1.finished('streamed')
     const events = await send(clients.a1.runUrl('streamed', '/events'))
     t.equal(events.status, 200)
-    t.match(events.text, /^id: 0\ndata: \{"n":0\}\n\nid: 1\ndata: \{"n":1\}\n\nid: 2\ndata: \{"n":2\}\n\nevent: done\n/)
+    t.match(events.text, /^id: 0\ndata: \{"n":0\}\n\nid: 1\ndata: \{"n":1\}\n\nid: 2\ndata: \{"n":2\}\n\nid: streamed\.done\nevent: done\n/)
   })
 
   t.test('Idempotency-Key: one run for the same key on both replicas, replayed byte for byte', async t => {
