@@ -8,7 +8,8 @@ import { AddressGuard, AddressRefusedError } from './address-guard.ts'
 import { DestinationPools } from './destination-pools.ts'
 import { WebhookAttempt } from './webhook-attempt.ts'
 import type { WebhookTarget } from './webhook-endpoint.ts'
-import { signatureHeaderNames, signStandardWebhook, signWebhook } from './webhook-signature.ts'
+import { signStandardWebhook } from './standard-webhook-signature.ts'
+import { signatureHeaderNames, signWebhook } from './webhook-signature.ts'
 
 /** One webhook to deliver. */
 export interface WebhookJob {

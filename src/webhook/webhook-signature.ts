@@ -1,9 +1,10 @@
+// node:crypto and the run-id rule only, and types without Node's: packages/app-sidecar-verify ships this file
+// to receivers as a zero-dependency package (test/webhook/verify-package.test.ts installs it on its own).
 import { createHmac, timingSafeEqual } from 'node:crypto'
-import type { IncomingHttpHeaders } from 'node:http'
 import { isRunId } from '../shared/run-id-rule.ts'
 
 /** `v1,<lowercase hex HMAC-SHA256 of "<runId>.<timestamp>.<body>">`, keyed with the caller's secret. */
-export function signWebhook (secret: string, runId: string, timestamp: number | string, body: string | Buffer): string {
+export function signWebhook (secret: string, runId: string, timestamp: number | string, body: string | Uint8Array): string {
   return 'v1,' + createHmac('sha256', secret).update(`${runId}.${timestamp}.`).update(body).digest('hex')
 }
 
@@ -47,13 +48,13 @@ function verifySettings (options: unknown): VerifySettings {
 
 /**
  * For receivers: whether a delivery's signature is genuine. `headers` as Node gives them
- * (lower-case keys), `body` the raw text or Buffer as received. The run id is read from
+ * (lower-case keys), `body` the raw text or bytes (a Buffer) as received. The run id is read from
  * `X-Request-Id` and must follow the run-id rule. Returns true or false; never throws on a bad
  * or missing signature, headers, body or secret (an empty secret is never genuine). Throws a
  * TypeError for bad `options`.
  */
-export function verifyWebhook (secret: string, headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>,
-  body: string | Buffer, options?: VerifyWebhookOptions): boolean {
+export function verifyWebhook (secret: string, headers: Readonly<Record<string, string | string[] | undefined>>,
+  body: string | Uint8Array, options?: VerifyWebhookOptions): boolean {
   const { names, toleranceSeconds } = verifySettings(options)
   try {
     if (typeof secret !== 'string' || secret === '') return false
@@ -72,14 +73,4 @@ export function verifyWebhook (secret: string, headers: IncomingHttpHeaders | Re
   } catch {
     return false
   }
-}
-
-/**
- * The Standard Webhooks signature (https://www.standardwebhooks.com): `v1,<base64 HMAC-SHA256 of
- * "<id>.<timestamp>.<body>">`. A secret of the form `whsec_<base64>` is keyed with its decoded
- * bytes, as the standard's libraries do; any other secret with its UTF-8 bytes.
- */
-export function signStandardWebhook (secret: string, id: string, timestamp: number, body: string | Buffer): string {
-  const key = secret.startsWith('whsec_') ? Buffer.from(secret.slice(6), 'base64') : Buffer.from(secret, 'utf8')
-  return 'v1,' + createHmac('sha256', key).update(`${id}.${timestamp}.`).update(body).digest('base64')
 }

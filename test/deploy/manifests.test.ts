@@ -1,28 +1,24 @@
 // The Kubernetes manifests and the image they run: valid against the Kubernetes schemas, and holding
 // the security and lifecycle settings the example once lost (issue 13), so it cannot rot again.
 import { spawnSync } from 'node:child_process'
-import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { parseAllDocuments } from 'yaml'
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1'
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1'
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1'
 import {
-  ConfigMap, type IContainer, type IPodSpec, type IProbe, type ISecurityContext, Namespace, Secret, Service,
-  ServiceAccount
+  ConfigMap, type IContainer, type ISecurityContext, Namespace, Secret, Service, ServiceAccount
 } from 'kubernetes-models/v1'
 import { loadSidecarConfig, SIDECAR_VARIABLES } from '../../src/config/sidecar-config.ts'
 import { loadStoreConfig, storeHelp } from '../../src/store/store-config.ts'
+import {
+  components, containersOf, DEPLOY, deployments, EXAMPLE_SUFFIX, exampleFiles, examples, findContainer, httpProbe, IMAGE_NAME,
+  kustomization, listed, literalEnv, manifests, matchesLabels, podSpecOf, resolvePort, ROOT, RUN_STORE, statefulSets, yamlFiles,
+  deploymentSelectedBy, containerWithPort
+} from '../helpers/deploy-manifests.ts'
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url))
-const DEPLOY = join(ROOT, 'deploy')
-const EXAMPLE_SUFFIX = '.example.yaml'
-/** The name manifests give the project's image; kustomization.yaml's `images:` points it at a registry. */
-const IMAGE_NAME = 'app-sidecar'
-/** The run store's StatefulSet, Service and NetworkPolicy (deploy/run-store-redis/). */
-const RUN_STORE = 'run-store-redis'
 /** bench/results/latest.md, json-post (Node 20): the sidecar's measured peaks and CPU. */
 const SIDECAR_PEAK_RSS_1000_CONNECTIONS = 166.0e6
 const SIDECAR_PEAK_RSS_1000_RPS = 125.0e6
@@ -49,100 +45,11 @@ const MODELS: Record<string, ModelFactory> = {
   'policy/v1/PodDisruptionBudget': model(PodDisruptionBudget)
 }
 
-interface Manifest { file: string, kind: string, name: string, data: Record<string, unknown> }
-
-function parseYamlFile (path: string): Array<Record<string, unknown>> {
-  return parseAllDocuments(readFileSync(path, 'utf8')).map(doc => {
-    if (doc.errors.length > 0) throw new Error(`${path}: ${doc.errors.map(e => e.message).join('; ')}`)
-    return doc.toJS() as Record<string, unknown>
-  }).filter(doc => doc !== null)
-}
-
-function toManifests (file: string): Manifest[] {
-  return parseYamlFile(join(DEPLOY, file)).map(data => {
-    const metadata = data.metadata as { name?: string } | undefined
-    return { file, kind: String(data.kind), name: String(metadata?.name), data }
-  })
-}
-
-const kustomization = parseYamlFile(join(DEPLOY, 'kustomization.yaml'))[0] as {
-  namespace?: string, resources?: string[], components?: string[], images?: Array<{ name: string, newName?: string, newTag?: string }>
-}
-const yamlIn = (dir: string): string[] => readdirSync(join(DEPLOY, dir)).filter(f => /\.ya?ml$/.test(f) && f !== 'kustomization.yaml').sort()
-/** Each component's folder, its kustomization and its manifests' paths (relative to deploy/). */
-const components = (kustomization.components ?? []).map(dir => {
-  const own = parseYamlFile(join(DEPLOY, dir, 'kustomization.yaml'))[0] as { apiVersion?: string, kind?: string, resources?: string[] }
-  return { dir, own, files: yamlIn(dir), listed: (own.resources ?? []).map(f => join(dir, f)) }
-})
-const listed = [...kustomization.resources ?? [], ...components.flatMap(c => c.listed)]
-const yamlFiles = yamlIn('.')
-const exampleFiles = yamlFiles.filter(f => f.endsWith(EXAMPLE_SUFFIX))
-const manifests = listed.filter(f => existsSync(join(DEPLOY, f))).flatMap(toManifests)
-const examples = exampleFiles.flatMap(toManifests)
-const deployments = manifests.filter(m => m.kind === 'Deployment').map(m => ({ ...m, object: m.data as unknown as Deployment }))
-/** The run store's Redis (deploy/run-store-redis/): a StatefulSet of another image, checked on its own. */
-const statefulSets = manifests.filter(m => m.kind === 'StatefulSet').map(m => ({ ...m, object: m.data as unknown as StatefulSet }))
-
-function podSpecOf (d: Deployment | StatefulSet): IPodSpec {
-  const spec = d.spec?.template.spec
-  if (spec === undefined) throw new Error(`Deployment ${d.metadata?.name} has no pod template spec`)
-  return spec
-}
-
-function containersOf (spec: IPodSpec): IContainer[] {
-  return [...(spec.initContainers ?? []), ...spec.containers]
-}
-
-function findContainer (name: string): { deployment: Deployment, pod: IPodSpec, container: IContainer } {
-  for (const { object } of deployments) {
-    const pod = podSpecOf(object)
-    const container = pod.containers.find(c => c.name === name)
-    if (container !== undefined) return { deployment: object, pod, container }
-  }
-  throw new Error(`no Deployment has a container named ${name}`)
-}
-
-/** A probe's or Service's port: a number, or a name looked up in the container's own ports (kubelet rules). */
-function resolvePort (port: number | string | undefined, container: IContainer): number | undefined {
-  if (typeof port === 'number') return port
-  return container.ports?.find(p => p.name === port)?.containerPort
-}
-
-function httpProbe (probe: IProbe | undefined, container: IContainer): { path: string | undefined, port: number | undefined } {
-  return { path: probe?.httpGet?.path, port: resolvePort(probe?.httpGet?.port, container) }
-}
-
-function literalEnv (container: IContainer): Record<string, string> {
-  const env: Record<string, string> = {}
-  for (const e of container.env ?? []) if (e.value !== undefined) env[e.name] = e.value
-  return env
-}
-
 const UNITS: Record<string, number> = { m: 1e-3, '': 1, k: 1e3, K: 1e3, M: 1e6, G: 1e9, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30 }
 function quantity (value: string | number | undefined): number {
   const match = /^([0-9.]+)(m|k|K|M|G|Ki|Mi|Gi)?$/.exec(String(value))
   if (match === null) return Number.NaN
   return Number(match[1]) * (UNITS[match[2] ?? ''] ?? Number.NaN)
-}
-
-function matchesLabels (selector: Record<string, string> | undefined, labels: Record<string, string> | undefined): boolean {
-  if (selector === undefined || Object.keys(selector).length === 0) return false
-  return Object.entries(selector).every(([k, v]) => labels?.[k] === v)
-}
-
-function deploymentSelectedBy (selector: Record<string, string> | undefined): Deployment {
-  const found = deployments.filter(d => matchesLabels(selector, d.object.spec?.template.metadata?.labels))
-  if (found.length !== 1) throw new Error(`selector ${JSON.stringify(selector)} matches ${found.length} Deployments`)
-  return (found[0] as { object: Deployment }).object
-}
-
-/** Maps a port number of a pod to the container that declares it. */
-function containerWithPort (d: Deployment, port: number | string | undefined): { container: IContainer, port: number } | undefined {
-  for (const container of podSpecOf(d).containers) {
-    const resolved = resolvePort(port, container)
-    if (resolved !== undefined && container.ports?.some(p => p.containerPort === resolved) === true) return { container, port: resolved }
-  }
-  return undefined
 }
 
 // ── Dockerfile ──────────────────────────────────────────────────────────────────────────────
@@ -319,28 +226,6 @@ t.test('Services expose only the public ports, never the admin port nor the app'
     const ports = (service.spec?.ports ?? []).map(p => containerWithPort(target, p.targetPort ?? p.port))
     t.same(ports, [expected[s.name]], `${s.name}: exactly one port, to ${expected[s.name]?.container.name}:${expected[s.name]?.port}`)
     t.not(service.spec?.type, 'NodePort', `${s.name}: not opened on every node`)
-  }
-})
-
-t.test('NetworkPolicies admit callers to the public port alone', async t => {
-  for (const { name, object } of deployments) {
-    const labels = object.spec?.template.metadata?.labels
-    const policies = manifests.filter(m => m.kind === 'NetworkPolicy').map(m => m.data as unknown as NetworkPolicy)
-      .filter(p => matchesLabels(p.spec?.podSelector?.matchLabels, labels))
-    t.equal(policies.length, 1, `${name}: one NetworkPolicy selects its pods`)
-    const policy = policies[0]
-    t.ok(policy?.spec?.policyTypes?.includes('Ingress'), `${name}: the policy governs ingress`)
-    // The public port is the one its Service exposes (pinned to sidecar:8000 and store:7070 above).
-    const service = manifests.filter(m => m.kind === 'Service').map(m => m.data as unknown as Service)
-      .find(s => deploymentSelectedBy(s.spec?.selector) === object)
-    const publicPort = containerWithPort(object, service?.spec?.ports?.[0]?.targetPort)?.port
-    t.ok(publicPort !== undefined, `${name}: a Service names its public port`)
-    const rules = policy?.spec?.ingress ?? []
-    t.ok(rules.length > 0, `${name}: at least one ingress rule`)
-    for (const rule of rules) {
-      const ports = (rule.ports ?? []).map(p => containerWithPort(object, p.port)?.port)
-      t.same(ports, [publicPort], `${name}: a rule admits port ${publicPort} only (a rule without ports would admit all)`)
-    }
   }
 })
 

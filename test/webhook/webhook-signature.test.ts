@@ -211,7 +211,7 @@ t.test('verifyWebhook: a bad option is a TypeError (a programming error), not a 
 })
 
 t.test('Standard Webhooks signature: the standard\'s own test vector', async t => {
-  const { signStandardWebhook } = await import('../../src/webhook/webhook-signature.ts')
+  const { signStandardWebhook } = await import('../../src/webhook/standard-webhook-signature.ts')
   t.equal(signStandardWebhook('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'msg_p5jXN8AQM9LWM0D4loKWxJek', 1614265330, '{"test": 2432232314}'),
     'v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=')
   // a secret without the whsec_ prefix is keyed with its UTF-8 bytes
