@@ -150,6 +150,12 @@ t.test('two apps on a three-master cluster, two sidecars each', async t => {
     t.equal((await clients.a1.finished('after-move')).record.status, 'canceled')
   })
 
+  t.test('the persistence check reads every master: one appendonly warn line for each', async t => {
+    const lines = a0.child.lines.filter(line => line.setting === 'appendonly')
+    t.same(lines.map(line => line.node).sort(), cluster.nodes.map(url => new URL(url).host).sort())
+    t.equal(a0.child.lines.filter(line => line.setting === 'maxmemory-policy').length, 0, 'noeviction: nothing said')
+  })
+
   t.test('no internal error on any sidecar', async t => {
     for (const sidecar of sidecars) t.equal(sumOf(await scrapeMetrics(sidecar.admin), 'sidecar_internal_errors_total'), 0, sidecar.base)
   })
