@@ -180,6 +180,20 @@ t.test('redis run store', async t => {
     t.equal((await b.keys.claim(SCOPE, 'answered', { runId: 'x', digest: 'd', async: false }))?.answer?.body.toString(), 'ok', 'an answered key is kept RUN_RETENTION_SECONDS, lease or not')
   })
 
+  t.test('a start tried again after its answer was lost (it was written): it goes on; another sidecar\'s start does not', async t => {
+    await flushRedis(redisUrl)
+    const a = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'starter' })
+    const b = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'other' })
+    t.teardown(() => { void a.close(); void b.close() })
+    await a.reachable(5000)
+    await a.queue.submit(newRun())
+    const taken = await a.queue.take(AbortSignal.timeout(5000))
+    t.equal(await a.queue.start(taken, Date.now()), true)
+    t.equal(await a.queue.start(taken, Date.now()), true, 'the same sidecar again: its own start, it runs')
+    t.equal(await b.queue.start(taken, Date.now()), false, 'another sidecar: not its run to start')
+    t.equal((await a.records.get(SCOPE, taken.runId)).record.status, 'running')
+  })
+
   t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {
     const nowhere = `redis://127.0.0.1:${await freePort()}/0`
     const down = new RedisRunStore(nowhere, SETTINGS)

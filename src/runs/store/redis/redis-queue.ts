@@ -65,7 +65,9 @@ export class RedisQueue implements RunQueue {
   async start (run: TakenRun, startedAt: number): Promise<boolean> {
     const keys = new ScopeKeys(run.scope)
     for (;;) {
-      const [view, raw] = await this.#ctx.readOrMissing(keys, run.runId)
+      const [view, raw, , owner] = await this.#ctx.readOrMissing(keys, run.runId)
+      // this start written already: its answer was lost (a timeout, a dropped connection) and the start tried again
+      if (view?.record.status === 'running' && owner === this.#ctx.consumer) return true
       if (view?.record.status === 'running') {
         // another sidecar took the run over while this one was silent (a pause) and runs it: its entry is the other's now
         this.#ctx.held.delete(run.entry)
