@@ -43,7 +43,9 @@ export function ensureBuilt (): string {
   let built = 0
   try { built = newest(join(ROOT, 'dist')) } catch {}
   if (built >= newest(join(ROOT, 'src'))) return 'dist/ is current'
-  const tsc = spawnSync(join(ROOT, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.build.json'], { cwd: ROOT, encoding: 'utf8' })
+  // without the test runner's loaders (NODE_OPTIONS): tsc is plain JavaScript
+  const env = { ...process.env, NODE_OPTIONS: '' }
+  const tsc = spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: ROOT, encoding: 'utf8', env })
   if (tsc.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed: ${tsc.stdout}${tsc.stderr}`)
   return 'dist/ compiled from src/'
 }

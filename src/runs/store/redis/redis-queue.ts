@@ -11,8 +11,11 @@ interface RequestJson { method: string, path: string, headers: string[], hasBody
 /** A queue entry as read: the queue's key, the entry's id and the run it names. */
 interface QueueEntry { queue: string, id: string, runId: string }
 
-/** How long one blocking read of the queue waits before looking again (a stop). */
-const BLOCK_MS = 2000
+/**
+ * How long one blocking read of the queue waits before asking again: an idle sidecar's cost. A
+ * stop does not wait for it (the read is abandoned, its connection closed).
+ */
+const BLOCK_MS = 10_000
 
 /**
  * The queue of async runs in Redis: a stream per app with a consumer group. A run handed to a
