@@ -43,9 +43,8 @@ export function ensureBuilt (): string {
   let built = 0
   try { built = newest(join(ROOT, 'dist')) } catch {}
   if (built >= newest(join(ROOT, 'src'))) return 'dist/ is current'
-  // without the test runner's loaders (NODE_OPTIONS): tsc is plain JavaScript
-  const env = { ...process.env, NODE_OPTIONS: '' }
-  const tsc = spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: ROOT, encoding: 'utf8', env })
+  // the test runner gives every child its loaders (NODE_OPTIONS, set again as the child starts), which tsc (an ES module) refuses
+  const tsc = spawnSync('sh', ['-c', 'unset NODE_OPTIONS; exec "$0" node_modules/typescript/bin/tsc -p tsconfig.build.json', process.execPath], { cwd: ROOT, encoding: 'utf8' })
   if (tsc.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed: ${tsc.stdout}${tsc.stderr}`)
   return 'dist/ compiled from src/'
 }
