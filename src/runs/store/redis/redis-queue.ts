@@ -26,6 +26,13 @@ export class RedisQueue implements RunQueue {
   readonly #ctx: RedisContext
   /** Runs taken over from a lost sidecar before they started: handed out by take() first. */
   readonly #reclaimed: TakenRun[] = []
+  /** Entries the shared read brought, for the takes waiting. */
+  readonly #arrived: QueueEntry[] = []
+  /** The blocking read under way, shared by the takes waiting. */
+  #read: Promise<void> | undefined
+  /** Takes waiting: woken when the read ends or a run is taken over. */
+  readonly #wakers = new Set<() => void>()
+  #waiting = 0
 
   constructor (ctx: RedisContext) {
     this.#ctx = ctx
@@ -47,22 +54,57 @@ export class RedisQueue implements RunQueue {
     return { record, resultJson: undefined, async: true }
   }
 
+  /**
+   * The next run to run here: one taken over from a lost sidecar first, else the oldest queued.
+   * The takes waiting share one blocking read of the queue (on its own connection, where they
+   * would run one after another anyway): an entry it brings goes to one of them, and a run taken
+   * over meanwhile wakes them without waiting for the read's end.
+   */
   async take (signal: AbortSignal): Promise<TakenRun> {
-    while (!signal.aborted && !this.#ctx.closed) {
-      const reclaimed = this.#reclaimed.shift()
-      if (reclaimed !== undefined) return reclaimed
-      const read = this.#readQueue(this.#ctx.own.queue)
-      const reply = await abortable(read, signal)
-      if (reply === ABORTED) {
-        // the blocked read may still bring a run: it goes back to the queue, not lost
-        void read.then(async entry => { if (entry !== undefined) await this.#giveBack(entry) }, () => {})
-        break
+    this.#waiting++
+    try {
+      while (!signal.aborted && !this.#ctx.closed) {
+        const reclaimed = this.#reclaimed.shift()
+        if (reclaimed !== undefined) return reclaimed
+        const entry = this.#arrived.shift()
+        if (entry !== undefined) {
+          const run = await this.#taken(entry)
+          if (run !== undefined) return run
+          continue
+        }
+        if (this.#read === undefined) {
+          this.#read = this.#readOnce()
+          this.#read.catch(() => {}) // each take waiting on it sees the failure; none waiting, nothing to tell
+        }
+        const woken = new Promise<void>(resolve => { this.#wakers.add(resolve) })
+        const outcome = await abortable(Promise.race([this.#read, woken]), signal)
+        if (outcome === ABORTED) break
       }
-      if (reply === undefined) continue
-      const run = await this.#taken(reply)
-      if (run !== undefined) return run
+    } finally {
+      this.#waiting--
+      // the last take gone (a stop): what the read brought for it goes back to the queue
+      if (this.#waiting === 0) for (const entry of this.#arrived.splice(0)) void this.#giveBack(entry)
     }
     throw signal.reason ?? new Error('run store closed')
+  }
+
+  /** One blocking read; what it brings is left for a waiting take (or, none waiting any more, given back to the queue). */
+  async #readOnce (): Promise<void> {
+    try {
+      const entry = await this.#readQueue(this.#ctx.own.queue)
+      if (entry === undefined) return
+      if (this.#waiting > 0 && !this.#ctx.closed) this.#arrived.push(entry)
+      else await this.#giveBack(entry) // the takes left (a stop) while it was blocked: not lost, queued again
+    } finally {
+      this.#read = undefined
+      this.#wake()
+    }
+  }
+
+  #wake (): void {
+    const wakers = [...this.#wakers]
+    this.#wakers.clear()
+    for (const wake of wakers) wake()
   }
 
   async start (run: TakenRun, startedAt: number): Promise<boolean> {
@@ -107,7 +149,9 @@ export class RedisQueue implements RunQueue {
   /** A lost sidecar's entry whose run had not started (the reaper claimed it): held here, handed out by take() first. */
   async reclaim (entry: QueueEntry): Promise<void> {
     const run = await this.#taken(entry)
-    if (run !== undefined) this.#reclaimed.push(run)
+    if (run === undefined) return
+    this.#reclaimed.push(run)
+    this.#wake()
   }
 
   /** One entry from the oldest end of the app's queue, or undefined after BLOCK_MS. */
