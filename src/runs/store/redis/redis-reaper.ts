@@ -28,6 +28,7 @@ export class RedisReaper {
   readonly #ctx: RedisContext
   readonly #queue: RedisQueue
   readonly #deliveries: RedisDeliveries
+  #beats = 0
 
   constructor (ctx: RedisContext, queue: RedisQueue, deliveries: RedisDeliveries) {
     this.#ctx = ctx
@@ -58,8 +59,11 @@ export class RedisReaper {
       await this.#endAgain()
       await this.#reap(ctx.own.queue)
       await this.#deliveries.reap(ctx.own)
-      // consumers of sidecars long gone, their entries taken over above: removed from the app's groups
-      await forgetConsumers(ctx, '', GONE_AFTER_LOST * ctx.lostAfterMs)
+      // consumers of sidecars long gone, their entries taken over above: removed from the app's
+      // groups, once per lost window (they are gone after two; an idle sidecar's cost stays low)
+      if (++this.#beats % Math.max(1, Math.round(ctx.lostAfterMs / ctx.heartbeatMs)) === 0) {
+        await forgetConsumers(ctx, '', GONE_AFTER_LOST * ctx.lostAfterMs)
+      }
     } catch {} // Redis went away meanwhile: the next beat tries again
   }
 
