@@ -44,7 +44,10 @@ export function connectRedis (address: RunStoreAddress, options: RedisOptions): 
       failoverDetector: true,
       sentinelRetryStrategy: times => Math.min(100 * times, 1000)
     })
-    client.on('ready', () => { void checkQuorum(client, address) })
+    client.on('ready', () => {
+      // at once, then as the sentinels that had not heard of a failover hear of it (hello messages every 2 s)
+      for (const ms of QUORUM_CHECKS_MS) setTimeout(() => { void checkQuorum(client, address) }, ms).unref()
+    })
     return client
   }
   const { retryStrategy, enableOfflineQueue, ...nodeOptions } = options
@@ -66,11 +69,15 @@ export function isCluster (client: RedisClient): boolean {
   return (client as { isCluster?: boolean }).isCluster === true
 }
 
+/** When, after a connection is made, the sentinels are asked whether it reached the primary they name. */
+const QUORUM_CHECKS_MS = [0, 1000, 3000, 7000]
+
 /**
  * Right after a failover the sentinel asked first may not know it yet and name the old primary,
- * which still takes writes until the others demote it (writes then lost): once connected, the
- * sentinels are asked, and while any of them names another primary the connection is made again
- * (asking them again): a few reconnects (503s) until they agree, rather than writes lost.
+ * which still takes writes until the others demote it (writes then lost): after a connection is
+ * made, the sentinels are asked (QUORUM_CHECKS_MS), and when most of those that answer name
+ * another primary the connection is made again (asking them again). A majority, so that one
+ * sentinel out of date or misconfigured never keeps the sidecar reconnecting.
  */
 async function checkQuorum (client: RedisClient, address: Extract<RunStoreAddress, { topology: 'sentinel' }>): Promise<void> {
   const here = client.stream as { remoteAddress?: string, remotePort?: number } | undefined
@@ -98,5 +105,5 @@ async function checkQuorum (client: RedisClient, address: Extract<RunStoreAddres
     const host = name.slice(0, colon)
     return Number(name.slice(colon + 1)) !== here.remotePort || (isIP(host) !== 0 && host !== ip)
   })
-  if (elsewhere.length > 0 && client.status === 'ready') client.disconnect(true)
+  if (elsewhere.length * 2 > answers.length && client.status === 'ready' && client.stream === here) client.disconnect(true)
 }
