@@ -106,6 +106,8 @@ export class RedisContext {
    * still pending here and writes the end again (redis-reaper.ts). Kept for RUN_LOST_AFTER_SECONDS.
    */
   readonly ended: LRUCache<string, EndedRun>
+  /** The blocking read's connection was cut: an entry it was handed may never have arrived (the heartbeat looks). */
+  readCut = false
   /** Idempotency-Key slots this store claimed whose answer is not kept yet, with their run ids: their lease is renewed with the heartbeat. */
   readonly claims = new Map<string, string>()
   /** The queues whose consumer group this store knows exists. */
@@ -157,6 +159,7 @@ export class RedisContext {
       this.#setAvailable(true)
     })
     this.redis.on('close', () => { this.#setAvailable(false) })
+    this.blocking.on('close', () => { this.readCut = true })
     // a connection can stay open to a Redis that no longer answers, or that is no primary any more
     this.#probe = setInterval(() => { void this.#answers().then(up => { this.#setAvailable(up) }) }, PROBE_MS)
     this.#probe.unref()

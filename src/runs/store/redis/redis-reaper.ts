@@ -56,7 +56,7 @@ export class RedisReaper {
         const lost = await RENEW_CLAIMS.run(ctx.redis, [...ctx.claims.keys()], [...ctx.claims.values(), ctx.claimLeaseMs]) as string[]
         for (const key of lost) ctx.claims.delete(key)
       }
-      await this.#endAgain()
+      await this.#ownPending()
       await this.#reap(ctx.own.queue)
       await this.#deliveries.reap(ctx.own)
       // consumers of sidecars long gone, their entries taken over above: removed from the app's
@@ -68,18 +68,30 @@ export class RedisReaper {
   }
 
   /**
-   * Ends this store wrote lately whose entry is still pending here: the primary that acknowledged
-   * them lost its place before its replica had them (a failover). Written again, unless the run
-   * ended otherwise meanwhile; without this, the run would stay running, then fail "replica lost".
+   * Entries pending for this sidecar that it does not hold (idle past a heartbeat: no take is
+   * on them right now), after a failover or a cut connection:
+   * - an end it wrote lately whose entry is still pending: the primary that acknowledged the end
+   *   lost its place before its replica had it. Written again, unless the run ended otherwise
+   *   meanwhile (without this, the run would stay running, then fail "replica lost");
+   * - an entry a blocking read handed it whose answer never came (the connection was cut): taken
+   *   here now, as a lost sidecar's would be (without this, it would wait RUN_LOST_AFTER_SECONDS).
    */
-  async #endAgain (): Promise<void> {
+  async #ownPending (): Promise<void> {
     const ctx = this.#ctx
     ctx.ended.purgeStale()
-    if (ctx.ended.size === 0) return
-    const pending = await ctx.redis.xpending(ctx.own.queue, GROUP, '-', '+', 100, ctx.consumer) as Array<[string, ...unknown[]]>
+    if (ctx.ended.size === 0 && !ctx.readCut) return
+    ctx.readCut = false
+    const queue = ctx.own.queue
+    const pending = await ctx.redis.xpending(queue, GROUP, 'IDLE', ctx.heartbeatMs, '-', '+', 100, ctx.consumer) as Array<[string, ...unknown[]]>
     for (const [entry] of pending) {
+      if (ctx.held.has(entry)) continue
       const ended = ctx.ended.get(entry)
-      if (ended === undefined || ctx.held.has(entry)) continue
+      if (ended === undefined) {
+        const [found] = await ctx.redis.xrange(queue, entry, entry)
+        const runId = found?.[1][1]
+        if (runId !== undefined) await this.#queue.reclaim({ queue, id: entry, runId })
+        continue
+      }
       ctx.ended.delete(entry)
       const [view, raw, , owner] = await ctx.readOrMissing(ended.keys, ended.runId)
       if (view === undefined || isFinished(view.record) || (owner !== ctx.consumer && owner !== '')) {
