@@ -14,6 +14,7 @@ import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 import { RunPrefetch } from './run-prefetch.ts'
 import { RunRelay } from './run-relay.ts'
+import { whileUnavailable } from '../while-unavailable.ts'
 
 export interface AsyncRunnerDeps {
   readonly store: RunStore
@@ -41,17 +42,6 @@ export interface AsyncRunnerDeps {
 
 /** Most async runs one sidecar runs at once when REPLICA_CONCURRENCY sets no limit: the rest stay queued for other replicas. */
 export const UNLIMITED_PARALLEL = 100
-
-/** A store write retried while the run store cannot be reached (about two minutes). */
-async function whileUnavailable<T> (write: () => Promise<T>): Promise<T> {
-  return await pRetry(write, {
-    retries: 120,
-    minTimeout: 250,
-    maxTimeout: 1000,
-    factor: 2,
-    shouldRetry: ({ error }) => error instanceof RunStoreUnavailableError
-  })
-}
 
 /** How long cut runs may take to record their end after the grace period. */
 const CUT_SETTLE_MS = 5000

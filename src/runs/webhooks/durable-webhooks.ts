@@ -2,6 +2,7 @@ import type { Logger } from 'pino'
 import type { DurableDeliveries } from '../store/durable-deliveries.ts'
 import type { HeldDelivery, RunStore } from '../store/run-store.ts'
 import type { DeliveryLedger, WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
+import { whileUnavailable } from '../while-unavailable.ts'
 import { recordWebhookEnd } from './webhook-end.ts'
 
 /**
@@ -63,7 +64,8 @@ export class DurableWebhooks implements WebhookSubmitter {
         if (counted) { counted = false; return }
         await quietly(deliveries.attempt(held))
       },
-      done: async () => { await quietly(deliveries.done(held)) },
+      // its end written even through an outage of the store: left pending there, another sidecar would deliver it again
+      done: async () => { await quietly(whileUnavailable(async () => { await deliveries.done(held) })) },
       leave: async stopping => { await quietly(deliveries.leave(held, stopping)) }
     }
   }

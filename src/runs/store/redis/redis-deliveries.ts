@@ -39,8 +39,9 @@ export class RedisDeliveries implements DurableDeliveries {
   async done (delivery: HeldDelivery): Promise<void> {
     const keys = new ScopeKeys(delivery.scope)
     const [entry, id] = delivery.entry.split(' ') as [string, string]
-    this.#ctx.held.delete(entry)
+    // held (its claim renewed by the heartbeat) until its end is written: no other sidecar takes it over meanwhile
     await guard(DELIVERY_DONE.run(this.#ctx.redis, [keys.deliveries, keys.delivery(id)], [entry]))
+    this.#ctx.held.delete(entry)
   }
 
   async leave (delivery: HeldDelivery, stopping: boolean): Promise<void> {
