@@ -5,20 +5,25 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
-import { startPrivateRedis } from '../test/helpers/redis-server.ts'
 import { type ReceiverAction, startWebhookReceiver } from '../test/helpers/webhook-receiver.ts'
 import { type BenchChild, freePort, guardAgainstOrphans, spawnChild, waitForHttp200 } from './child-processes.ts'
+import { type Failover, inFailoverWindow, type SoakSentinel, startSoakSentinel, whenAgainstFailovers } from './soak-failovers.ts'
 
 /**
  * `SOAK_CASE=fleet npm run soak`: SOAK_SECONDS (default 600) of async and idempotent traffic, with
- * webhooks to a flaky receiver, through two sidecars sharing a private redis-server, one SIGKILLed
- * and restarted every SOAK_KILL_EVERY_S (default 120). Fails (exit 1) when a webhook is lost, a
- * delivery makes more than WEBHOOK_ATTEMPTS + 1 attempts, or an idempotent request reaches the app
- * twice; results in bench/results/soak-fleet.json. Also what both soaks share (receiver, POST, ROOT).
+ * webhooks to a flaky receiver, through two sidecars sharing a Redis Sentinel topology (primary,
+ * replica, three sentinels; RUN_STORE_URL=redis+sentinel://…), one sidecar SIGKILLed and restarted
+ * every SOAK_KILL_EVERY_S (default 120), and every SOAK_FAILOVER_EVERY_S (default 120, the first at
+ * half of it) a failover: the primary SIGKILLed, then started again as the new primary's replica.
+ * Fails (exit 1) when a webhook is lost (an async run accepted in a failover's window aside: see
+ * soak-failovers.ts), a delivery makes more than WEBHOOK_ATTEMPTS + 1 attempts, an idempotent
+ * request reaches the app twice, or a repeat gets another answer; results in
+ * bench/results/soak-fleet.json. Also what both soaks share (receiver, POST, ROOT).
  */
 export const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 600)
 const KILL_EVERY_S = Number(process.env.SOAK_KILL_EVERY_S ?? 120)
+const FAILOVER_EVERY_S = Number(process.env.SOAK_FAILOVER_EVERY_S ?? 120)
 const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 16)
 const ATTEMPTS = 3
 /** After the traffic: long enough for the deliveries of the last killed sidecar to be taken over (30 s idle, 10 s beats) and retried. */
@@ -77,11 +82,33 @@ export function post (url: string, headers: Record<string, string>, body = '{"so
 
 interface Sidecar { name: string, port: number, adminPort: number, child: BenchChild | undefined }
 
+/** An owed webhook's run: when its 202 (async) or 200 (sync) arrived, in seconds since the traffic began. */
+interface Owed { at: number, async: boolean }
+
+/**
+ * The status of GET …/_runs/<runId> (404: the record vanished), then the record's status, its
+ * times in seconds since `started` (epoch ms), and its webhook's.
+ */
+async function runRecord (sidecar: Sidecar, runId: string, started: number): Promise<string> {
+  try {
+    const response = await fetch(`http://127.0.0.1:${sidecar.port}/v4/soak/app/_runs/${runId}`, { signal: AbortSignal.timeout(5000) })
+    const body = await response.text()
+    if (response.status !== 200) return String(response.status)
+    const record = JSON.parse(body) as Record<string, string | undefined> & { webhook?: { status?: string, attempts?: number } }
+    const at = (field: string): string => record[field] === undefined ? '-' : ((Date.parse(record[field]) - started) / 1000).toFixed(3)
+    return `200 ${record.status} (created ${at('created_at')}, started ${at('started_at')}, completed ${at('completed_at')}) webhook ${record.webhook?.status} after ${record.webhook?.attempts}`
+  } catch (error) {
+    return `GET failed: ${(error as Error).message}`
+  }
+}
+
 /** The fleet soak; its exit code. */
 export async function soakFleet (): Promise<number> {
-  guardAgainstOrphans(() => {})
+  let stopRedisNow = (): void => {}
+  guardAgainstOrphans(() => { stopRedisNow() })
   const logDir = mkdtempSync(join(tmpdir(), 'app-sidecar-soak-fleet-'))
-  const redis = await startPrivateRedis({ teardown: () => {} }) // stopped below
+  const sentinel = await startSoakSentinel()
+  stopRedisNow = sentinel.stopNow
   // 404 (retry), a reset connection (retry), a hang past the attempt's time limit (retry), or 200
   const receiver = await startFlakyReceiver(() => {
     const roll = Math.random()
@@ -89,7 +116,20 @@ export async function soakFleet (): Promise<number> {
   })
   const app = await startCountingApp()
   const sidecars: Sidecar[] = []
-  for (const name of ['sidecar-a', 'sidecar-b']) sidecars.push({ name, port: await freePort(), adminPort: await freePort(), child: undefined })
+  try {
+    for (const name of ['sidecar-a', 'sidecar-b']) sidecars.push({ name, port: await freePort(), adminPort: await freePort(), child: undefined })
+    return await drive(sidecars, sentinel, receiver, app, logDir)
+  } finally {
+    for (const sidecar of sidecars) await sidecar.child?.stop()
+    await sentinel.stop()
+    await Promise.all([receiver.close(), app.close()])
+  }
+}
+
+async function drive (
+  sidecars: Sidecar[], sentinel: SoakSentinel,
+  receiver: Awaited<ReturnType<typeof startFlakyReceiver>>, app: Awaited<ReturnType<typeof startCountingApp>>, logDir: string
+): Promise<number> {
   const start = async (sidecar: Sidecar): Promise<void> => {
     sidecar.child = spawnChild({
       name: sidecar.name,
@@ -97,7 +137,7 @@ export async function soakFleet (): Promise<number> {
       args: ['dist/bin/app-sidecar.js'],
       env: {
         PORT: String(sidecar.port), ADMIN_PORT: String(sidecar.adminPort), HOST: '127.0.0.1', APP_URL: app.url, DISABLE_AUTH: 'true',
-        PROJECT_ID: 'soak', APP_NAME: 'app', RUN_STORE_URL: redis.url, LOG_LEVEL: 'warn', REPLICA_CONCURRENCY: '8',
+        PROJECT_ID: 'soak', APP_NAME: 'app', RUN_STORE_URL: sentinel.redis.url, LOG_LEVEL: 'warn', REPLICA_CONCURRENCY: '8',
         WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', WEBHOOK_ATTEMPTS: String(ATTEMPTS), WEBHOOK_MAX_DELAY_MS: '200', WEBHOOK_TIMEOUT_MS: '1000'
       },
       cwd: ROOT,
@@ -108,10 +148,18 @@ export async function soakFleet (): Promise<number> {
   for (const sidecar of sidecars) await start(sidecar)
 
   const started = Date.now()
+  const elapsed = (): number => (Date.now() - started) / 1000
   const running = (): boolean => Date.now() - started < SECONDS * 1000
-  const counts = { asyncAccepted: 0, syncAnswered: 0, repeats: 0, replayed: 0, inProgress: 0, refused: 0, connectionErrors: 0, kills: 0 }
-  /** Run ids whose webhook must arrive: async runs accepted (202), sync calls answered (200). */
-  const owed = new Set<string>()
+  const counts = { asyncAccepted: 0, syncAnswered: 0, repeats: 0, replayed: 0, inProgress: 0, refused: 0, connectionErrors: 0, kills: 0, failovers: 0 }
+  /** The refused first calls (not 202, not 200) by status. */
+  const refusedByStatus: Record<string, number> = {}
+  const refuse = (status: number): void => { counts.refused++; refusedByStatus[status] = (refusedByStatus[status] ?? 0) + 1 }
+  /** The runs whose webhook must arrive: async runs accepted (202), sync calls answered (200). */
+  const owed = new Map<string, Owed>()
+  /** When each idempotent key's first call was answered. */
+  const keyAt = new Map<string, number>()
+  const killedAt: number[] = []
+  const failovers: Failover[] = []
   const problems: string[] = []
   let seq = 0
 
@@ -122,12 +170,26 @@ export async function soakFleet (): Promise<number> {
       if (!running()) break
       const sidecar = sidecars[victim % 2] as Sidecar
       victim++
+      killedAt.push(elapsed())
       if (sidecar.child !== undefined) process.kill(sidecar.child.pid, 'SIGKILL')
       while (sidecar.child !== undefined && sidecar.child.exited === null) await sleep(20)
       counts.kills++
       await start(sidecar)
     }
   })()
+  // first at half the period, between the sidecar kills when both periods are equal
+  const failing = (async () => {
+    if (!(FAILOVER_EVERY_S > 0)) return
+    for (let at = FAILOVER_EVERY_S / 2; at < SECONDS; at += FAILOVER_EVERY_S) {
+      await sleep(Math.max(0, at * 1000 - (Date.now() - started)))
+      if (!running()) break
+      failovers.push(await sentinel.failover(elapsed))
+      counts.failovers++
+    }
+  })()
+  // awaited after the traffic; a failure meanwhile must not be an unhandled rejection
+  killer.catch(() => {})
+  failing.catch(() => {})
 
   const worker = async (): Promise<void> => {
     while (running()) {
@@ -139,17 +201,18 @@ export async function soakFleet (): Promise<number> {
       try {
         if (n % 2 === 0) {
           const r = await post(`${base}/run?async=true&${hook}`, { 'x-request-id': runId })
-          if (r.status === 202) { counts.asyncAccepted++; owed.add(runId) } else counts.refused++
+          if (r.status === 202) { counts.asyncAccepted++; owed.set(runId, { at: elapsed(), async: true }) } else refuse(r.status)
         } else {
           // an idempotent sync call with a webhook, then its retry on the other sidecar
           const key = `key-${n}`
           const first = await post(`${base}/run?${hook}`, { 'x-request-id': runId, 'idempotency-key': key })
-          if (first.status === 200) { counts.syncAnswered++; owed.add(runId) } else counts.refused++
+          keyAt.set(key, elapsed())
+          if (first.status === 200) { counts.syncAnswered++; owed.set(runId, { at: elapsed(), async: false }) } else refuse(first.status)
           const other = sidecars[(n + 1) % 2] as Sidecar
           const repeat = await post(`http://127.0.0.1:${other.port}/v4/soak/app/run?${hook}`, { 'x-request-id': `${runId}-retry`, 'idempotency-key': key })
           counts.repeats++
           if (repeat.status === 409) counts.inProgress++
-          else if (first.status === 200 && repeat.status === 200 && repeat.body !== first.body) problems.push(`${key}: the repeat got another answer`)
+          else if (first.status === 200 && repeat.status === 200 && repeat.body !== first.body) problems.push(`${key}: the repeat got another answer ${whenAgainstFailovers(failovers, killedAt, elapsed())}`)
           else if (repeat.status === 200) counts.replayed++
         }
       } catch {
@@ -159,34 +222,67 @@ export async function soakFleet (): Promise<number> {
     }
   }
   await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+  const trafficSeconds = elapsed()
   await killer
+  await failing
   await sleep(SETTLE_S * 1000)
 
-  let lost = 0
+  // a webhook owed and never seen: an async run accepted in a failover's window may have vanished
+  // with what the killed primary had not yet replicated (documented); any other is a loss
+  const lostRuns: Array<{ runId: string, async: boolean, at: number }> = []
+  const lostInWindow: Array<{ runId: string, at: number }> = []
   let overAttempts = 0
   let delivered = 0
-  for (const runId of owed) {
+  for (const [runId, { at, async }] of owed) {
     const statuses = receiver.deliveries.get(runId)
-    if (statuses === undefined) { lost++; if (problems.length < 20) problems.push(`${runId}: no delivery seen`); continue }
-    if (statuses.length > ATTEMPTS + 1) { overAttempts++; if (problems.length < 20) problems.push(`${runId}: ${statuses.length} attempts`) }
+    if (statuses === undefined) {
+      if (async && inFailoverWindow(failovers, at) !== undefined) lostInWindow.push({ runId, at })
+      else lostRuns.push({ runId, async, at })
+      continue
+    }
+    if (statuses.length > ATTEMPTS + 1) { overAttempts++; if (problems.length < 40) problems.push(`${runId}: ${statuses.length} attempts (${statuses.join(', ')}); ${async ? '202' : '200'} ${whenAgainstFailovers(failovers, killedAt, at)}`) }
     if (statuses.includes(200)) delivered++
+  }
+  const reader = sidecars[0] as Sidecar
+  for (const { runId, async, at } of lostRuns.slice(0, 40)) {
+    problems.push(`${runId}: no delivery seen; ${async ? '202' : '200'} ${whenAgainstFailovers(failovers, killedAt, at)}; GET → ${await runRecord(reader, runId, started)}`)
+  }
+  const windowGets: Record<string, number> = {}
+  for (const { runId } of lostInWindow.slice(0, 200)) {
+    const got = (await runRecord(reader, runId, started)).split(' ')[0] as string
+    windowGets[got] = (windowGets[got] ?? 0) + 1
   }
   let twice = 0
   for (const [key, n] of app.byKey) {
-    if (n > 1) { twice++; if (problems.length < 20) problems.push(`${key}: reached the app ${n} times`) }
+    if (n > 1) { twice++; if (problems.length < 60) problems.push(`${key}: reached the app ${n} times; answered ${whenAgainstFailovers(failovers, killedAt, keyAt.get(key) ?? NaN)}`) }
   }
   const result = {
-    seconds: SECONDS, killEverySeconds: KILL_EVERY_S, concurrency: CONCURRENCY, counts,
-    webhooks: { owed: owed.size, seen: [...owed].filter(id => receiver.deliveries.has(id)).length, delivered, lost, overAttempts },
+    seconds: SECONDS, killEverySeconds: KILL_EVERY_S, failoverEverySeconds: FAILOVER_EVERY_S, concurrency: CONCURRENCY,
+    startedAt: new Date(started).toISOString(), wallSeconds: Math.round(elapsed()), trafficSeconds: Math.round(trafficSeconds), runStore: 'redis+sentinel (a primary, a replica, 3 sentinels)',
+    counts,
+    refusedByStatus,
+    kills: killedAt.map(t => Number(t.toFixed(3))),
+    failovers: failovers.map(f => ({ ...f, killedAt: Number(f.killedAt.toFixed(3)), switchedAt: Number(f.switchedAt.toFixed(3)), rejoinedAt: Number(f.rejoinedAt.toFixed(3)) })),
+    webhooks: {
+      owed: owed.size,
+      seen: [...owed.keys()].filter(id => receiver.deliveries.has(id)).length,
+      delivered,
+      lost: lostRuns.length,
+      lostInFailoverWindow: lostInWindow.length,
+      overAttempts
+    },
+    lostInFailoverWindow: {
+      count: lostInWindow.length,
+      /** GET of the run (up to 200 of them): status → how many. */
+      runGet: windowGets,
+      runs: lostInWindow.map(({ runId, at }) => `${runId} ${whenAgainstFailovers(failovers, killedAt, at)}`)
+    },
     idempotentKeys: { reachedApp: app.byKey.size, twice },
     problems,
-    verdict: { webhookLost: lost > 0, tooManyAttempts: overAttempts > 0, idempotentTwice: twice > 0, wrongReplay: problems.some(p => p.includes('another answer')) }
+    verdict: { webhookLost: lostRuns.length > 0, tooManyAttempts: overAttempts > 0, idempotentTwice: twice > 0, wrongReplay: problems.some(p => p.includes('another answer')) }
   }
   writeFileSync(join(ROOT, 'bench/results/soak-fleet.json'), JSON.stringify(result, null, 2) + '\n')
   process.stdout.write(JSON.stringify(result, null, 2) + '\n')
-  for (const sidecar of sidecars) await sidecar.child?.stop()
-  await redis.stop()
-  await Promise.all([receiver.close(), app.close()])
   const failed = Object.values(result.verdict).some(Boolean)
   process.stdout.write(failed ? 'soak fleet: FAIL\n' : 'soak fleet: PASS\n')
   return failed ? 1 : 0

@@ -192,7 +192,7 @@ async function main (): Promise<number> {
   return failed ? 1 : 0
 }
 
-const fleet = process.env.SOAK_CASE === 'fleet' // two sidecars on one Redis, one killed every two minutes
+const fleet = process.env.SOAK_CASE === 'fleet' // two sidecars on Redis Sentinel: a sidecar killed, and a failover, every two minutes
 const run = fleet ? soakFleet : main
 run().then(code => { process.exitCode = code }, error => {
   killAllChildren()
