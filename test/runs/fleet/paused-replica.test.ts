@@ -1,10 +1,8 @@
 import type { ServerResponse } from 'node:http'
 import t from 'tap'
 import { send } from '../../helpers/http-client.ts'
-import { startPrivateRedis } from '../../helpers/redis-server.ts'
-import { eventually, startTestServer } from '../../helpers/sidecar-harness.ts'
-import { startSidecarProcess } from '../../helpers/sidecar-process.ts'
-import { startWebhookReceiver } from '../../helpers/webhook-receiver.ts'
+import { heldRunFleet } from '../../helpers/held-run-fleet.ts'
+import { eventually } from '../../helpers/sidecar-harness.ts'
 
 // Fencing. A sidecar paused (SIGSTOP: a GC pause, CPU throttling, a frozen VM) past
 // RUN_LOST_AFTER_SECONDS is taken for dead: the other fails its run "replica lost" and sends the
@@ -13,25 +11,9 @@ import { startWebhookReceiver } from '../../helpers/webhook-receiver.ts'
 t.setTimeout(150_000)
 
 t.test('SIGSTOP past RUN_LOST_AFTER_SECONDS, then SIGCONT and the app answers: one webhook, the "replica lost" record and its events unchanged', async t => {
-  const redis = await startPrivateRedis(t)
-  const receiver = await startWebhookReceiver()
-  t.teardown(() => receiver.close())
-  const held: Array<ServerResponse | undefined> = [undefined, undefined]
-  const apps = await Promise.all([0, 1].map(async i => {
-    const app = await startTestServer((req, res) => {
-      if (req.url?.startsWith('/stream')) {
-        held[i] = res
-        res.writeHead(200, { 'content-type': 'application/x-ndjson' }).write('{"n":0}\n')
-      } else res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}')
-    })
-    t.teardown(() => app.close())
-    return app
-  }))
-  const common = {
-    DISABLE_AUTH: 'true', PROJECT_ID: 'p', APP_NAME: 'a', RUN_STORE_URL: redis.url, REPLICA_CONCURRENCY: '1',
-    WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', RUN_LOST_AFTER_SECONDS: '30'
-  }
-  const sidecars = await Promise.all(apps.map(async app => await startSidecarProcess(t, { ...common, APP_URL: app.url })))
+  const { receiver, apps, sidecars, held } = await heldRunFleet(t, '/stream', res => {
+    res.writeHead(200, { 'content-type': 'application/x-ndjson' }).write('{"n":0}\n')
+  }, { RUN_LOST_AFTER_SECONDS: '30' })
   const base = (i: number): string => (sidecars[i] as typeof sidecars[number]).base
   const record = async (i: number): Promise<Record<string, unknown>> => (await send(`${base(i)}/v4/p/a/_runs/paused`)).json() as Record<string, unknown>
   // read once the run has ended (a running run's events go on)

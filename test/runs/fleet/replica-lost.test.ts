@@ -2,35 +2,15 @@ import type { ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { send } from '../../helpers/http-client.ts'
-import { startPrivateRedis } from '../../helpers/redis-server.ts'
-import { eventually, startTestServer } from '../../helpers/sidecar-harness.ts'
-import { startSidecarProcess } from '../../helpers/sidecar-process.ts'
-import { startWebhookReceiver } from '../../helpers/webhook-receiver.ts'
+import { heldRunFleet } from '../../helpers/held-run-fleet.ts'
+import { eventually } from '../../helpers/sidecar-harness.ts'
 
 // SIGKILL of the sidecar running a run, with the default heartbeat and lost-after times: the other
 // replica fails it with "replica lost" within the SPEC's 60 s, sends its webhook, never runs it again.
 t.setTimeout(150_000)
 
 t.test('SIGKILL mid-run: the other replica fails the run with 502 "replica lost" within 60 s, sends its webhook once, and never runs it again', async t => {
-  const redis = await startPrivateRedis(t)
-  const receiver = await startWebhookReceiver()
-  t.teardown(() => receiver.close())
-  const held: Array<ServerResponse | undefined> = [undefined, undefined]
-  const apps = await Promise.all([0, 1].map(async i => {
-    const app = await startTestServer((req, res) => {
-      if (req.url?.startsWith('/hold')) held[i] = res
-      else res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}')
-    })
-    t.teardown(() => app.close())
-    return app
-  }))
-  const common = {
-    DISABLE_AUTH: 'true', PROJECT_ID: 'p', APP_NAME: 'a', RUN_STORE_URL: redis.url, REPLICA_CONCURRENCY: '1', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8'
-  }
-  const sidecars = [
-    await startSidecarProcess(t, { ...common, APP_URL: (apps[0] as typeof apps[number]).url }),
-    await startSidecarProcess(t, { ...common, APP_URL: (apps[1] as typeof apps[number]).url })
-  ]
+  const { receiver, apps, sidecars, held } = await heldRunFleet(t, '/hold')
   const record = async (i: number, runId: string): Promise<Record<string, unknown>> =>
     (await send(`${sidecars[i]?.base as string}/v4/p/a/_runs/${runId}`)).json() as Record<string, unknown>
 
