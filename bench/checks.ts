@@ -78,3 +78,8 @@ export function thresholdCheck (label: string, ratio: Ratio, limit: number, atLe
 
 /** thresholdCheck for `ratio ≤ limit`. */
 export const atMost = (label: string, ratio: Ratio, limit: number, invalid?: string): Check => thresholdCheck(label, ratio, limit + 1e-9, false, invalid)
+
+/** The builds target `id` ran on: this one (suffix ''), and the older one (`-before`, BENCH_BEFORE_BIN) when it ran there too. */
+export function builds (results: TargetResult[], id: string): Array<{ suffix: '' | '-before', label: string }> {
+  return [{ suffix: '' as const, label: '' }, { suffix: '-before' as const, label: ', older build (BENCH_BEFORE_BIN)' }].filter(b => b.suffix === '' || ran(results, `${id}${b.suffix}`))
+}

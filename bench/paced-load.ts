@@ -7,13 +7,13 @@ import type { BenchSettings } from './settings.ts'
  * due), unlike autocannon's `overallRate`, which spends each connection's per-second budget in one
  * burst. Latency runs from the write of a request to the last byte of its response, as autocannon
  * measures it. Keep-alive connections, opened as needed (`connections` in the result: the most
- * requests in flight at once).
+ * requests in flight at once). `bodyOf`: each request's own body (made as it is sent), instead of the request's.
  */
-export async function runPaced (request: LoadRequest, rate: number, durationSeconds: number): Promise<Measurement> {
+export async function runPaced (request: LoadRequest, rate: number, durationSeconds: number, bodyOf?: () => string): Promise<Measurement> {
   const url = new URL(request.url)
   const agent = new http.Agent({ keepAlive: true, maxSockets: 256 })
-  const body = request.body === undefined ? undefined : Buffer.from(request.body)
-  const headers = { ...request.headers, ...(body === undefined ? {} : { 'content-length': String(body.length) }) }
+  const fixedBody = request.body === undefined ? undefined : Buffer.from(request.body)
+  const headers = { ...request.headers, ...(fixedBody === undefined || bodyOf !== undefined ? {} : { 'content-length': String(fixedBody.length) }) }
   const options = { host: url.hostname, port: url.port, path: url.pathname + url.search, method: request.method, headers, agent, timeout: 10_000 }
   const latencies = new Latencies()
   const statusCodes: Record<string, number> = {}
@@ -24,7 +24,8 @@ export async function runPaced (request: LoadRequest, rate: number, durationSeco
     maxPending = Math.max(maxPending, ++pending)
     const startedAt = performance.now()
     const failed = (): void => { errors++; pending--; resolve() }
-    const req = http.request(options, res => {
+    const body = bodyOf === undefined ? fixedBody : Buffer.from(bodyOf())
+    const req = http.request(bodyOf === undefined ? options : { ...options, headers: { ...headers, 'content-length': String(body?.length ?? 0) } }, res => {
       res.resume()
       res.on('end', () => {
         const status = res.statusCode ?? 0

@@ -70,7 +70,7 @@ function problems (m: Measurement): string {
     m.non2xx > 0 && `non-2xx: ${codes.join(', ')}`, m.ok === 0 && 'no 2xx response'].filter(p => p !== false).join(', ')
 }
 
-/** How a ratio's values read: `1.23×`, `45.6%`, `1,234 req/s`, `+0.12 ms`, `0.052 vCPU`, `61.2 MB`. */
+/** How a ratio's values read: `1.23×`, `45.6%`, `1,234 req/s`, `+0.12 ms`, `0.052 vCPU`, `61.2 MB`, `1,651 B`, `7.00 per run`. */
 export function formatOf (ratio: Ratio): (v: number) => string {
   switch (ratio.unit) {
     case '×': return v => `${v.toFixed(2)}×`
@@ -78,6 +78,8 @@ export function formatOf (ratio: Ratio): (v: number) => string {
     case 'req/s': return v => `${int(v)} req/s`
     case 'vCPU': return v => `${v.toFixed(3)} vCPU`
     case 'MB': return v => `${v.toFixed(1)} MB`
+    case 'B': return v => `${int(v)} B`
+    case '/run': return v => `${v.toFixed(2)} per run`
     case 'ms': return v => `${signedMs(v)} ms`
   }
 }

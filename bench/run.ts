@@ -170,13 +170,17 @@ function withBefore (scenario: Scenario, targets: TargetDef[], bin: string | und
     : [def])
 }
 
-/** This build / the older one, per `beforeIds` target: rate and CPU per request of the first phase both ran. */
+/** This build / the older one, per `beforeIds` target: rate and CPU per request of the first phase (after any idle one) both ran. */
 function beforeRatios (scenario: Scenario, results: TargetResult[]): Ratio[] {
-  const phase = scenario.phases.find(p => p.beforeWarmUp !== true)?.id ?? ''
-  return (scenario.beforeIds ?? []).filter(id => roundsOf(results, `${id}-before`, phase).length > 0).flatMap(id => [
-    ...pairRatios(results, phase, '×', rps, [[`${id}/${id}-before`, `${id} / the older build (BENCH_BEFORE_BIN), ${phase} rate`, id, `${id}-before`]]),
-    ...pairRatios(results, phase, '×', cpuPerRequest, [[`cpu/${id}/${id}-before`, `${id} / the older build, CPU per request (${phase})`, id, `${id}-before`]])
-  ])
+  const both = (id: string, phase: string): boolean => [id, `${id}-before`].every(t => roundsOf(results, t, phase).some(m => m !== undefined))
+  const firstPhase = (id: string): string | undefined => scenario.phases.find(p => p.beforeWarmUp !== true && both(id, p.id))?.id
+  return (scenario.beforeIds ?? []).flatMap(id => {
+    const phase = firstPhase(id)
+    return phase === undefined ? [] : [
+      ...pairRatios(results, phase, '×', rps, [[`${id}/${id}-before`, `${id} / the older build (BENCH_BEFORE_BIN), ${phase} rate`, id, `${id}-before`]]),
+      ...pairRatios(results, phase, '×', cpuPerRequest, [[`cpu/${id}/${id}-before`, `${id} / the older build, CPU per request (${phase})`, id, `${id}-before`]])
+    ]
+  })
 }
 
 async function main (): Promise<number> {
@@ -200,7 +204,7 @@ async function main (): Promise<number> {
     schema: 1,
     date: new Date().toISOString(),
     environment: environment(nginx === undefined ? null : nginxVersion(nginx)),
-    settings: { ...settings, targets: settings.targets === undefined ? null : [...settings.targets], databaseUrl: safeUrl(settings.databaseUrl), redisUrl: safeUrl(settings.redisUrl) },
+    settings: { ...settings, targets: settings.targets === undefined ? null : [...settings.targets], databaseUrl: safeUrl(settings.databaseUrl), redisUrl: settings.redisUrl === undefined ? 'a private redis-server' : safeUrl(settings.redisUrl) },
     scenarios: []
   }
   try {

@@ -108,7 +108,8 @@ export interface Ratio {
   readonly label: string
   /** Null when a side is missing or invalid. */
   readonly value: number | null
-  readonly unit: '×' | 'ms' | '%' | 'req/s' | 'vCPU' | 'MB'
+  /** `B`: bytes; `/run`: a count per run (Redis commands). */
+  readonly unit: '×' | 'ms' | '%' | 'req/s' | 'vCPU' | 'MB' | 'B' | '/run'
   /** The same comparison within each round (null where a side is missing or invalid). */
   readonly perRound?: Array<number | null>
   /** Per round: both sides were quiet. */

@@ -88,7 +88,9 @@ async function streamApp (): Promise<void> {
 /**
  * The gate and async scenarios' app: `/run` answers {"ok": true} after HOLD_MS (default 20); it
  * keeps a time-weighted count of the calls in progress (arrival to the response's close): `/stats`
- * {"averageConcurrency", "maxConcurrency", "calls", "elapsedMs"} since `POST /reset`.
+ * {"averageConcurrency", "maxConcurrency", "calls", "elapsedMs"} since `POST /reset`. A call whose
+ * body is `{"t": <epoch µs>}` (when its caller sent it) also records its arrival − t in ms: `/lags`
+ * returns them, in arrival order, since `POST /reset`.
  */
 async function slowApp (): Promise<void> {
   const holdMs = Number(process.env.HOLD_MS ?? 20)
@@ -99,6 +101,7 @@ async function slowApp (): Promise<void> {
   let windowStart = last
   let maxConcurrency = 0
   let calls = 0
+  let lags: number[] = []
   const change = (delta: number): void => {
     const now = performance.now()
     area += current * (now - last)
@@ -108,10 +111,17 @@ async function slowApp (): Promise<void> {
   }
   await listen(router({
     '* /run': (req, res) => {
+      const arrivedUs = nowUs()
       change(1)
       calls++
       res.once('close', () => { change(-1) })
-      req.resume()
+      let received = ''
+      req.setEncoding('utf8')
+      req.on('data', (chunk: string) => { if (received.length < 64) received += chunk })
+      req.once('end', () => {
+        const sent = /^\{"t":(\d+)\}$/.exec(received)?.[1]
+        if (sent !== undefined) lags.push((arrivedUs - Number(sent)) / 1000)
+      })
       setTimeout(() => {
         if (!res.destroyed) res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length }).end(body)
       }, holdMs)
@@ -121,12 +131,14 @@ async function slowApp (): Promise<void> {
       const elapsedMs = last - windowStart
       json(res, 200, JSON.stringify({ averageConcurrency: elapsedMs > 0 ? area / elapsedMs : 0, maxConcurrency, calls, elapsedMs }))
     },
+    '* /lags': (_req, res) => { json(res, 200, JSON.stringify(lags)) },
     'POST /reset': (_req, res) => {
       change(0)
       area = 0
       windowStart = last
       maxConcurrency = current
       calls = 0
+      lags = []
       res.writeHead(204).end()
     }
   }))

@@ -28,8 +28,8 @@ export interface BenchSettings {
   /** May hold a password: never written to the report as is (see run.ts). */
   databaseUrl: string
   postgres: boolean
-  /** BENCH_REDIS_URL: the Redis of the async and recorded scenarios (flushed). */
-  redisUrl: string
+  /** BENCH_REDIS_URL: a Redis of your own for the async and recorded scenarios (flushed); undefined: a private redis-server they start. */
+  redisUrl: string | undefined
 }
 
 /** A number from `env[name]` (`fallback` when unset) that must be > 0, or ≥ 0 when `orZero`. */
@@ -78,6 +78,6 @@ export function loadSettings (env: NodeJS.ProcessEnv = process.env): BenchSettin
     gateCallers: int('BENCH_GATE_CALLERS', 200),
     databaseUrl: env.BENCH_DATABASE_URL?.trim() || env.TEST_DATABASE_URL?.trim() || 'postgres://postgres@127.0.0.1:5432/test',
     postgres: flag(env, 'BENCH_POSTGRES', true),
-    redisUrl: env.BENCH_REDIS_URL?.trim() || 'redis://127.0.0.1:6379/11'
+    redisUrl: env.BENCH_REDIS_URL?.trim() || undefined
   }
 }

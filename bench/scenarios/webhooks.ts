@@ -40,7 +40,7 @@ async function deliveries (adminOrigin: string): Promise<{ finished: number, del
 }
 
 /** Waits until the sidecar finished a delivery for every call so far, or nothing moved for STALL_MS; returns the seconds waited. */
-async function drain (adminOrigin: string): Promise<number> {
+export async function drain (adminOrigin: string): Promise<number> {
   const startedAt = performance.now()
   let last = -1
   let lastMoved = startedAt

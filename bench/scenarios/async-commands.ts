@@ -1,0 +1,67 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Measurement } from '../load.ts'
+import { runPaced } from '../paced-load.ts'
+import { between, perRun, RedisTraffic, type TrafficCounts } from '../redis-traffic.ts'
+import type { BenchRedis } from './bench-redis.ts'
+import { appStats, type Fleet, PACED_RATE, resetApp, runsSucceeded, settled, succeededRuns } from './async-runs.ts'
+
+/**
+ * What one async run costs the Redis (issue 30): a busy span (PACED_RATE runs a second for the
+ * phase, submitted to the first sidecar, run at the app, until the sidecars counted each one
+ * succeeded: its end written) and then an idle span as long (no runs), each counted by the server
+ * (INFO commandstats) and by MONITOR on a connection of its own (bench/redis-traffic.ts). Per run
+ * = (busy − idle × busy seconds ÷ idle seconds) ÷ runs. Knowing that every run ended takes reads
+ * of the sidecars' /metrics, which ask the run store for their queue gauges: the idle span makes
+ * as many reads, so they cancel out.
+ */
+export async function commandsPhase (fleet: Fleet, redis: BenchRedis, durationSeconds: number): Promise<Measurement> {
+  const { sidecars, app } = fleet
+  await settled(sidecars)
+  const before = await succeededRuns(sidecars)
+  const traffic = await RedisTraffic.start(redis.url, [await redis.probeAddress()])
+  try {
+    const counts = async (): Promise<TrafficCounts> => traffic.counts(await redis.commandCalls())
+    await resetApp(app)
+    const busyFrom = performance.now()
+    const atStart = await counts()
+    const submitted = await runPaced(fleet.submit, PACED_RATE, durationSeconds)
+    for (const deadline = performance.now() + 60_000; performance.now() < deadline; await sleep(10)) {
+      if ((await appStats(app)).calls >= submitted.ok) break
+    }
+    const { done, reads } = await runsSucceeded(sidecars, before, submitted.ok)
+    const busyEnd = await counts()
+    const busySeconds = (performance.now() - busyFrom) / 1000
+    await sleep(busySeconds * 1000)
+    for (let i = 0; i < reads; i++) await succeededRuns(sidecars)
+    const idleEnd = await counts()
+    const idleSeconds = (performance.now() - busyFrom) / 1000 - busySeconds
+    const busy = between(atStart, busyEnd)
+    const idle = between(busyEnd, idleEnd)
+    const runs = Math.max(1, done)
+    const each = perRun(busy, idle, busySeconds / idleSeconds, runs)
+    const byCommand = (prefix: string, record: Record<string, number>): Array<[string, number]> =>
+      Object.entries(record).filter(([, n]) => Math.abs(n) >= 0.005).map(([name, n]) => [`${prefix}${name}`, n])
+    return {
+      ...submitted,
+      valid: submitted.valid && done === submitted.ok,
+      extra: {
+        runs: done,
+        commandsPerRun: each.commands,
+        clientCommandsPerRun: each.clientCommands,
+        roundTripsPerRun: each.batches,
+        scriptCallsPerRun: each.scriptCalls,
+        luaCommandsPerRun: each.luaCommands,
+        idleCommandsPerSecond: idle.commands / idleSeconds,
+        ...Object.fromEntries([...byCommand('client.', each.byClientCommand), ...byCommand('lua.', each.byLuaCommand)])
+      }
+    }
+  } finally {
+    traffic.stop()
+  }
+}
+
+/** `xadd 1.00, evalsha 3.00` from a measurement's `client.` or `lua.` figures, largest first. */
+export function commandList (extra: Record<string, number> | undefined, prefix: 'client.' | 'lua.'): string {
+  const entries = Object.entries(extra ?? {}).filter(([key]) => key.startsWith(prefix)).sort((a, b) => b[1] - a[1])
+  return entries.length === 0 ? 'none' : entries.map(([key, n]) => `${key.slice(prefix.length)} ${n.toFixed(2)}`).join(', ')
+}
