@@ -66,17 +66,35 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
   /** Submits in a loop on both sidecars until `stop`: each answer's status, time taken and arrival. */
   const traffic = (prefix: string): { stop: () => Promise<Array<{ id: string, status: number, ms: number, at: number }>> } => {
     const answers: Array<{ id: string, status: number, ms: number, at: number }> = []
+    const hung: string[] = []
     let going = true
     const loop = (async () => {
       for (let n = 0; going; n++) {
         const id = `${prefix}-${n}`
         const started = performance.now()
-        const r = await send(`${sidecars[n % 2]?.base as string}/v4/p/a/work?async=true&webhookEndpoint=${hook}`, { method: 'POST', headers: { 'x-request-id': id } })
+        // an answer that does not come within 5 s is a hang (status 0): the test says which call, and goes on
+        const r = await Promise.race([
+          send(`${sidecars[n % 2]?.base as string}/v4/p/a/work?async=true&webhookEndpoint=${hook}`, { method: 'POST', headers: { 'x-request-id': id } }),
+          new Promise<{ status: number }>(resolve => setTimeout(() => { resolve({ status: 0 }) }, 5000).unref())
+        ])
         answers.push({ id, status: r.status, ms: performance.now() - started, at: performance.now() })
+        if (r.status === 0) hung.push(`${id} on sidecar ${n % 2}`)
         if (r.status !== 202) await new Promise(resolve => setTimeout(resolve, 50))
       }
     })()
-    return { stop: async () => { going = false; await loop; return answers } }
+    return {
+      stop: async () => {
+        going = false
+        await loop
+        if (hung.length > 0) {
+          t.comment(`no answer within 5 s: ${hung.join(', ')}`)
+          for (const [i, sidecar] of sidecars.entries()) {
+            t.comment(`sidecar ${i}: ${sidecar.child.lines.filter(line => Number(line.level) >= 40).slice(-12).map(line => JSON.stringify(line)).join('\n')}`)
+          }
+        }
+        return answers
+      }
+    }
   }
 
   /**
@@ -104,11 +122,18 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
     const accepted = answers.filter(a => a.status === 202)
     t.ok(accepted.some(a => a.at < began) && accepted.some(a => a.at > named + window), 'accepted before and after')
     let lost = 0
+    let dumped = false
     for (const { id, at } of accepted) {
       const mayBeLost = window > 0 && at >= began && at <= named + window
       const ended = await c0.finished(id, 20_000).then(read => read.record.status, async () => `${(await send(c0.runUrl(id))).status} ${(await send(c0.runUrl(id))).text}`)
       if (mayBeLost && ended === '404 {"message":"no such run"}') { lost++; lostIds.add(id) }
       else if (t.equal(ended, 'succeeded', id)) hooked.push(id)
+      else if (!dumped) {
+        dumped = true
+        for (const [i, sidecar] of sidecars.entries()) {
+          t.comment(`sidecar ${i}: ${sidecar.child.lines.filter(line => Number(line.level) >= 30).slice(-15).map(line => JSON.stringify(line)).join('\n')}`)
+        }
+      }
     }
     t.comment(`${accepted.length} accepted, ${lost} lost with the old primary in the switch window`)
     t.equal((await c0.finished(`${prefix}-probe`, 20_000)).record.status, 'succeeded')
