@@ -29,7 +29,7 @@ export interface SentinelRedis {
   replicaUrl: () => Promise<string>
   /**
    * Waits (≤ 30 s) until the topology is whole: the primary answers ROLE master, the replica's
-   * link to it is up, every sentinel names the primary (flags `master`), knows the replica (flags
+   * link to it is up and the primary streams to it (the replica acknowledged its sync), every sentinel names the primary (flags `master`), knows the replica (flags
    * `slave`: not down; its last INFO of it says slave of the primary) and the two other sentinels. Throws at once when a data node is down (after failover(), before restartOld()).
    */
   ready: () => Promise<void>
@@ -50,6 +50,11 @@ export interface SentinelRedis {
    * ≈ 10 s later (a client that is not told keeps writing there); ready() waits for that.
    */
   sentinelFailover: () => Promise<string>
+  /**
+   * SIGSTOPs sentinel `index` (a paused host: its connections stay open, it answers nothing) until
+   * the returned function SIGCONTs it; meanwhile the topology's own checks skip it.
+   */
+  pauseSentinel: (index: number) => () => void
   /** Per running process (data nodes and sentinels, keyed by url), the connections whose name starts with `namePrefix`. */
   clientCount: (namePrefix: string) => Promise<Record<string, number>>
 }
@@ -77,11 +82,14 @@ export async function startSentinelRedis (t: TestLike, options: SentinelRedisOpt
   }
   await Promise.all(sentinels.map(async sentinel => { await sentinel.start() }))
   const everything = [...data, ...sentinels]
+  /** Sentinels pauseSentinel() stopped: the checks below do not ask them. */
+  const paused = new Set<RedisNode>()
+  const answering = (): RedisNode[] => sentinels.filter(sentinel => !paused.has(sentinel))
 
   /** The primary's port as the first sentinel that answers names it. */
   const primaryPort = async (): Promise<number> => {
     let last: unknown
-    for (const sentinel of sentinels.filter(sentinel => sentinel.running)) {
+    for (const sentinel of answering().filter(sentinel => sentinel.running)) {
       try {
         const [, port] = await ask(sentinel.port, ['SENTINEL', 'GET-MASTER-ADDR-BY-NAME', masterName]) as [string, string]
         return Number(port)
@@ -95,7 +103,7 @@ export async function startSentinelRedis (t: TestLike, options: SentinelRedisOpt
   const switchedTo = async (node: RedisNode): Promise<true | string> => {
     const [role] = await ask(node.port, ['ROLE']) as [string]
     if (role !== 'master') return `${node.url} says ROLE ${role}`
-    for (const sentinel of sentinels) {
+    for (const sentinel of answering()) {
       const [, port] = await ask(sentinel.port, ['SENTINEL', 'GET-MASTER-ADDR-BY-NAME', masterName]) as [string, string]
       if (Number(port) !== node.port) return `sentinel ${sentinel.port} names ${port}`
     }
@@ -112,7 +120,12 @@ export async function startSentinelRedis (t: TestLike, options: SentinelRedisOpt
     if (infoField(replication, 'master_port') !== String(primary.port) || infoField(replication, 'master_link_status') !== 'up') {
       return `replica ${replica.port}: role ${infoField(replication, 'role')}, master_port ${infoField(replication, 'master_port')}, link ${infoField(replication, 'master_link_status')}`
     }
-    for (const sentinel of sentinels) {
+    // after a full sync the primary streams writes to the replica only once the replica's first
+    // REPLCONF ACK arrives (up to 1 s later): until then its acknowledged offset is 0, and a
+    // failover then would lose every write since the sync
+    const streaming = /^slave0:.*state=online,offset=([0-9]+)/m.exec(String(await ask(primary.port, ['INFO', 'replication'])))
+    if (streaming === null || streaming[1] === '0') return `primary ${primary.port} does not stream to its replica yet (no REPLCONF ACK since the sync)`
+    for (const sentinel of answering()) {
       const master = fieldsOf(await ask(sentinel.port, ['SENTINEL', 'MASTER', masterName]))
       if (master.port !== String(primary.port) || master.flags !== 'master') return `sentinel ${sentinel.port}: master ${master.port} flags ${master.flags}`
       const replicas = (await ask(sentinel.port, ['SENTINEL', 'REPLICAS', masterName]) as unknown[]).map(fieldsOf)
@@ -172,6 +185,15 @@ export async function startSentinelRedis (t: TestLike, options: SentinelRedisOpt
       await ask(sentinels[0]?.port as number, ['SENTINEL', 'FAILOVER', masterName])
       return await switchFrom(old)
     },
-    clientCount: async namePrefix => await clientCount(everything, namePrefix)
+    pauseSentinel: index => {
+      const sentinel = sentinels[index] as RedisNode
+      paused.add(sentinel)
+      sentinel.signal('SIGSTOP')
+      return () => {
+        sentinel.signal('SIGCONT')
+        paused.delete(sentinel)
+      }
+    },
+    clientCount: async namePrefix => await clientCount(everything.filter(node => !paused.has(node)), namePrefix)
   }
 }

@@ -20,6 +20,8 @@ export interface RedisNode {
   start: (args?: readonly string[]) => Promise<void>
   /** SIGKILL, and waits for the exit. */
   kill: () => Promise<void>
+  /** SIGSTOP (a paused host: connections open, nothing answered) or SIGCONT. */
+  signal: (signal: 'SIGSTOP' | 'SIGCONT') => void
   /** The end of what it logged since its last start. */
   log: () => string
 }
@@ -124,6 +126,7 @@ function managedNode (port: number, url: string, cwd: string, command: readonly 
       running.kill('SIGKILL')
       await exited
     },
+    signal: signal => { child?.kill(signal) },
     log: () => log
   }
   return node

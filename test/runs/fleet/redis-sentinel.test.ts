@@ -105,6 +105,8 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
    */
   const checkFailover = async (t: Test, prefix: string, failover: () => Promise<string>, window = 0): Promise<void> => {
     const primary = new Redis(await topology.primaryUrl())
+    // WAIT counts replicas at this connection's last write: a write first, or it counts any replica
+    await primary.set('test:replicated', prefix)
     t.equal(await primary.wait(1, 2000), 1, 'the replica has every write so far')
     primary.disconnect()
     const load = traffic(prefix)
