@@ -137,3 +137,30 @@ t.test('a Redis out of memory (noeviction): a submit gets 503, not 500; once it 
   t.equal((await client.finished('after')).record.status, 'succeeded')
   t.notOk(h.logs.some(line => line.status === 500), 'no call answered 500')
 })
+
+t.test('a queue read that fails at once (the queue key holds another type): tried again once a second, not in a loop; runs go on once it is fixed', async t => {
+  const store = await privateRunStore(t)
+  // another program's key where the app's queue goes: every read of the queue fails WRONGTYPE at once
+  await store.probe.set('as:{p/a}:queue', 'not a stream')
+  const xgroups = async (): Promise<number> => Number(/cmdstat_xgroup\|create:calls=(\d+)/.exec(await store.probe.info('commandstats'))?.[1] ?? 0)
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { ...store.env, DISABLE_AUTH: 'true' })
+  const client = runsClient({ base: h.base })
+  await eventually(async () => await xgroups() > 0, 5000)
+  const from = await xgroups()
+  const started = performance.now()
+  // the sidecar answers meanwhile, promptly (a loop of failed reads would starve it)
+  for (let i = 0; i < 4; i++) {
+    const answer = await timed(client.call('/json'))
+    t.equal(answer.response.status, 200, 'a plain call')
+    t.ok(answer.ms < 500, `answered in ${Math.round(answer.ms)} ms`)
+    await new Promise(resolve => setTimeout(resolve, 500))
+  }
+  const tries = await xgroups() - from
+  const seconds = (performance.now() - started) / 1000
+  t.ok(tries <= Math.ceil(seconds) + 1, `${tries} reads tried in ${seconds.toFixed(1)} s: about one a second`)
+
+  await store.probe.del('as:{p/a}:queue')
+  t.equal((await client.submit('/json', 'after-fix')).status, 202)
+  t.equal((await client.finished('after-fix')).record.status, 'succeeded', 'the queue works once the key is gone')
+})

@@ -42,7 +42,10 @@ export function connectRedis (address: RunStoreAddress, options: RedisOptions): 
       sentinelPassword: password,
       ...(address.tls ? { enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
       failoverDetector: true,
-      sentinelRetryStrategy: times => Math.min(100 * times, 1000)
+      sentinelRetryStrategy: times => Math.min(100 * times, 1000),
+      // a sentinel that takes a connection and answers nothing (a paused host) is given up after
+      // 1 s for the next one: without it, a reconnect waits on it for as long as it is paused
+      sentinelCommandTimeout: SENTINEL_TIMEOUT_MS
     })
     client.on('ready', () => {
       // at once, then as the sentinels that had not heard of a failover hear of it (hello messages every 2 s)
@@ -68,6 +71,9 @@ export function connectRedis (address: RunStoreAddress, options: RedisOptions): 
 export function isCluster (client: RedisClient): boolean {
   return (client as { isCluster?: boolean }).isCluster === true
 }
+
+/** How long a sentinel is given to name the primary before the next one is asked. */
+const SENTINEL_TIMEOUT_MS = 1000
 
 /** When, after a connection is made, the sentinels are asked whether it reached the primary they name. */
 const QUORUM_CHECKS_MS = [0, 1000, 3000, 7000]

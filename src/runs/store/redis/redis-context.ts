@@ -74,6 +74,9 @@ const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE']
 const ENDED_MAX = 10_000
 const ENDED_MAX_BYTES = 8 * 1024 * 1024
 
+/** How long after ioredis gives a connection up it is made again. */
+const RECONNECT_ENDED_MS = 1000
+
 /** How often the store's availability is checked while its connection is open (sidecar_run_store_up). */
 const PROBE_MS = 2000
 
@@ -151,7 +154,15 @@ export class RedisContext {
     this.channels = channelsOf(this.redis, this.own.queue)
     this.publish = this.channels.publishCommand
     this.follow = new RedisFollow(this.redis, this.channels, guard)
-    for (const client of [this.redis, this.blocking]) client.on('error', () => {}) // reported through availability
+    for (const client of [this.redis, this.blocking]) {
+      client.on('error', () => {}) // reported through availability
+      // ioredis gives a connection up for good when a failover's news (+switch-master) reaches its
+      // Sentinel connector while it is asking the sentinels where to connect (its connect rejects,
+      // the client ends): made again, as any other dropped connection is
+      client.on('end', () => {
+        if (!this.closed) setTimeout(() => { if (!this.closed && client.status === 'end') client.connect().catch(() => {}) }, RECONNECT_ENDED_MS).unref()
+      })
+    }
     this.redis.on('ready', () => {
       // a server restarted or failed over knows no script: loaded before the first EVALSHA (a NOSCRIPT still
       // falls back to EVAL); on a cluster, SCRIPT LOAD reaches any node: the app's node loads them on first use

@@ -90,14 +90,19 @@ export class RedisQueue implements RunQueue {
 
   /** One blocking read; what it brings is left for a waiting take (or, none waiting any more, given back to the queue). */
   async #readOnce (): Promise<void> {
+    let failed = true
     try {
       const entry = await this.#readQueue(this.#ctx.own.queue)
+      failed = false
       if (entry === undefined) return
       if (this.#waiting > 0 && !this.#ctx.closed) this.#arrived.push(entry)
       else await this.#giveBack(entry) // the takes left (a stop) while it was blocked: not lost, queued again
     } finally {
       this.#read = undefined
-      this.#wake()
+      // a failed read is not a wake-up: the takes waiting get its error (and wait before trying
+      // again); woken instead, they would read again at once, in a loop as fast as the failure
+      // (a connection ioredis gave up rejects at once: a loop that never yields to I/O)
+      if (!failed) this.#wake()
     }
   }
 
