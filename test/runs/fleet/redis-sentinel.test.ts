@@ -44,6 +44,8 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
   const hooked: string[] = ['held-0', 'held-1']
   /** Runs the old primary took in the switch window and lost: each ran once at most (before it was lost), or never. */
   const lostIds = new Set<string>()
+  /** Submissions answered 503 whose write may have reached the primary before the kill cut its reply off: each ran once at most. */
+  const unsure = new Set<string>()
   const ran = (): string[] => apps.flatMap(app => app.requests.map(r => r.headers['x-request-id'] as string))
 
   // promises made before the failover: two runs held at the app, one key answered
@@ -122,6 +124,7 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
     const slowest = Math.max(...answers.map(a => a.ms))
     t.ok(slowest < 2500, `every answer within 2 s (slowest ${Math.round(slowest)} ms)`)
     const accepted = answers.filter(a => a.status === 202)
+    for (const { id } of answers.filter(a => a.status !== 202)) unsure.add(id)
     t.ok(accepted.some(a => a.at < began) && accepted.some(a => a.at > named + window), 'accepted before and after')
     let lost = 0
     let dumped = false
@@ -167,7 +170,8 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
     const arrived = receiver.attempts.map(attempt => (JSON.parse(attempt.body.toString()) as { run_id: string }).run_id)
     t.equal(new Set(arrived).size, arrived.length, 'no webhook twice')
     t.same(hooked.filter(id => !arrived.includes(id)), [], 'a webhook for each run that ended')
-    t.same(arrived.filter(id => !hooked.includes(id) && !lostIds.has(id)), [], 'no other webhook (a run lost with the old primary may have run before)')
+    // a run lost with the old primary may have run before; a submission answered 503 may have been written before its reply was cut off
+    t.same(arrived.filter(id => !hooked.includes(id) && !lostIds.has(id) && !unsure.has(id)), [], 'no other webhook')
     for (const sidecar of sidecars) t.equal(sumOf(await scrapeMetrics(sidecar.admin), 'sidecar_internal_errors_total'), 0)
   })
 })
