@@ -12,6 +12,7 @@ import { runWebhookBody } from '../../webhook/result-capture.ts'
 import type { WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
+import { RunPrefetch } from './run-prefetch.ts'
 import { RunRelay } from './run-relay.ts'
 import { whileUnavailable } from '../while-unavailable.ts'
 
@@ -58,6 +59,9 @@ export class AsyncRunner implements RunStoreListener {
   readonly #running = new Map<string, RunRelay>()
   /** Runs taken and not yet ended. */
   #active = 0
+  /** Runs at the app (their slot not free yet): the next ones are taken while they run. */
+  #atApp = 0
+  readonly #prefetch: RunPrefetch
   readonly #loop = new AbortController()
   #wake: Array<() => void> = []
   #stopped: Promise<void> | undefined
@@ -65,6 +69,7 @@ export class AsyncRunner implements RunStoreListener {
   constructor (deps: AsyncRunnerDeps) {
     this.#deps = deps
     this.#maxParallel = deps.replicaConcurrency > 0 ? deps.replicaConcurrency : UNLIMITED_PARALLEL
+    this.#prefetch = new RunPrefetch(deps.store.queue)
   }
 
   /** Runs taken and not yet ended. */
@@ -100,7 +105,7 @@ export class AsyncRunner implements RunStoreListener {
     void graceOver.then(() => { over = true; this.#changed() })
     if (this.#deps.store.queue.shared) this.#stopTaking()
     while (!over) {
-      if (this.active === 0 && (this.#deps.store.queue.shared || await this.#queueEmpty())) break
+      if (this.active === 0 && (this.#deps.store.queue.shared || (this.#prefetch.size === 0 && await this.#queueEmpty()))) break
       await this.#change()
     }
     this.#stopTaking()
@@ -118,18 +123,21 @@ export class AsyncRunner implements RunStoreListener {
     await this.#stopped
   }
 
+  /** No run is taken any more; the ones taken ahead go back to the queue (for the other replicas). */
   #stopTaking (): void {
+    if (this.#loop.signal.aborted) return
     this.#loop.abort(new Error('sidecar stopping'))
+    void this.#prefetch.releaseAll()
   }
 
   async #takeLoop (signal: AbortSignal): Promise<void> {
-    const { store, gate, logger } = this.#deps
+    const { logger, gate } = this.#deps
     let failing = false
     while (!signal.aborted) {
       try {
-        while (this.#active >= this.#maxParallel) await this.#change(signal)
+        while (this.#atApp >= this.#maxParallel) await this.#change(signal)
         await gate.whenSlotFree(signal)
-        const run = await store.queue.take(signal)
+        const run = await this.#prefetch.next(signal)
         failing = false
         void this.#execute(run)
       } catch (error) {
@@ -145,14 +153,25 @@ export class AsyncRunner implements RunStoreListener {
     const { store, logger, inflight, gate } = this.#deps
     let release: Release | undefined = gate.tryAcquire()
     if (release === undefined) {
-      // a call took the slot while the run was being taken: the call goes first, and the run goes
-      // back to the queue (not held here, where no other replica could take it)
-      await whileUnavailable(async () => { await store.queue.release(run) })
-        .catch((error: unknown) => { logger.error({ err: error, runId: run.runId }, 'async run could not be given back') })
+      // a call took the slot while the run was being taken: the call goes first; the run is first
+      // for the next slot (held ahead: given back to the queue should it wait long)
+      this.#prefetch.putBack(run)
       return
     }
+    const signal = this.#loop.signal
     this.#active++
+    this.#atApp++
+    this.#prefetch.started(signal)
     inflight.begin()
+    /** The run leaves the app: its slot is free, and the next run may be taken ahead. */
+    const leaveApp = (): void => {
+      if (release === undefined) return
+      release()
+      release = undefined
+      this.#atApp--
+      this.#prefetch.ended(signal)
+      this.#changed()
+    }
     try {
       let started: boolean
       try {
@@ -163,8 +182,7 @@ export class AsyncRunner implements RunStoreListener {
       }
       if (!started) return // canceled while it waited
       const outcome = await this.#dispatch(run)
-      release()
-      release = undefined
+      leaveApp() // the next run starts while this one's end is written
       let view: RunView
       try {
         view = await whileUnavailable(async () => await store.records.finish(run, outcome))
@@ -178,7 +196,7 @@ export class AsyncRunner implements RunStoreListener {
       if (error instanceof SidecarError) logger.error({ err: error, runId: run.runId }, 'async run could not be recorded')
       else this.#failInternally(run, error)
     } finally {
-      release?.()
+      leaveApp()
       this.#active--
       inflight.end()
       this.#changed()

@@ -64,8 +64,11 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.same(taken.request, run.request)
     t.ok(Buffer.isBuffer(taken.request.body))
     t.same([taken.webhook?.url.href, taken.webhook?.secret], ['https://hooks.example/x', 's3cret'])
-    t.equal(await store.queue.queuedCount(), 0)
+    t.equal(await store.queue.queuedCount(), 1, 'taken, not started: it still waits')
+    t.equal(await store.queue.runningCount(), 0)
     t.equal(await store.queue.start(taken, run.createdAt + 1500), true)
+    t.equal(await store.queue.queuedCount(), 0)
+    t.equal(await store.queue.runningCount(), 1)
     t.equal(recordJson(await store.records.get(SCOPE, run.runId)),
       `{"run_id":"${run.runId}","status":"running","created_at":"2026-01-02T03:04:05.000Z","started_at":"2026-01-02T03:04:06.500Z","queue_time_ms":1500,"webhook":{"status":"pending","attempts":0}}`)
     const done = await store.records.finish(taken, { ...OUTCOME, completedAt: run.createdAt + 2000 })
@@ -102,7 +105,7 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     await t.rejects(store.records.get(SCOPE, 'never-recorded'), RunNotFoundError)
   })
 
-  t.test('ASYNC_QUEUE_DEPTH: past it the run is refused and not recorded; a taken run frees its place', async t => {
+  t.test('ASYNC_QUEUE_DEPTH: past it the run is refused and not recorded; a started run frees its place (a taken one still waits)', async t => {
     const store = await fresh(t, { queueDepth: 2 })
     await store.queue.submit(newRun())
     await store.queue.submit(newRun())
@@ -110,7 +113,9 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     await t.rejects(store.queue.submit(third), AsyncQueueFullError)
     await t.rejects(store.records.get(SCOPE, third.runId), RunNotFoundError)
     t.equal(await store.queue.queuedCount(), 2)
-    await takeOne(store)
+    const taken = await takeOne(store)
+    await t.rejects(store.queue.submit(third), AsyncQueueFullError, 'taken ahead, not started: still in the backlog')
+    t.equal(await store.queue.start(taken, Date.now()), true)
     await store.queue.submit(third)
     t.equal(await store.queue.queuedCount(), 2)
   })

@@ -67,6 +67,7 @@ export class MemoryQueue implements RunQueue {
     if (run === undefined || run.record.status !== 'queued') return false
     run.record = startedRecord(run.record, taken.createdAt, startedAt)
     this.#runs.uncountQueued(run)
+    this.#runs.waiting.set(run.scopeKey, (this.#runs.waiting.get(run.scopeKey) ?? 1) - 1)
     return true
   }
 
@@ -74,7 +75,6 @@ export class MemoryQueue implements RunQueue {
     const run = this.#runs.live.get(keyOf(taken))
     if (run === undefined || !run.taken || run.record.status !== 'queued') return
     run.taken = false
-    this.#runs.waiting.set(run.scopeKey, (this.#runs.waiting.get(run.scopeKey) ?? 0) + 1)
     const queue = this.#queues.get(run.scopeKey) as MemoryRun[]
     queue.unshift(run) // it was the oldest when it was taken: it keeps its place
     this.#handOut()
@@ -92,7 +92,7 @@ export class MemoryQueue implements RunQueue {
     const scope = this.#runs.settings.scope
     const served = scope === undefined ? undefined : scopeKeyOf(scope)
     let count = 0
-    for (const run of this.#runs.live.values()) if (run.async && run.taken && (served === undefined || run.scopeKey === served)) count++
+    for (const run of this.#runs.live.values()) if (run.async && run.record.status === 'running' && (served === undefined || run.scopeKey === served)) count++
     return count
   }
 
@@ -127,8 +127,7 @@ export class MemoryQueue implements RunQueue {
   }
 
   #give (run: MemoryRun): TakenRun {
-    run.taken = true
-    this.#runs.waiting.set(run.scopeKey, (this.#runs.waiting.get(run.scopeKey) ?? 1) - 1)
+    run.taken = true // it still waits (counted in the backlog) until it starts
     return { ...run.submitted as NewRun, webhook: run.webhook, entry: '' }
   }
 

@@ -39,6 +39,8 @@ export class ScopeKeys {
   get deliveries (): string { return `${this.#prefix}:deliveries` }
   delivery (id: string): string { return `${this.#prefix}:delivery:${id}` }
   events (runId: string): string { return `${this.#prefix}:events:${runId}` }
+  /** The app's async runs started and not ended (a set of their run keys): the backlog is the queue less these. */
+  get running (): string { return `${this.#prefix}:running` }
   /** Request-body bytes of the app's queued runs (ASYNC_QUEUE_MAX_BYTES). */
   get queuedBytes (): string { return `${this.#prefix}:queued-bytes` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
@@ -219,7 +221,7 @@ export class RedisContext {
   async transition (keys: ScopeKeys, runId: string, old: string, record: RunRecord,
     extra: { result?: string | undefined, owner?: string, entry?: string, done?: boolean }): Promise<boolean> {
     const finished = isFinished(record)
-    const changed = await guard(TRANSITION.run(this.redis, [keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes], [
+    const changed = await guard(TRANSITION.run(this.redis, [keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running], [
       old, JSON.stringify(record), extra.result ?? '', extra.owner ?? '', extra.entry ?? '',
       finished ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : ''
     ]))

@@ -44,7 +44,7 @@ export class RedisQueue implements RunQueue {
     const request: RequestJson = { method: run.request.method, path: run.request.path, headers: [...run.request.headers], hasBody: run.request.body !== null }
     const { queueDepth, queueMaxBytes } = this.#ctx.settings
     if ((run.request.body?.length ?? 0) > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
-    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.queuedBytes], [
+    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.queuedBytes, keys.running], [
       JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
       run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes
     ]))
@@ -144,11 +144,11 @@ export class RedisQueue implements RunQueue {
   }
 
   async queuedCount (): Promise<number> {
-    return Number(await guard(WAITING.run(this.#ctx.redis, [this.#ctx.own.queue], [])))
+    return Number(await guard(WAITING.run(this.#ctx.redis, [this.#ctx.own.queue, this.#ctx.own.running], [])))
   }
 
   async runningCount (): Promise<number> {
-    return await pendingIn(this.#ctx, this.#ctx.own.queue)
+    return await guard(this.#ctx.redis.scard(this.#ctx.own.running))
   }
 
   /** A lost sidecar's entry whose run had not started (the reaper claimed it): held here, handed out by take() first. */
@@ -213,16 +213,6 @@ export class RedisQueue implements RunQueue {
   }
 }
 
-/** Entries of a queue handed to a sidecar and not acknowledged: its runs taken and not ended. */
-async function pendingIn (ctx: RedisContext, queue: string): Promise<number> {
-  try {
-    const [count] = await guard(ctx.redis.xpending(queue, GROUP)) as [number]
-    return Number(count)
-  } catch (error) {
-    if (String((error as Error).message).startsWith('NOGROUP')) return 0 // nothing submitted yet
-    throw error
-  }
-}
 
 const ABORTED = Symbol('aborted')
 

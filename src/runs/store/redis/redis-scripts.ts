@@ -64,14 +64,14 @@ export const GROUP = 'runners'
  * wait (-2: waiting = entries in the stream minus the ones handed out, pending) or their bodies
  * would pass ASYNC_QUEUE_MAX_BYTES (-3). The body's bytes are counted in the app's queued-bytes
  * until the run leaves the queue (TRANSITION); with no entry left in the queue, nothing is counted.
- * KEYS: run, queue, queued bytes. ARGV: record, request, body, webhook ('' none), depth, run id,
- * max bytes.
+ * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended).
+ * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes.
  */
 export const SUBMIT = new LuaScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 pcall(redis.call, 'XGROUP', 'CREATE', KEYS[2], '${GROUP}', '0', 'MKSTREAM')
 local entries = redis.call('XLEN', KEYS[2])
-local waiting = entries - redis.call('XPENDING', KEYS[2], '${GROUP}')[1]
+local waiting = entries - redis.call('SCARD', KEYS[4])
 if waiting >= tonumber(ARGV[5]) then return -2 end
 local bytes = string.len(ARGV[3])
 local queued = entries == 0 and 0 or tonumber(redis.call('GET', KEYS[3]) or '0')
@@ -90,12 +90,18 @@ return 1
  * leaving the queue (started, canceled) gives its body's bytes back to the app's queued-bytes and
  * drops its request (its taker has it); a finished one drops its webhook (the secret: its owner
  * has it for the delivery, and nobody else will need it).
- * KEYS: run, queue, events, queued bytes. ARGV: old record, new record, result (''), owner (''),
- * entry (''), ttl seconds (0), live channel, message ('').
+ * A run that becomes running joins the app's running set, one that stops running leaves it (the
+ * backlog is the queue's entries less that set: a run taken ahead, not started, still waits).
+ * KEYS: run, queue, events, queued bytes, running. ARGV: old record, new record, result (''), owner
+ * (''), entry (''), ttl seconds (0), live channel, message ('').
  */
 export const TRANSITION = new LuaScript(`
 if redis.call('HGET', KEYS[1], 'record') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'record', ARGV[2])
+local was = string.find(ARGV[1], '"status":"running"', 1, true) ~= nil
+local is = string.find(ARGV[2], '"status":"running"', 1, true) ~= nil
+if is and not was then redis.call('SADD', KEYS[5], KEYS[1]) end
+if was and not is then redis.call('SREM', KEYS[5], KEYS[1]) end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[3]) end
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
 if ARGV[5] ~= '' then
@@ -191,14 +197,9 @@ redis.call('HDEL', KEYS[1], 'owner')
 return 1
 `)
 
-/** Runs waiting in each queue given (entries not handed out). KEYS: queues. */
+/** Runs waiting in the app's queue: its entries less its runs started (a run taken ahead still waits). KEYS: queue, running. */
 export const WAITING = new LuaScript(`
-local total = 0
-for _, key in ipairs(KEYS) do
-  local ok, pending = pcall(redis.call, 'XPENDING', key, '${GROUP}')
-  total = total + redis.call('XLEN', key) - (ok and pending[1] or 0)
-end
-return total
+return redis.call('XLEN', KEYS[1]) - redis.call('SCARD', KEYS[2])
 `)
 
 /**
