@@ -133,6 +133,7 @@ t.test('consumers of a killed sidecar: its entries taken over after the lost win
   await survivor.queue.submit({ scope, runId: 'orphan', request: { method: 'POST', path: '/', headers: [], body: null }, webhook: undefined, createdAt: Date.now() })
   // the killed sidecar: it read the run, and held a delivery, then vanished without a word
   const killedAt = Date.now()
+  await admin.xgroup('CREATE', 'as:{p/a}:queue', 'runners', '0', 'MKSTREAM').catch(() => {}) // as a sidecar's first read makes it
   await admin.xreadgroup('GROUP', 'runners', 'killed', 'COUNT', 1, 'STREAMS', 'as:{p/a}:queue', '>')
   await admin.xgroup('CREATE', 'as:{p/a}:deliveries', 'senders', '0', 'MKSTREAM')
   await admin.xgroup('CREATECONSUMER', 'as:{p/a}:deliveries', 'senders', 'killed')

@@ -111,6 +111,12 @@ export class RedisContext {
    * still pending here and writes the end again (redis-reaper.ts). Kept for RUN_LOST_AFTER_SECONDS.
    */
   readonly ended: LRUCache<string, EndedRun>
+  /**
+   * The record of each run this store holds as it last wrote or read it, by entry: the start and
+   * the end compare-and-set against it without reading it first (one round trip each; a cancel
+   * meanwhile makes it fail, and the record is read then).
+   */
+  readonly known = new LRUCache<string, string>({ max: ENDED_MAX })
   /** The blocking read's connection was cut: an entry it was handed may never have arrived (the heartbeat looks). */
   readCut = false
   /** Idempotency-Key slots this store claimed whose answer is not kept yet, with their run ids: their lease is renewed with the heartbeat. */

@@ -114,6 +114,17 @@ export class RedisQueue implements RunQueue {
 
   async start (run: TakenRun, startedAt: number): Promise<boolean> {
     const keys = new ScopeKeys(run.scope)
+    const ctx = this.#ctx
+    const known = ctx.known.get(run.entry)
+    ctx.known.delete(run.entry)
+    if (known !== undefined) {
+      // the record as taken: unless a cancel changed it since, the start is one step
+      const started = startedRecord(JSON.parse(known) as RunRecord, run.createdAt, startedAt)
+      if (await ctx.transition(keys, run.runId, known, started, { owner: ctx.consumer })) {
+        ctx.known.set(run.entry, JSON.stringify(started))
+        return true
+      }
+    }
     for (;;) {
       const [view, raw, , owner] = await this.#ctx.readOrMissing(keys, run.runId)
       // this start written already: its answer was lost (a timeout, a dropped connection) and the start tried again
@@ -128,7 +139,10 @@ export class RedisQueue implements RunQueue {
         return false
       }
       const started = startedRecord(view.record, run.createdAt, startedAt)
-      if (await this.#ctx.transition(keys, run.runId, raw, started, { owner: this.#ctx.consumer })) return true
+      if (await this.#ctx.transition(keys, run.runId, raw, started, { owner: this.#ctx.consumer })) {
+        ctx.known.set(run.entry, JSON.stringify(started))
+        return true
+      }
     }
   }
 
@@ -195,6 +209,7 @@ export class RedisQueue implements RunQueue {
       return undefined
     }
     this.#ctx.held.set(entry.id, entry.queue)
+    this.#ctx.known.set(entry.id, (record as Buffer).toString())
     const req = JSON.parse(request.toString()) as RequestJson
     return {
       scope,

@@ -2,7 +2,7 @@ import { EventBeyondLastError, RunFinishedError, RunNotAsyncError, RunNotFoundEr
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
-import type { KeyAnswer, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
+import type { KeyAnswer, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
 import { FINISH_RECORDED, WEBHOOK_STATE } from './redis-scripts.ts'
@@ -75,6 +75,17 @@ export class RedisRecords implements RunRecords {
       }
     }
     if (keep !== undefined) await this.#keys.keepAnswer(run.scope, keep.slot, run.runId, keep.answer)
+    const known = run.entry === '' ? undefined : ctx.known.get(run.entry)
+    if (known !== undefined) {
+      // the record as this sidecar started it: unless a cancel (or a takeover) changed it since, the end is one step
+      ctx.known.delete(run.entry)
+      const finished = finishedRecord(JSON.parse(known) as RunRecord, outcome)
+      if (await ctx.transition(keys, run.runId, known, finished, { result: outcome.resultJson, entry: run.entry, done: true, owner: ctx.consumer })) {
+        ctx.held.delete(run.entry)
+        ctx.ended.set(run.entry, { keys, runId: run.runId, record: finished, resultJson: outcome.resultJson })
+        return { record: finished, resultJson: outcome.resultJson, async: true }
+      }
+    }
     for (;;) {
       const [view, raw, , owner] = await ctx.readOrMissing(keys, run.runId)
       if (view === undefined) return await this.#vanished(keys, run, outcome)

@@ -69,7 +69,6 @@ export const GROUP = 'runners'
  */
 export const SUBMIT = new LuaScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-pcall(redis.call, 'XGROUP', 'CREATE', KEYS[2], '${GROUP}', '0', 'MKSTREAM')
 local entries = redis.call('XLEN', KEYS[2])
 local waiting = entries - redis.call('SCARD', KEYS[4])
 if waiting >= tonumber(ARGV[5]) then return -2 end
