@@ -4,12 +4,13 @@ import type { Pool } from 'undici'
 import { DeadlineExceededError, ReplicaStoppedError, RunCanceledError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
 import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
-import type { RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
+import type { HeldDelivery, NewDelivery, RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { TraceContext, Tracer } from '../../shared/trace-contracts.ts'
 import { runWebhookBody } from '../../webhook/result-capture.ts'
-import type { WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
+import type { WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
+import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
 import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 import { RunPrefetch } from './run-prefetch.ts'
@@ -22,7 +23,7 @@ export interface AsyncRunnerDeps {
   readonly app: Pool
   /** APP_URL, as a failure's log reason names it. */
   readonly appUrl: string
-  readonly webhooks: WebhookSubmitter
+  readonly webhooks: RunWebhooks
   readonly webhookMaxBodyBytes: number
   /** ENVELOPE_MAX_BODY_BYTES: the largest body kept as a result. */
   readonly maxResultBytes: number
@@ -38,6 +39,12 @@ export interface AsyncRunnerDeps {
   readonly inflight: InflightTracker
   /** Makes the app request's client span, under the submitter's trace (tracing on). */
   readonly tracer?: Tracer | undefined
+}
+
+/** Where the runner's webhooks go (DurableWebhooks). */
+export interface RunWebhooks extends WebhookSubmitter {
+  /** A delivery already written down and held (with its run's end): its attempts. */
+  submitHeld: (job: WebhookJob, held: HeldDelivery) => void
 }
 
 /** Most async runs one sidecar runs at once when REPLICA_CONCURRENCY sets no limit: the rest stay queued for other replicas. */
@@ -185,7 +192,10 @@ export class AsyncRunner implements RunStoreListener {
       leaveApp() // the next run starts while this one's end is written
       let view: RunView
       try {
-        view = await whileUnavailable(async () => await store.records.finish(run, outcome))
+        // the webhook written down with the end (a shared store): no end is left without its delivery
+        const target = store.deliveries === undefined ? undefined : run.webhook
+        const deliveryOf = target === undefined ? undefined : (ended: RunView): NewDelivery => this.#deliveryOf(run, target, ended)
+        view = await whileUnavailable(async () => await store.records.finish(run, outcome, undefined, deliveryOf))
       } catch (error) {
         if (!(error instanceof RunStoreUnavailableError)) throw error
         this.#finishLater(run, outcome)
@@ -279,20 +289,21 @@ export class AsyncRunner implements RunStoreListener {
     }
   }
 
-  #sendWebhook (run: TakenRun, view: RunView): void {
-    if (run.webhook === undefined) return
-    const { store, logger } = this.#deps
+  /** The run's webhook for its final record (written down with the end, when the store holds deliveries). */
+  #deliveryOf (run: TakenRun, target: WebhookTarget, view: RunView): NewDelivery {
     const record = view.record
     const body = runWebhookBody(run.runId, record.status_code ?? 0, view.resultJson ?? 'null', record.run_time_ms ?? 0,
       record.completed_at ?? new Date().toISOString(), this.#deps.webhookMaxBodyBytes)
-    this.#deps.webhooks.submit({
-      target: run.webhook,
-      runId: run.runId,
-      body,
-      scope: run.scope,
-      trace: storedTrace(run.request.headers),
-      onEnd: recordWebhookEnd(store.records, run.scope, run.runId, logger)
-    })
+    return { scope: run.scope, runId: run.runId, target, body, trace: storedTrace(run.request.headers) }
+  }
+
+  #sendWebhook (run: TakenRun, view: RunView): void {
+    if (run.webhook === undefined) return
+    const { store, logger, webhooks } = this.#deps
+    const delivery = view.delivery ?? this.#deliveryOf(run, run.webhook, view)
+    const job = { ...delivery, onEnd: recordWebhookEnd(store.records, run.scope, run.runId, logger) }
+    if (view.delivery !== undefined) webhooks.submitHeld(job, view.delivery)
+    else webhooks.submit(job)
   }
 
   async #queueEmpty (): Promise<boolean> {

@@ -1,4 +1,4 @@
-import type { KeyAnswer, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from './run-store.ts'
+import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from './run-store.ts'
 
 /**
  * The runs' records, events and results. Every method that reaches the backend rejects with
@@ -19,8 +19,10 @@ export interface RunRecords {
   /**
    * running → its final status; resolves with the final record (a cancel that came first wins).
    * `keep`: a recorded sync call's answer, kept for its key's repeats in the same step (as keepAnswer).
+   * `deliveryOf`: the run's webhook for its final record: with a store that holds deliveries, written
+   * down in the same step as the end (the view's `delivery`), so that no end is left without it.
    */
-  finish: (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer) => Promise<RunView>
+  finish: (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer, deliveryOf?: (view: RunView) => NewDelivery) => Promise<RunView>
   /** The webhook's delivery ended (or is pending, attempts 0): recorded; the secret is dropped when it ended. */
   webhookDone: (scope: RunScope, runId: string, status: WebhookStatus, attempts: number) => Promise<void>
   /**

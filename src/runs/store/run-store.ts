@@ -46,6 +46,8 @@ export interface RunView {
    * end stands, and this sidecar sends no webhook for it (the other did).
    */
   readonly endedElsewhere?: true
+  /** Set by `finish` when its webhook's delivery was written down with the end (a shared store): it is held, ready to send. */
+  readonly delivery?: HeldDelivery
 }
 
 /** A request kept to run later exactly as the sync call would have run. */

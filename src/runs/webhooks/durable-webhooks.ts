@@ -36,6 +36,11 @@ export class DurableWebhooks implements WebhookSubmitter {
     return true
   }
 
+  /** A delivery written down and held already (with its run's end): its attempts. */
+  submitHeld (job: WebhookJob, held: HeldDelivery): void {
+    this.#sender.submit({ ...job, ledger: this.#ledger(held) })
+  }
+
   /** A delivery taken over from a lost or stopped sidecar: its remaining attempts, its end on the run's record (when it has one). */
   resume (held: HeldDelivery): void {
     const { scope, runId } = held

@@ -194,6 +194,35 @@ t.test('redis run store', async t => {
     t.equal((await a.records.get(SCOPE, taken.runId)).record.status, 'running')
   })
 
+  t.test('an end written with its webhook\'s delivery in one step: held by the sidecar ending it; none written when a cancel came first', async t => {
+    await flushRedis(redisUrl)
+    const store = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'ender' })
+    t.teardown(() => store.close())
+    await store.reachable(5000)
+    const probe = new Redis(redisUrl)
+    t.teardown(() => probe.disconnect())
+    const outcome = { status: 'succeeded', statusCode: 200, resultJson: '{"ok":true}', runTimeMs: 5, error: undefined, completedAt: Date.now() } as const
+    const deliveryOf = (taken: TakenRun) => (view: RunView) => ({ scope: SCOPE, runId: taken.runId, target: { url: new URL('https://h.example/hook'), secret: 'k' }, body: `{"status":"${view.record.status}"}` })
+
+    await store.queue.submit(newRun())
+    const taken = await store.queue.take(AbortSignal.timeout(5000))
+    t.equal(await store.queue.start(taken, Date.now()), true)
+    const ended = await store.records.finish(taken, outcome, undefined, deliveryOf(taken))
+    t.equal(ended.record.status, 'succeeded')
+    t.match(ended.delivery, { runId: taken.runId, attempts: 0, body: '{"status":"succeeded"}' })
+    const pending = await probe.xpending('as:{proj/app}:deliveries', 'senders', '-', '+', 10) as Array<[string, string]>
+    t.same(pending.map(([id, consumer]) => [id, consumer]), [[ended.delivery?.entry.split(' ')[0], 'ender']], 'held by the sidecar that ended the run')
+
+    await store.queue.submit(newRun())
+    const canceled = await store.queue.take(AbortSignal.timeout(5000))
+    t.equal(await store.queue.start(canceled, Date.now()), true)
+    await store.records.cancel(SCOPE, canceled.runId)
+    const after = await store.records.finish(canceled, outcome, undefined, deliveryOf(canceled))
+    t.equal(after.record.status, 'canceled')
+    t.equal(after.delivery, undefined, 'the cancel came first: no delivery written with an end that was not written')
+    t.equal(await probe.xlen('as:{proj/app}:deliveries'), 1)
+  })
+
   t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {
     const nowhere = `redis://127.0.0.1:${await freePort()}/0`
     const down = new RedisRunStore(nowhere, SETTINGS)

@@ -10,7 +10,7 @@ import { channelsOf, type Channels } from './redis-channels.ts'
 import { connectRedis, isCluster, type RedisClient, runStoreAddress } from './redis-connect.ts'
 import { RedisFollow } from './redis-follow.ts'
 import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
-import { GROUP, SCRIPTS, TRANSITION } from './redis-scripts.ts'
+import { END_AND_HOLD, GROUP, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 
 type Redis = RedisClient
 
@@ -49,6 +49,9 @@ export class ScopeKeys {
   /** The app's cancel channel: a running run's sidecar hears its cancel there. */
   get cancel (): string { return `${this.#prefix}:cancel` }
 }
+
+/** What a transition writes besides the record: its result, its owner, its queue entry acknowledged, a `done` message. */
+export interface TransitionExtra { readonly result?: string | undefined, readonly owner?: string, readonly entry?: string, readonly done?: boolean }
 
 /** A run this store ended: what its end wrote, to write it again if a failover lost it. */
 export interface EndedRun {
@@ -224,14 +227,28 @@ export class RedisContext {
   }
 
   /** Compare-and-set of the record; a finished record gets its TTL, and its followers the end. */
-  async transition (keys: ScopeKeys, runId: string, old: string, record: RunRecord,
-    extra: { result?: string | undefined, owner?: string, entry?: string, done?: boolean }): Promise<boolean> {
-    const finished = isFinished(record)
-    const changed = await guard(TRANSITION.run(this.redis, [keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running], [
+  async transition (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): Promise<boolean> {
+    const [transitionKeys, args] = this.#transitionArgs(keys, runId, old, record, extra)
+    return await guard(TRANSITION.run(this.redis, transitionKeys, args)) === 1
+  }
+
+  /**
+   * As transition, and, when it changed the record, the webhook's delivery written down and held
+   * in the same step (`hold`: HOLD_DELIVERY's keys and arguments). The delivery's entry id, or
+   * undefined when the record had changed.
+   */
+  async transitionAndHold (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra,
+    hold: readonly [readonly string[], ReadonlyArray<string | number>]): Promise<string | undefined> {
+    const [transitionKeys, args] = this.#transitionArgs(keys, runId, old, record, extra)
+    const entry = await guard(END_AND_HOLD.run(this.redis, [...transitionKeys, ...hold[0]], [...args, ...hold[1]])) as string | null
+    return entry === null ? undefined : String(entry)
+  }
+
+  #transitionArgs (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): [string[], Array<string | number>] {
+    return [[keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running], [
       old, JSON.stringify(record), extra.result ?? '', extra.owner ?? '', extra.entry ?? '',
-      finished ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : ''
-    ]))
-    return changed === 1
+      isFinished(record) ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : ''
+    ]]
   }
 
   /** Closes the connections. */

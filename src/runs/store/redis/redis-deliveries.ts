@@ -21,14 +21,8 @@ export class RedisDeliveries implements DurableDeliveries {
   }
 
   async hold (delivery: NewDelivery): Promise<HeldDelivery> {
-    const keys = new ScopeKeys(delivery.scope)
-    const id = randomUUID()
-    const entry = String(await guard(HOLD_DELIVERY.run(this.#ctx.redis, [keys.deliveries, keys.delivery(id)], [
-      delivery.runId, delivery.target.url.href, delivery.body, delivery.target.secret ?? '', this.#ctx.consumer, DELIVERY_TTL_SECONDS, id,
-      delivery.trace?.traceparent ?? '', delivery.trace?.tracestate ?? ''
-    ])))
-    this.#ctx.held.set(entry, keys.deliveries)
-    return { ...delivery, attempts: 0, entry: `${entry} ${id}` }
+    const writing = holdDelivery(this.#ctx, delivery)
+    return writing.held(String(await guard(HOLD_DELIVERY.run(this.#ctx.redis, ...writing.script))))
   }
 
   async attempt (delivery: HeldDelivery): Promise<void> {
@@ -78,6 +72,28 @@ export class RedisDeliveries implements DurableDeliveries {
         attempts: Number(stored.attempts ?? 0),
         entry: `${entry} ${id}`
       })
+    }
+  }
+}
+
+/**
+ * How a delivery is written down (HOLD_DELIVERY's keys and arguments, alone or after a run's end in
+ * the same step) and, given the entry the script returns, the delivery as this sidecar holds it.
+ */
+export function holdDelivery (ctx: RedisContext, delivery: NewDelivery): {
+  script: [string[], Array<string | number>]
+  held: (entry: string) => HeldDelivery
+} {
+  const keys = new ScopeKeys(delivery.scope)
+  const id = randomUUID()
+  return {
+    script: [[keys.deliveries, keys.delivery(id)], [
+      delivery.runId, delivery.target.url.href, delivery.body, delivery.target.secret ?? '', ctx.consumer, DELIVERY_TTL_SECONDS, id,
+      delivery.trace?.traceparent ?? '', delivery.trace?.tracestate ?? ''
+    ]],
+    held: entry => {
+      ctx.held.set(entry, keys.deliveries)
+      return { ...delivery, attempts: 0, entry: `${entry} ${id}` }
     }
   }
 }

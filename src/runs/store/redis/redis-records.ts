@@ -2,8 +2,9 @@ import { EventBeyondLastError, RunFinishedError, RunNotAsyncError, RunNotFoundEr
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
-import type { KeyAnswer, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
+import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
+import { holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
 import { FINISH_RECORDED, WEBHOOK_STATE } from './redis-scripts.ts'
 
@@ -52,7 +53,7 @@ export class RedisRecords implements RunRecords {
     writer.add(n, data)
   }
 
-  async finish (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer): Promise<RunView> {
+  async finish (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer, deliveryOf?: (view: RunView) => NewDelivery): Promise<RunView> {
     const ctx = this.#ctx
     const keys = new ScopeKeys(run.scope)
     await this.#writers.get(writerKey(run))?.flushed() // its events before its end, as readers get them
@@ -79,12 +80,8 @@ export class RedisRecords implements RunRecords {
     if (known !== undefined) {
       // the record as this sidecar started it: unless a cancel (or a takeover) changed it since, the end is one step
       ctx.known.delete(run.entry)
-      const finished = finishedRecord(JSON.parse(known) as RunRecord, outcome)
-      if (await ctx.transition(keys, run.runId, known, finished, { result: outcome.resultJson, entry: run.entry, done: true, owner: ctx.consumer })) {
-        ctx.held.delete(run.entry)
-        ctx.ended.set(run.entry, { keys, runId: run.runId, record: finished, resultJson: outcome.resultJson })
-        return { record: finished, resultJson: outcome.resultJson, async: true }
-      }
+      const ended = await this.#end(keys, run, known, finishedRecord(JSON.parse(known) as RunRecord, outcome), outcome, true, deliveryOf)
+      if (ended !== undefined) return ended
     }
     for (;;) {
       const [view, raw, , owner] = await ctx.readOrMissing(keys, run.runId)
@@ -98,13 +95,29 @@ export class RedisRecords implements RunRecords {
         return status === 'canceled' ? view : { ...view, endedElsewhere: true }
       }
       const running = lostStart ? startedRecord(view.record, run.createdAt, outcome.completedAt - outcome.runTimeMs) : view.record
-      const finished = finishedRecord(running, outcome)
-      if (await ctx.transition(keys, run.runId, raw, finished, { result: outcome.resultJson, entry: run.entry, done: true, owner: ctx.consumer })) {
-        ctx.held.delete(run.entry)
-        if (run.entry !== '') ctx.ended.set(run.entry, { keys, runId: run.runId, record: finished, resultJson: outcome.resultJson })
-        return { record: finished, resultJson: outcome.resultJson, async: view.async }
-      }
+      const ended = await this.#end(keys, run, raw, finishedRecord(running, outcome), outcome, view.async, deliveryOf)
+      if (ended !== undefined) return ended
     }
+  }
+
+  /** The end written (compare-and-set against `old`), with its webhook's delivery when asked: undefined when the record had changed. */
+  async #end (keys: ScopeKeys, run: TakenRun, old: string, finished: RunRecord, outcome: RunOutcome, async: boolean,
+    deliveryOf: ((view: RunView) => NewDelivery) | undefined): Promise<RunView | undefined> {
+    const ctx = this.#ctx
+    const view: RunView = { record: finished, resultJson: outcome.resultJson, async }
+    const extra = { result: outcome.resultJson, entry: run.entry, done: true, owner: ctx.consumer }
+    let ended: RunView | undefined
+    if (deliveryOf === undefined) {
+      ended = await ctx.transition(keys, run.runId, old, finished, extra) ? view : undefined
+    } else {
+      const writing = holdDelivery(ctx, deliveryOf(view))
+      const entry = await ctx.transitionAndHold(keys, run.runId, old, finished, extra, writing.script)
+      ended = entry === undefined ? undefined : { ...view, delivery: writing.held(entry) }
+    }
+    if (ended === undefined) return undefined
+    ctx.held.delete(run.entry)
+    if (run.entry !== '') ctx.ended.set(run.entry, { keys, runId: run.runId, record: finished, resultJson: outcome.resultJson })
+    return ended
   }
 
   /**

@@ -94,7 +94,7 @@ return 1
  * KEYS: run, queue, events, queued bytes, running. ARGV: old record, new record, result (''), owner
  * (''), entry (''), ttl seconds (0), live channel, message ('').
  */
-export const TRANSITION = new LuaScript(`
+const TRANSITION_LUA = `
 if redis.call('HGET', KEYS[1], 'record') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'record', ARGV[2])
 local was = string.find(ARGV[1], '"status":"running"', 1, true) ~= nil
@@ -120,7 +120,8 @@ if ttl > 0 then
 end
 if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
 return 1
-`)
+`
+export const TRANSITION = new LuaScript(TRANSITION_LUA)
 
 /**
  * A recorded sync call ends: its record moves from the one written with its key's claim (compare
@@ -269,7 +270,7 @@ export const SENDERS = 'senders'
  * KEYS: deliveries stream, delivery hash. ARGV: run id, url, body, secret ('' none), consumer,
  * ttl seconds, delivery id, traceparent ('' none), tracestate.
  */
-export const HOLD_DELIVERY = new LuaScript(`
+const HOLD_DELIVERY_LUA = `
 pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], '${SENDERS}', '0', 'MKSTREAM')
 local id = redis.call('XADD', KEYS[1], '*', 'delivery', ARGV[7])
 redis.call('XCLAIM', KEYS[1], '${SENDERS}', ARGV[5], 0, id, 'FORCE', 'JUSTID')
@@ -278,7 +279,8 @@ if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], 'secret', ARGV[4]) end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'traceparent', ARGV[8], 'tracestate', ARGV[9]) end
 redis.call('EXPIRE', KEYS[2], ARGV[6])
 return id
-`)
+`
+export const HOLD_DELIVERY = new LuaScript(HOLD_DELIVERY_LUA)
 
 /** A delivery ended: its entry acknowledged and deleted, its hash (and secret) gone. KEYS: deliveries stream, delivery hash. ARGV: entry id. */
 export const DELIVERY_DONE = new LuaScript(`
@@ -346,8 +348,22 @@ end
 return lost
 `)
 
+/**
+ * A run's end and its webhook's delivery written down in one step (TRANSITION, then, when it
+ * changed the record, HOLD_DELIVERY): a sidecar that dies right after the end leaves the delivery
+ * to another, never a finished run with no delivery. Returns HOLD_DELIVERY's entry id, or false
+ * when the record had changed (nothing written).
+ * KEYS: TRANSITION's five, then HOLD_DELIVERY's two. ARGV: TRANSITION's eight, then HOLD_DELIVERY's nine.
+ */
+export const END_AND_HOLD = new LuaScript(`
+local function transition (KEYS, ARGV)${TRANSITION_LUA}end
+local function hold (KEYS, ARGV)${HOLD_DELIVERY_LUA}end
+if transition({ KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5] }, { unpack(ARGV, 1, 8) }) ~= 1 then return false end
+return hold({ KEYS[6], KEYS[7] }, { unpack(ARGV, 9, 17) })
+`)
+
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
   SUBMIT, TRANSITION, FINISH_RECORDED, APPEND_EVENT, RELEASE, WAITING, CLAIM_KEY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, HOLD_DELIVERY, DELIVERY_DONE,
-  FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS
+  FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD
 ]
