@@ -156,15 +156,17 @@ export class AsyncRunner implements RunStoreListener {
     }
   }
 
-  async #execute (run: TakenRun): Promise<void> {
+  async #execute (taken: TakenRun): Promise<void> {
     const { store, logger, inflight, gate } = this.#deps
     let release: Release | undefined = gate.tryAcquire()
     if (release === undefined) {
       // a call took the slot while the run was being taken: the call goes first; the run is first
       // for the next slot (held ahead: given back to the queue should it wait long)
-      this.#prefetch.putBack(run)
+      this.#prefetch.putBack(taken)
       return
     }
+    /** The run as taken, then as started (a shared store may read its request only as it starts). */
+    let run = taken
     const signal = this.#loop.signal
     this.#active++
     this.#atApp++
@@ -180,14 +182,15 @@ export class AsyncRunner implements RunStoreListener {
       this.#changed()
     }
     try {
-      let started: boolean
+      let started: TakenRun | undefined
       try {
-        started = await whileUnavailable(async () => await store.queue.start(run, Date.now()))
+        started = await whileUnavailable(async () => await store.queue.start(taken, Date.now()))
       } catch (error) {
-        await store.queue.release(run).catch(() => {}) // not started: it stays queued, for whichever replica reaches the store
+        await store.queue.release(taken).catch(() => {}) // not started: it stays queued, for whichever replica reaches the store
         throw error
       }
-      if (!started) return // canceled while it waited
+      if (started === undefined) return // canceled while it waited
+      run = started
       const outcome = await this.#dispatch(run)
       leaveApp() // the next run starts while this one's end is written
       let view: RunView

@@ -11,8 +11,11 @@ export interface RunQueue {
   submit: (run: NewRun) => Promise<RunView>
   /** The oldest queued run of the served scope(s), once there is one; rejects with `signal.reason` when aborted. */
   take: (signal: AbortSignal) => Promise<TakenRun>
-  /** queued → running; false when the run was canceled meanwhile (it must not run). */
-  start: (run: TakenRun, startedAt: number) => Promise<boolean>
+  /**
+   * queued → running: the run as it goes to the app (`run`, or, taken `unread`, with its request
+   * and webhook read as it starts); undefined when it was canceled or taken over meanwhile (it must not run).
+   */
+  start: (run: TakenRun, startedAt: number) => Promise<TakenRun | undefined>
   /** Gives a taken run that has not started back to the queue (SIGTERM), for other sidecars. */
   release: (run: TakenRun) => Promise<void>
   /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */

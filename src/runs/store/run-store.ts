@@ -79,7 +79,16 @@ export interface TakenRun extends NewRun {
   readonly running?: RunRecord
   /** `running` as JSON (written with the claim, compared at the end). */
   readonly runningJson?: string
+  /**
+   * Taken without its request and webhook (a shared store: the queue entry names the run and its
+   * record, the rest is read with the start); `request` is UNREAD_REQUEST until then: only the run
+   * start() returns goes to the app.
+   */
+  readonly unread?: true
 }
+
+/** The request of a run taken `unread`: nothing to send (start() returns the run with its own). */
+export const UNREAD_REQUEST: StoredRequest = Object.freeze({ method: '', path: '', headers: Object.freeze([]), body: null })
 
 /** How a started run ended, as its owner saw it. */
 export interface RunOutcome {

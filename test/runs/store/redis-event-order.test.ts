@@ -24,7 +24,7 @@ t.test('a fast stream on a fresh Redis, with SCRIPT FLUSH twice, a stall (CLIENT
   await store.reachable(5000)
   await store.queue.submit({ scope: SCOPE, runId: 'fast', request: { method: 'POST', path: '/', headers: [], body: null }, webhook: undefined, createdAt: Date.now() })
   const run = await store.queue.take(AbortSignal.timeout(5000))
-  t.equal(await store.queue.start(run, Date.now()), true)
+  t.equal((await store.queue.start(run, Date.now()))?.runId, run.runId, 'started')
   await admin.script('FLUSH') // as after a failover to a replica that never ran them
   for (let n = 0; n < TOTAL; n++) {
     store.records.appendEvent(run, n, `event ${n}`)

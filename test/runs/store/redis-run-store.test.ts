@@ -186,12 +186,41 @@ t.test('redis run store', async t => {
     const b = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'other' })
     t.teardown(() => { void a.close(); void b.close() })
     await a.reachable(5000)
-    await a.queue.submit(newRun())
+    const run = newRun()
+    await a.queue.submit(run)
     const taken = await a.queue.take(AbortSignal.timeout(5000))
-    t.equal(await a.queue.start(taken, Date.now()), true)
-    t.equal(await a.queue.start(taken, Date.now()), true, 'the same sidecar again: its own start, it runs')
-    t.equal(await b.queue.start(taken, Date.now()), false, 'another sidecar: not its run to start')
+    t.equal(taken.unread, true, 'taken from the entry alone: its request comes with the start')
+    t.same((await a.queue.start(taken, Date.now()))?.request, run.request, 'started, with its request')
+    t.same((await a.queue.start(taken, Date.now()))?.request, run.request, 'the same sidecar again: its own start, it runs')
+    // the same sidecar without the record it wrote (its start's reply lost): it reads the run, and its request, back
+    const again = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'starter' })
+    t.teardown(() => { void again.close() })
+    await again.reachable(5000)
+    const read = await again.queue.start(taken, Date.now())
+    t.same([read?.request, read?.webhook?.secret], [run.request, 'k'], 'its own start, read back with its request and webhook')
+    t.equal(await b.queue.start(taken, Date.now()), undefined, 'another sidecar: not its run to start')
     t.equal((await a.records.get(SCOPE, taken.runId)).record.status, 'running')
+  })
+
+  t.test('a run queued by the version before (its entry names the run alone) is taken with its request and runs', async t => {
+    await flushRedis(redisUrl)
+    const store = new RedisRunStore(redisUrl, SETTINGS)
+    t.teardown(() => { void store.close() })
+    await store.reachable(5000)
+    const probe = new Redis(redisUrl)
+    t.teardown(() => { probe.disconnect() })
+    // as that version's SUBMIT wrote it
+    const record = `{"run_id":"old-1","status":"queued","created_at":"${new Date().toISOString()}"}`
+    const id = await probe.xadd('as:{proj/app}:queue', '*', 'run', 'old-1') as string
+    await probe.hset('as:{proj/app}:run:old-1', 'record', record, 'request', '{"method":"PUT","path":"/old","headers":["a","b"],"hasBody":true}', 'body', 'old body', 'async', '1', 'entry', id, 'queued_bytes', 8)
+    await probe.set('as:{proj/app}:queued-bytes', 8)
+    const taken = await store.queue.take(AbortSignal.timeout(5000))
+    t.equal(taken.unread, undefined, 'read at the take, as before')
+    t.same(taken.request, { method: 'PUT', path: '/old', headers: ['a', 'b'], body: Buffer.from('old body') })
+    const started = await store.queue.start(taken, Date.now())
+    t.equal(started?.request.body?.toString(), 'old body')
+    t.equal(await probe.get('as:{proj/app}:queued-bytes'), '0', 'its bytes left the queue')
+    t.equal((await store.records.finish(taken, { status: 'succeeded', statusCode: 200, resultJson: '{}', runTimeMs: 1, error: undefined, completedAt: Date.now() })).record.status, 'succeeded')
   })
 
   t.test('an end written with its webhook\'s delivery in one step: held by the sidecar ending it; none written when a cancel came first', async t => {
@@ -206,7 +235,7 @@ t.test('redis run store', async t => {
 
     await store.queue.submit(newRun())
     const taken = await store.queue.take(AbortSignal.timeout(5000))
-    t.equal(await store.queue.start(taken, Date.now()), true)
+    t.equal((await store.queue.start(taken, Date.now()))?.runId, taken.runId, 'started')
     const ended = await store.records.finish(taken, outcome, undefined, deliveryOf(taken))
     t.equal(ended.record.status, 'succeeded')
     t.match(ended.delivery, { runId: taken.runId, attempts: 0, body: '{"status":"succeeded"}' })
@@ -215,7 +244,7 @@ t.test('redis run store', async t => {
 
     await store.queue.submit(newRun())
     const canceled = await store.queue.take(AbortSignal.timeout(5000))
-    t.equal(await store.queue.start(canceled, Date.now()), true)
+    t.equal((await store.queue.start(canceled, Date.now()))?.runId, canceled.runId, 'started')
     await store.records.cancel(SCOPE, canceled.runId)
     const after = await store.records.finish(canceled, outcome, undefined, deliveryOf(canceled))
     t.equal(after.record.status, 'canceled')

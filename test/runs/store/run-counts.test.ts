@@ -23,7 +23,7 @@ async function countsSuite (t: Test, store: RunStore, other: RunStore): Promise<
   const signal = new AbortController().signal
   const first = await store.queue.take(signal)
   t.same(await counts(store), [4, 0], 'a taken run is not running yet: it still waits')
-  t.equal(await store.queue.start(first, Date.now()), true)
+  t.equal((await store.queue.start(first, Date.now()))?.runId, first.runId, 'started')
   t.same(await counts(store), [3, 1], 'started: one in progress')
   await store.records.cancel(SCOPE, 'c-4')
   t.same(await counts(store), [2, 1], 'a queued run canceled: one less waiting')

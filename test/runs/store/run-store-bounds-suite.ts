@@ -65,8 +65,7 @@ export function runStoreBoundsSuite (t: Test, open: OpenStore): void {
     await store.queue.release(taken)
     await t.rejects(store.queue.submit(runWith('f')), AsyncQueueFullError, 'released: still waiting, still counted')
     const started = await store.queue.take(AbortSignal.timeout(5000))
-    t.equal(started.request.body?.length, 4)
-    t.equal(await store.queue.start(started, Date.now()), true)
+    t.equal((await store.queue.start(started, Date.now()))?.request.body?.length, 4, 'started, with its body')
     await store.queue.submit(runWith('ffff'))
     await t.rejects(store.queue.submit(runWith('g')), AsyncQueueFullError, 'started: its 4 bytes went back, no more')
     const waiting = started.runId === a.runId ? b : a

@@ -62,13 +62,13 @@ export class MemoryQueue implements RunQueue {
     })
   }
 
-  async start (taken: TakenRun, startedAt: number): Promise<boolean> {
+  async start (taken: TakenRun, startedAt: number): Promise<TakenRun | undefined> {
     const run = this.#runs.live.get(keyOf(taken))
-    if (run === undefined || run.record.status !== 'queued') return false
+    if (run === undefined || run.record.status !== 'queued') return undefined
     run.record = startedRecord(run.record, taken.createdAt, startedAt)
     this.#runs.uncountQueued(run)
     this.#runs.waiting.set(run.scopeKey, (this.#runs.waiting.get(run.scopeKey) ?? 1) - 1)
-    return true
+    return taken
   }
 
   async release (taken: TakenRun): Promise<void> {

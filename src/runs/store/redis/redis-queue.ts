@@ -1,15 +1,27 @@
 import { AsyncQueueFullError, BodyTooLargeError, RunIdTakenError } from '../../../errors.ts'
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
-import type { NewRun, RunRecord, RunView, TakenRun } from '../run-store.ts'
+import { type NewRun, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../run-store.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
-import { GROUP, RELEASE, SUBMIT, WAITING } from './redis-scripts.ts'
+import { GROUP, RELEASE, START_READ, SUBMIT, WAITING } from './redis-scripts.ts'
 
 /** The stored request, without its body (kept as raw bytes beside it). */
 interface RequestJson { method: string, path: string, headers: string[], hasBody: boolean }
 
-/** A queue entry as read: the queue's key, the entry's id and the run it names. */
-interface QueueEntry { queue: string, id: string, runId: string }
+/** A queue entry as read: the queue's key, the entry's id, the run it names and (a submission of this version) its record as queued. */
+interface QueueEntry { queue: string, id: string, runId: string, record?: string | undefined }
+
+/** A run taken `unread`, with its request, body and webhook as stored; undefined when its request is gone. */
+function wholeRun (run: TakenRun, request: Buffer | null, body: Buffer | null, webhook: Buffer | null): TakenRun | undefined {
+  if (request === null) return undefined
+  const req = JSON.parse(request.toString()) as RequestJson
+  const { unread: _, ...taken } = run
+  return {
+    ...taken,
+    webhook: webhook === null ? undefined : parseWebhook(webhook.toString()),
+    request: { method: req.method, path: req.path, headers: req.headers, body: req.hasBody ? body ?? Buffer.alloc(0) : null }
+  }
+}
 
 /**
  * How long one blocking read of the queue waits before asking again: an idle sidecar's cost. A
@@ -112,38 +124,50 @@ export class RedisQueue implements RunQueue {
     for (const wake of wakers) wake()
   }
 
-  async start (run: TakenRun, startedAt: number): Promise<boolean> {
+  async start (run: TakenRun, startedAt: number): Promise<TakenRun | undefined> {
     const keys = new ScopeKeys(run.scope)
     const ctx = this.#ctx
-    const known = ctx.known.get(run.entry)
+    let old = ctx.known.get(run.entry)
     ctx.known.delete(run.entry)
-    if (known !== undefined) {
-      // the record as taken: unless a cancel changed it since, the start is one step
-      const started = startedRecord(JSON.parse(known) as RunRecord, run.createdAt, startedAt)
-      if (await ctx.transition(keys, run.runId, known, started, { owner: ctx.consumer })) {
-        ctx.known.set(run.entry, JSON.stringify(started))
-        return true
+    // the record as taken (unless a cancel changed it since, the start is one step), else as read now
+    for (let read = old === undefined; ; read = true) {
+      if (read) {
+        const [view, raw, , owner] = await ctx.readOrMissing(keys, run.runId)
+        // this start written already: its answer was lost (a timeout, a dropped connection) and the start tried again
+        if (view?.record.status === 'running' && owner === ctx.consumer) return run.unread === true ? await this.#withRequest(keys, run) : run
+        if (view?.record.status === 'running') {
+          // another sidecar took the run over while this one was silent (a pause) and runs it: its entry is the other's now
+          ctx.held.delete(run.entry)
+          return undefined
+        }
+        if (view === undefined || view.record.status !== 'queued') {
+          await ctx.forget(keys, run.entry)
+          return undefined
+        }
+        old = raw
+      }
+      const started = startedRecord(JSON.parse(old as string) as RunRecord, run.createdAt, startedAt)
+      const json = JSON.stringify(started)
+      if (run.unread === true) {
+        // its request and webhook read in the same step
+        const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.running], [old as string, json, ctx.consumer])) as [number, Buffer | null, Buffer | null, Buffer | null]
+        if (reply[0] !== 1) continue
+        ctx.known.set(run.entry, json)
+        const whole = wholeRun(run, reply[1], reply[2], reply[3])
+        if (whole === undefined) throw new Error(`async run ${run.runId} started without its request`)
+        return whole
+      }
+      if (await ctx.transition(keys, run.runId, old as string, started, { owner: ctx.consumer })) {
+        ctx.known.set(run.entry, json)
+        return run
       }
     }
-    for (;;) {
-      const [view, raw, , owner] = await this.#ctx.readOrMissing(keys, run.runId)
-      // this start written already: its answer was lost (a timeout, a dropped connection) and the start tried again
-      if (view?.record.status === 'running' && owner === this.#ctx.consumer) return true
-      if (view?.record.status === 'running') {
-        // another sidecar took the run over while this one was silent (a pause) and runs it: its entry is the other's now
-        this.#ctx.held.delete(run.entry)
-        return false
-      }
-      if (view === undefined || view.record.status !== 'queued') {
-        await this.#ctx.forget(keys, run.entry)
-        return false
-      }
-      const started = startedRecord(view.record, run.createdAt, startedAt)
-      if (await this.#ctx.transition(keys, run.runId, raw, started, { owner: this.#ctx.consumer })) {
-        ctx.known.set(run.entry, JSON.stringify(started))
-        return true
-      }
-    }
+  }
+
+  /** A run taken `unread` that this store started already: its request and webhook (kept until it ends). */
+  async #withRequest (keys: ScopeKeys, run: TakenRun): Promise<TakenRun | undefined> {
+    const [request, body, webhook] = await guard(this.#ctx.redis.hmgetBuffer(keys.run(run.runId), 'request', 'body', 'webhook')) as Array<Buffer | null>
+    return wholeRun(run, request ?? null, body ?? null, webhook ?? null)
   }
 
   async release (run: TakenRun): Promise<void> {
@@ -194,13 +218,21 @@ export class RedisQueue implements RunQueue {
     const list = reply as unknown[]
     const [, entries] = (typeof list[0] === 'string' ? list : list[0]) as [string, Array<[string, string[]]>]
     const [id, fields] = entries[0] as [string, string[]]
-    return { queue, id, runId: fields[1] as string }
+    // ['run', <id>, 'record', <record as queued>] (an older sidecar's entry: the run id alone)
+    return { queue, id, runId: fields[1] as string, record: fields[2] === 'record' ? fields[3] : undefined }
   }
 
   /** The run an entry names, held by this store; undefined (the entry dropped) when it is no longer queued. */
   async #taken (entry: QueueEntry): Promise<TakenRun | undefined> {
     const scope = scopeOfQueue(entry.queue)
     const keys = new ScopeKeys(scope)
+    if (entry.record !== undefined) {
+      // the entry carries the record: nothing read now, the request comes with the start
+      const queued = JSON.parse(entry.record) as RunRecord
+      this.#ctx.held.set(entry.id, entry.queue)
+      this.#ctx.known.set(entry.id, entry.record)
+      return { scope, runId: entry.runId, entry: entry.id, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true }
+    }
     const [record, request, body, webhook] = await guard(this.#ctx.redis.hmgetBuffer(keys.run(entry.runId), 'record', 'request', 'body', 'webhook')) as Array<Buffer | null>
     if (record === undefined || request === undefined || body === undefined || webhook === undefined) return undefined
     const parsed = record === null ? undefined : JSON.parse(record.toString()) as RunRecord

@@ -64,6 +64,8 @@ export const GROUP = 'runners'
  * wait (-2: waiting = entries in the stream minus the ones handed out, pending) or their bodies
  * would pass ASYNC_QUEUE_MAX_BYTES (-3). The body's bytes are counted in the app's queued-bytes
  * until the run leaves the queue (TRANSITION); with no entry left in the queue, nothing is counted.
+ * The queue entry names the run and carries its record as queued (its taker starts it against
+ * that record without reading it first; an older sidecar reads only the run id).
  * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended).
  * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes.
  */
@@ -75,7 +77,7 @@ if waiting >= tonumber(ARGV[5]) then return -2 end
 local bytes = string.len(ARGV[3])
 local queued = entries == 0 and 0 or tonumber(redis.call('GET', KEYS[3]) or '0')
 if queued + bytes > tonumber(ARGV[7]) then return -3 end
-local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[6])
+local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[6], 'record', ARGV[1])
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'webhook', ARGV[4]) end
 redis.call('SET', KEYS[3], queued + bytes)
@@ -122,6 +124,26 @@ if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
 return 1
 `
 export const TRANSITION = new LuaScript(TRANSITION_LUA)
+
+/**
+ * A run taken without its request starts: compare-and-set of its record (queued → running, owned
+ * by the taker), and its request, body and webhook read in the same step ({0} when the record had
+ * changed: a cancel, a takeover). It leaves the queue's bytes and joins the running set; its
+ * request and body stay until it ends (TRANSITION drops them then), so that a start tried again
+ * after its reply was lost finds them.
+ * KEYS: run, queued bytes, running. ARGV: old record, new record, owner.
+ */
+export const START_READ = new LuaScript(`
+local fields = redis.call('HMGET', KEYS[1], 'record', 'request', 'body', 'webhook', 'queued_bytes')
+if fields[1] ~= ARGV[1] then return {0} end
+redis.call('HSET', KEYS[1], 'record', ARGV[2], 'owner', ARGV[3])
+redis.call('SADD', KEYS[3], KEYS[1])
+if fields[5] then
+  if redis.call('DECRBY', KEYS[2], fields[5]) < 0 then redis.call('SET', KEYS[2], 0) end
+  redis.call('HDEL', KEYS[1], 'queued_bytes')
+end
+return {1, fields[2], fields[3], fields[4]}
+`)
 
 /**
  * A recorded sync call ends: its record moves from the one written with its key's claim (compare
@@ -185,13 +207,13 @@ return 1
 
 /**
  * Gives a taken run back: its entry is acknowledged and deleted and a new one queued (for a run
- * still recorded). KEYS: run, queue. ARGV: entry, run id.
+ * still recorded), with its record as SUBMIT's. KEYS: run, queue. ARGV: entry, run id.
  */
 export const RELEASE = new LuaScript(`
 redis.call('XACK', KEYS[2], '${GROUP}', ARGV[1])
 redis.call('XDEL', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[2])
+local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[2], 'record', redis.call('HGET', KEYS[1], 'record'))
 redis.call('HSET', KEYS[1], 'entry', id)
 redis.call('HDEL', KEYS[1], 'owner')
 return 1
@@ -364,6 +386,6 @@ return hold({ KEYS[6], KEYS[7] }, { unpack(ARGV, 9, 17) })
 
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
-  SUBMIT, TRANSITION, FINISH_RECORDED, APPEND_EVENT, RELEASE, WAITING, CLAIM_KEY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, HOLD_DELIVERY, DELIVERY_DONE,
+  SUBMIT, TRANSITION, START_READ, FINISH_RECORDED, APPEND_EVENT, RELEASE, WAITING, CLAIM_KEY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, HOLD_DELIVERY, DELIVERY_DONE,
   FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD
 ]
