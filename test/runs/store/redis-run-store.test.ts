@@ -252,6 +252,27 @@ t.test('redis run store', async t => {
     t.equal(await probe.xlen('as:{proj/app}:deliveries'), 1)
   })
 
+  t.test('an end tried again after its reply was lost (it was written, with its delivery): this run\'s end, and the same delivery, held once', async t => {
+    await flushRedis(redisUrl)
+    const store = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'ender' })
+    t.teardown(() => { void store.close() })
+    await store.reachable(5000)
+    const probe = new Redis(redisUrl)
+    t.teardown(() => { probe.disconnect() })
+    const outcome = { status: 'succeeded' as const, statusCode: 200, resultJson: '{}', runTimeMs: 1, error: undefined, completedAt: Date.now() }
+    const deliveryOf = (view: RunView) => ({ scope: SCOPE, runId: 'again', target: { url: new URL('https://h.example/hook'), secret: 'k' }, body: `{"status":"${view.record.status}"}` })
+    await store.queue.submit({ ...newRun(), runId: 'again' })
+    const taken = await store.queue.take(AbortSignal.timeout(5000))
+    await store.queue.start(taken, Date.now())
+    const first = await store.records.finish(taken, outcome, undefined, deliveryOf)
+    // the same end again, as after a reply that never came: the record it finds is its own end
+    const again = await store.records.finish(taken, outcome, undefined, deliveryOf)
+    t.equal(again.endedElsewhere, undefined, 'not taken for another sidecar\'s end (which would send no webhook)')
+    t.equal(again.record.status, 'succeeded')
+    t.same(again.delivery, first.delivery, 'the delivery written with the end, to send')
+    t.equal(await probe.xlen('as:{proj/app}:deliveries'), 1, 'one delivery written, not two')
+  })
+
   t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {
     const nowhere = `redis://127.0.0.1:${await freePort()}/0`
     const down = new RedisRunStore(nowhere, SETTINGS)

@@ -80,12 +80,11 @@ export class RedisDeliveries implements DurableDeliveries {
  * How a delivery is written down (HOLD_DELIVERY's keys and arguments, alone or after a run's end in
  * the same step) and, given the entry the script returns, the delivery as this sidecar holds it.
  */
-export function holdDelivery (ctx: RedisContext, delivery: NewDelivery): {
+export function holdDelivery (ctx: RedisContext, delivery: NewDelivery, id: string = randomUUID()): {
   script: [string[], Array<string | number>]
   held: (entry: string) => HeldDelivery
 } {
   const keys = new ScopeKeys(delivery.scope)
-  const id = randomUUID()
   return {
     script: [[keys.deliveries, keys.delivery(id)], [
       delivery.runId, delivery.target.url.href, delivery.body, delivery.target.secret ?? '', ctx.consumer, DELIVERY_TTL_SECONDS, id,
@@ -96,4 +95,18 @@ export function holdDelivery (ctx: RedisContext, delivery: NewDelivery): {
       return { ...delivery, attempts: 0, entry: `${entry} ${id}` }
     }
   }
+}
+
+/** The id of the delivery written with a run's end (END_AND_HOLD): one per run, so that an end tried again finds it. */
+export function endDeliveryId (runId: string): string { return `end:${runId}` }
+
+/**
+ * The delivery this sidecar wrote with a run's end, as it holds it, when the end's reply was lost
+ * (its hash keeps the stream entry); undefined when there is none (or it is no longer this sidecar's).
+ */
+export async function heldEndDelivery (ctx: RedisContext, delivery: NewDelivery): Promise<HeldDelivery | undefined> {
+  const keys = new ScopeKeys(delivery.scope)
+  const id = endDeliveryId(delivery.runId)
+  const entry = await guard(ctx.redis.hget(keys.delivery(id), 'entry'))
+  return entry === null ? undefined : holdDelivery(ctx, delivery, id).held(entry)
 }

@@ -4,7 +4,7 @@ import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
 import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
-import { holdDelivery } from './redis-deliveries.ts'
+import { endDeliveryId, heldEndDelivery, holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
 import { FINISH_RECORDED, WEBHOOK_STATE } from './redis-scripts.ts'
 
@@ -89,6 +89,14 @@ export class RedisRecords implements RunRecords {
       const { status } = view.record
       // its start lost in a failover (the record queued again, its entry still this sidecar's): it did run, here
       const lostStart = status === 'queued' && owner === ''
+      if (status !== 'canceled' && status !== 'running' && !lostStart && owner === ctx.consumer) {
+        // this end written already: its reply was lost (a timeout, a dropped connection, a primary
+        // killed after it wrote and passed it on) and the end tried again: it is this run's end, and
+        // the delivery written with it is this sidecar's to send
+        ctx.held.delete(run.entry)
+        const delivery = deliveryOf === undefined ? undefined : await heldEndDelivery(ctx, deliveryOf(view))
+        return delivery === undefined ? view : { ...view, delivery }
+      }
       if (status === 'canceled' || (status !== 'running' && !lostStart) || (status === 'running' && owner !== ctx.consumer)) {
         ctx.held.delete(run.entry) // acknowledged by whoever ended it
         // a cancel came first (this sidecar reports it), or another sidecar took this one for lost and ended or ran the run (that stands)
@@ -110,7 +118,7 @@ export class RedisRecords implements RunRecords {
     if (deliveryOf === undefined) {
       ended = await ctx.transition(keys, run.runId, old, finished, extra) ? view : undefined
     } else {
-      const writing = holdDelivery(ctx, deliveryOf(view))
+      const writing = holdDelivery(ctx, deliveryOf(view), endDeliveryId(run.runId))
       const entry = await ctx.transitionAndHold(keys, run.runId, old, finished, extra, writing.script)
       ended = entry === undefined ? undefined : { ...view, delivery: writing.held(entry) }
     }

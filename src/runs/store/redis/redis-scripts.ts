@@ -296,7 +296,7 @@ const HOLD_DELIVERY_LUA = `
 pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], '${SENDERS}', '0', 'MKSTREAM')
 local id = redis.call('XADD', KEYS[1], '*', 'delivery', ARGV[7])
 redis.call('XCLAIM', KEYS[1], '${SENDERS}', ARGV[5], 0, id, 'FORCE', 'JUSTID')
-redis.call('HSET', KEYS[2], 'run', ARGV[1], 'url', ARGV[2], 'body', ARGV[3], 'attempts', 1)
+redis.call('HSET', KEYS[2], 'run', ARGV[1], 'url', ARGV[2], 'body', ARGV[3], 'attempts', 1, 'entry', id)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], 'secret', ARGV[4]) end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'traceparent', ARGV[8], 'tracestate', ARGV[9]) end
 redis.call('EXPIRE', KEYS[2], ARGV[6])
