@@ -8,10 +8,10 @@ import { GROUP, RELEASE, START_READ, SUBMIT, WAITING } from './redis-scripts.ts'
 /** The stored request, without its body (kept as raw bytes beside it). */
 interface RequestJson { method: string, path: string, headers: string[], hasBody: boolean }
 
-/** A queue entry as read: the queue's key, the entry's id, the run it names and (a submission of this version) its record as queued. */
+/** A queue entry as read: the queue's key, the entry's id, the run it names and (written by SUBMIT or RELEASE of this version) its record as queued. */
 interface QueueEntry { queue: string, id: string, runId: string, record?: string | undefined }
 
-/** A run taken `unread`, with its request, body and webhook as stored; undefined when its request is gone. */
+/** A run taken (`unread`), with its request, body and webhook as stored; undefined when its request is gone. */
 function wholeRun (run: TakenRun, request: Buffer | null, body: Buffer | null, webhook: Buffer | null): TakenRun | undefined {
   if (request === null) return undefined
   const req = JSON.parse(request.toString()) as RequestJson
@@ -134,7 +134,7 @@ export class RedisQueue implements RunQueue {
       if (read) {
         const [view, raw, , owner] = await ctx.readOrMissing(keys, run.runId)
         // this start written already: its answer was lost (a timeout, a dropped connection) and the start tried again
-        if (view?.record.status === 'running' && owner === ctx.consumer) return run.unread === true ? await this.#withRequest(keys, run) : run
+        if (view?.record.status === 'running' && owner === ctx.consumer) return await this.#withRequest(keys, run)
         if (view?.record.status === 'running') {
           // another sidecar took the run over while this one was silent (a pause) and runs it: its entry is the other's now
           ctx.held.delete(run.entry)
@@ -146,25 +146,18 @@ export class RedisQueue implements RunQueue {
         }
         old = raw
       }
-      const started = startedRecord(JSON.parse(old as string) as RunRecord, run.createdAt, startedAt)
-      const json = JSON.stringify(started)
-      if (run.unread === true) {
-        // its request and webhook read in the same step
-        const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.running], [old as string, json, ctx.consumer])) as [number, Buffer | null, Buffer | null, Buffer | null]
-        if (reply[0] !== 1) continue
-        ctx.known.set(run.entry, json)
-        const whole = wholeRun(run, reply[1], reply[2], reply[3])
-        if (whole === undefined) throw new Error(`async run ${run.runId} started without its request`)
-        return whole
-      }
-      if (await ctx.transition(keys, run.runId, old as string, started, { owner: ctx.consumer })) {
-        ctx.known.set(run.entry, json)
-        return run
-      }
+      const json = JSON.stringify(startedRecord(JSON.parse(old as string) as RunRecord, run.createdAt, startedAt))
+      // its request and webhook read in the same step
+      const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.running], [old as string, json, ctx.consumer])) as [number, Buffer | null, Buffer | null, Buffer | null]
+      if (reply[0] !== 1) continue
+      ctx.known.set(run.entry, json)
+      const whole = wholeRun(run, reply[1], reply[2], reply[3])
+      if (whole === undefined) throw new Error(`async run ${run.runId} started without its request`)
+      return whole
     }
   }
 
-  /** A run taken `unread` that this store started already: its request and webhook (kept until it ends). */
+  /** A run this store started already: its request and webhook (kept until it ends). */
   async #withRequest (keys: ScopeKeys, run: TakenRun): Promise<TakenRun | undefined> {
     const [request, body, webhook] = await guard(this.#ctx.redis.hmgetBuffer(keys.run(run.runId), 'request', 'body', 'webhook')) as Array<Buffer | null>
     return wholeRun(run, request ?? null, body ?? null, webhook ?? null)
@@ -222,35 +215,23 @@ export class RedisQueue implements RunQueue {
     return { queue, id, runId: fields[1] as string, record: fields[2] === 'record' ? fields[3] : undefined }
   }
 
-  /** The run an entry names, held by this store; undefined (the entry dropped) when it is no longer queued. */
+  /**
+   * The run an entry names, held by this store, taken `unread` (its request comes with the start);
+   * undefined (the entry dropped) when it is no longer queued.
+   */
   async #taken (entry: QueueEntry): Promise<TakenRun | undefined> {
     const scope = scopeOfQueue(entry.queue)
     const keys = new ScopeKeys(scope)
-    if (entry.record !== undefined) {
-      // the entry carries the record: nothing read now, the request comes with the start
-      const queued = JSON.parse(entry.record) as RunRecord
-      this.#ctx.held.set(entry.id, entry.queue)
-      this.#ctx.known.set(entry.id, entry.record)
-      return { scope, runId: entry.runId, entry: entry.id, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true }
-    }
-    const [record, request, body, webhook] = await guard(this.#ctx.redis.hmgetBuffer(keys.run(entry.runId), 'record', 'request', 'body', 'webhook')) as Array<Buffer | null>
-    if (record === undefined || request === undefined || body === undefined || webhook === undefined) return undefined
-    const parsed = record === null ? undefined : JSON.parse(record.toString()) as RunRecord
-    if (parsed === undefined || request === null || parsed.status !== 'queued') {
+    // the record as queued: carried by the entry, or read (an entry of the version before, a run taken over)
+    const record = entry.record ?? await guard(this.#ctx.redis.hget(keys.run(entry.runId), 'record'))
+    const queued = record === null ? undefined : JSON.parse(record) as RunRecord
+    if (queued === undefined || queued.status !== 'queued') {
       await this.#ctx.forget(keys, entry.id)
       return undefined
     }
     this.#ctx.held.set(entry.id, entry.queue)
-    this.#ctx.known.set(entry.id, (record as Buffer).toString())
-    const req = JSON.parse(request.toString()) as RequestJson
-    return {
-      scope,
-      runId: entry.runId,
-      entry: entry.id,
-      createdAt: Date.parse(parsed.created_at),
-      webhook: webhook === null ? undefined : parseWebhook(webhook.toString()),
-      request: { method: req.method, path: req.path, headers: req.headers, body: req.hasBody ? body : null }
-    }
+    this.#ctx.known.set(entry.id, record as string)
+    return { scope, runId: entry.runId, entry: entry.id, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true }
   }
 
   /** An entry read after its take was abandoned: queued again, for whoever takes next. */

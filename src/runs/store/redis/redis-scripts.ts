@@ -87,22 +87,18 @@ return 1
 /**
  * Moves a run from the record it had (compare and set: 0 when another sidecar changed it first) to
  * a new one, with what goes with it: its result, its owner, its queue entry acknowledged and
- * deleted, its retention TTL on the run and its events, and a message to its followers. A run
- * leaving the queue (started, canceled) gives its body's bytes back to the app's queued-bytes and
- * drops its request (its taker has it); a finished one drops its webhook (the secret: its owner
- * has it for the delivery, and nobody else will need it).
- * A run that becomes running joins the app's running set, one that stops running leaves it (the
- * backlog is the queue's entries less that set: a run taken ahead, not started, still waits).
+ * deleted, its retention TTL on the run and its events, and a message to its followers. Every
+ * move ends the run (a start is START_READ's): one canceled while queued gives its body's bytes
+ * back to the app's queued-bytes; a finished one drops its request and its webhook (the secret:
+ * its owner has it for the delivery, and nobody else will need it), and, if it was running, leaves
+ * the app's running set (the backlog is the queue's entries less that set).
  * KEYS: run, queue, events, queued bytes, running. ARGV: old record, new record, result (''), owner
  * (''), entry (''), ttl seconds (0), live channel, message ('').
  */
 const TRANSITION_LUA = `
 if redis.call('HGET', KEYS[1], 'record') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'record', ARGV[2])
-local was = string.find(ARGV[1], '"status":"running"', 1, true) ~= nil
-local is = string.find(ARGV[2], '"status":"running"', 1, true) ~= nil
-if is and not was then redis.call('SADD', KEYS[5], KEYS[1]) end
-if was and not is then redis.call('SREM', KEYS[5], KEYS[1]) end
+if string.find(ARGV[1], '"status":"running"', 1, true) then redis.call('SREM', KEYS[5], KEYS[1]) end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[3]) end
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
 if ARGV[5] ~= '' then
@@ -126,7 +122,7 @@ return 1
 export const TRANSITION = new LuaScript(TRANSITION_LUA)
 
 /**
- * A run taken without its request starts: compare-and-set of its record (queued → running, owned
+ * A taken run starts: compare-and-set of its record (queued → running, owned
  * by the taker), and its request, body and webhook read in the same step ({0} when the record had
  * changed: a cancel, a takeover). It leaves the queue's bytes and joins the running set; its
  * request and body stay until it ends (TRANSITION drops them then), so that a start tried again
