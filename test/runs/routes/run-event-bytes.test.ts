@@ -58,6 +58,7 @@ async function bigStream (t: Test, backend: 'memory' | 'redis'): Promise<void> {
 
   const reader = await client.follow('big')
   await reader.done
+  t.equal(reader.status, 200, 'the events route answers (a failure says why)')
   const first = EVENTS - KEPT
   t.same(reader.events[0], { event: 'error', id: undefined, data: `{"message":"events before ${first} are no longer kept"}`, at: reader.events[0]?.at },
     'a reader from the first event is told the oldest are no longer kept')
