@@ -85,21 +85,29 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
     // the stream answers from here on: past DEADLINE_SECONDS it ends with an error event, not a cut connection
     call.forwarded = true
     call.onAbort({ abortFor: reason => { if (reason instanceof SidecarError) writer.fail(reason.message) } })
-    for await (const item of items) {
-      if (res.writableEnded) return
-      let writable: boolean
-      if (item.type === 'event') {
-        writable = writer.framed(frameSseEvent(item.data, undefined, item.n), 1)
-      } else if (item.type === 'gap') {
-        writable = writer.framed(frameSseError(`events before ${item.first} are no longer kept`), 1)
-      } else {
-        // its id stops an EventSource: a reconnect with it is answered 204 (answerFinishedStream)
-        writer.framed(frameSseEvent(recordJson(item.view), 'done', doneEventId(route.runId)), 1)
-        break
+    try {
+      for await (const item of items) {
+        if (res.writableEnded) return
+        let writable: boolean
+        if (item.type === 'event') {
+          writable = writer.framed(frameSseEvent(item.data, undefined, item.n), 1)
+        } else if (item.type === 'gap') {
+          writable = writer.framed(frameSseError(`events before ${item.first} are no longer kept`), 1)
+        } else {
+          // its id stops an EventSource: a reconnect with it is answered 204 (answerFinishedStream)
+          writer.framed(frameSseEvent(recordJson(item.view), 'done', doneEventId(route.runId)), 1)
+          break
+        }
+        // a slow reader is not buffered for: the store keeps the events until it catches up
+        if (!writable && !res.destroyed) await once(res, 'drain', { signal: call.signal }).catch(() => {})
+        if (res.destroyed) return
       }
-      // a slow reader is not buffered for: the store keeps the events until it catches up
-      if (!writable && !res.destroyed) await once(res, 'drain', { signal: call.signal }).catch(() => {})
-      if (res.destroyed) return
+    } catch (error) {
+      // the store failed mid-stream (503 run store unavailable): the stream says so and ends; the
+      // reader resumes with Last-Event-ID, as after any cut
+      if (!(error instanceof SidecarError) || res.writableEnded) throw error
+      writer.fail(error.message)
+      return
     }
     writer.end()
   }

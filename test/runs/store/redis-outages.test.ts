@@ -1,3 +1,4 @@
+import { once } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { metric } from '../../helpers/admin-metrics.ts'
@@ -163,4 +164,42 @@ t.test('a queue read that fails at once (the queue key holds another type): trie
   await store.probe.del('as:{p/a}:queue')
   t.equal((await client.submit('/json', 'after-fix')).status, 202)
   t.equal((await client.finished('after-fix')).record.status, 'succeeded', 'the queue works once the key is gone')
+})
+
+t.test('an event reader whose Redis stops answering mid-stream: the stream ends with event: error "run store unavailable" after the events sent, never a silent cut; a reader resumes after the last once it answers', async t => {
+  const store = await privateRunStore(t)
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { ...store.env, DISABLE_AUTH: 'true' })
+  const client = runsClient({ base: h.base })
+  // 40 events of 1 MiB: more than a socket's buffers hold, so the sidecar reads the store again only as its reader takes them
+  const EVENTS = 40
+  const line = `"${'e'.repeat(1024 * 1024 - 2)}"`
+  t.equal((await client.submit('/ndjson', 'big')).status, 202)
+  const held = await app.waitForHeld(1)
+  for (let n = 0; n < EVENTS; n++) if (!held.res.write(`${line}\n`)) await once(held.res, 'drain')
+  held.res.end()
+  t.equal((await client.finished('big')).record.status, 'succeeded')
+
+  const reader = await client.follow('big')
+  t.equal(reader.status, 200)
+  await reader.waitForEvents(1)
+  reader.res.pause() // a reader that stops reading: the sidecar waits for it to drain
+  store.pause()
+  t.teardown(() => { store.resume() })
+  reader.res.resume()
+  await reader.done
+  const last = reader.events.at(-1)
+  t.same({ event: last?.event, data: last?.data }, { event: 'error', data: UNAVAILABLE }, 'the stream ends saying why')
+  const sent = reader.events.slice(0, -1)
+  t.ok(sent.length > 0 && sent.length < EVENTS, `after some of the events (${sent.length})`)
+  t.same(sent.map(e => e.id), sent.map((_e, i) => String(i)), 'in order, from the first')
+  t.ok(sent.every(e => e.data === line), 'each whole')
+
+  store.resume()
+  const lastId = String(sent.length - 1)
+  await eventually(async () => (await send(client.runUrl('big'), { headers: client.headers() })).status === 200, 10_000)
+  const rest = await client.follow('big', { headers: { 'last-event-id': lastId } })
+  await rest.done
+  t.same(rest.events.slice(0, -1).map(e => e.id), Array.from({ length: EVENTS - sent.length }, (_v, i) => String(sent.length + i)), 'a reader from the last event id gets the rest')
+  t.equal(rest.events.at(-1)?.event, 'done')
 })

@@ -8,6 +8,11 @@ const PENDING_MAX_BYTES = 1024 * 1024
 /** Kept events read per XRANGE: at most this many, fewer when they are large (about PAGE_BYTES a page). */
 const PAGE = 500
 const PAGE_BYTES = 1024 * 1024
+/**
+ * The first page, before the events' size is known: small, so a page of large events (up to
+ * STREAM_MAX_EVENT_BYTES each) stays well within the command timeout; the next pages grow to PAGE.
+ */
+const FIRST_PAGE = 8
 
 /** One follower's subscription to a run's live channel. */
 export class Listening {
@@ -137,7 +142,7 @@ export class RedisFollow {
   /** The events from `from` on, then live ones, then `done` (`finished` says when the run has ended). */
   async * events (listening: Listening, eventsKey: string, from: number, finished: () => Promise<RunView | undefined>): AsyncGenerator<RunEventItem> {
     let next = from
-    let page = PAGE
+    let page = FIRST_PAGE
     try {
       while (!listening.signal.aborted && !this.#closed) {
         const pending = listening.pending
