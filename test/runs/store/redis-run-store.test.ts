@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis'
 import t from 'tap'
-import { RunStoreUnavailableError } from '../../../src/errors.ts'
+import { RunNotFoundError, RunStoreUnavailableError } from '../../../src/errors.ts'
 import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { HeldDelivery, NewRun, RunStoreListener, RunStoreSettings, RunView, TakenRun } from '../../../src/runs/store/run-store.ts'
 import { flushRedis, startPrivateRedis, testRedis } from '../../helpers/redis-server.ts'
@@ -271,6 +271,45 @@ t.test('redis run store', async t => {
     t.equal(again.record.status, 'succeeded')
     t.same(again.delivery, first.delivery, 'the delivery written with the end, to send')
     t.equal(await probe.xlen('as:{proj/app}:deliveries'), 1, 'one delivery written, not two')
+  })
+
+  t.test('the hash of an ended run: its webhook state beside the record (the record not rewritten), no request, body, secret or queued bytes left; the events key gets a TTL only when there are events', async t => {
+    await flushRedis(redisUrl)
+    const store = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'ender' })
+    t.teardown(() => { void store.close() })
+    await store.reachable(5000)
+    const probe = new Redis(redisUrl)
+    t.teardown(() => { probe.disconnect() })
+    const outcome = { status: 'succeeded' as const, statusCode: 200, resultJson: '{"ok":true}', runTimeMs: 1, error: undefined, completedAt: Date.now() }
+    await store.queue.submit({ ...newRun(), runId: 'hashed' })
+    t.equal(await probe.get('as:{proj/app}:queued-bytes'), '1', 'its body counted while it waits')
+    const taken = await store.queue.take(AbortSignal.timeout(5000))
+    await store.queue.start(taken, Date.now())
+    t.equal(await probe.get('as:{proj/app}:queued-bytes'), '0', 'and no longer once it started')
+    t.equal(await probe.hget('as:{proj/app}:run:hashed', 'queued_bytes'), '0')
+    const ended = await store.records.finish(taken, outcome)
+    const raw = await probe.hget('as:{proj/app}:run:hashed', 'record')
+    t.same(Object.keys(await probe.hgetall('as:{proj/app}:run:hashed')).sort(), ['async', 'entry', 'owner', 'record', 'result'], 'what an ended run keeps')
+    t.ok(await probe.ttl('as:{proj/app}:run:hashed') > 0, 'for its retention')
+    t.equal(await probe.exists('as:{proj/app}:events:hashed'), 0, 'no events: no events key')
+
+    await store.records.webhookDone(SCOPE, 'hashed', 'delivered', 1)
+    t.equal(await probe.hget('as:{proj/app}:run:hashed', 'record'), raw, 'the record as it was')
+    t.equal(await probe.hget('as:{proj/app}:run:hashed', 'webhook_state'), 'delivered 1', 'the state beside it')
+    const read = await store.records.get(SCOPE, 'hashed')
+    t.same(read.record, { ...ended.record, webhook: { status: 'delivered', attempts: 1 } }, 'read into the record')
+    await probe.del('as:{proj/app}:run:hashed')
+    await t.rejects(store.records.webhookDone(SCOPE, 'hashed', 'failed', 2), RunNotFoundError, 'a run gone: 404')
+    t.equal(await probe.exists('as:{proj/app}:run:hashed'), 0, 'and no hash made again without a TTL')
+
+    await store.queue.submit({ ...newRun(), runId: 'streamed' })
+    const streamed = await store.queue.take(AbortSignal.timeout(5000))
+    await store.queue.start(streamed, Date.now())
+    store.records.appendEvent(streamed, 0, 'zero')
+    await eventually(async () => await probe.xlen('as:{proj/app}:events:streamed') === 1, 5000)
+    t.equal(await probe.ttl('as:{proj/app}:events:streamed'), -1, 'a running run\'s events: no TTL yet')
+    await store.records.finish(streamed, outcome)
+    t.ok(await probe.ttl('as:{proj/app}:events:streamed') > 0, 'its end gives its events its retention')
   })
 
   t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {

@@ -3,8 +3,8 @@ import type { RedisOptions } from 'ioredis'
 import { LRUCache } from 'lru-cache'
 import type { RunStoreAddress } from '../../../config/run-store-address.ts'
 import { RunNotFoundError, RunStoreUnavailableError } from '../../../errors.ts'
-import { isFinished } from '../../run-record.ts'
-import type { RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView } from '../run-store.ts'
+import { isFinished, withWebhook } from '../../run-record.ts'
+import type { RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView, WebhookStatus } from '../run-store.ts'
 import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { channelsOf, type Channels } from './redis-channels.ts'
 import { connectRedis, isCluster, type RedisClient, runStoreAddress } from './redis-connect.ts'
@@ -221,9 +221,15 @@ export class RedisContext {
 
   /** A run's view, its record as stored (for a compare-and-set), its queue entry and the sidecar running it ('' none). */
   async readOrMissing (keys: ScopeKeys, runId: string): Promise<[RunView | undefined, string, string, string]> {
-    const [raw, result, async, entry, owner] = await guard(this.redis.hmget(keys.run(runId), 'record', 'result', 'async', 'entry', 'owner'))
+    const [raw, result, async, entry, owner, webhook] = await guard(this.redis.hmget(keys.run(runId), 'record', 'result', 'async', 'entry', 'owner', 'webhook_state'))
     if (raw === null || raw === undefined) return [undefined, '', '', '']
-    return [{ record: JSON.parse(raw) as RunRecord, resultJson: result ?? undefined, async: async === '1' }, raw, entry ?? '', owner ?? '']
+    let record = JSON.parse(raw) as RunRecord
+    // the webhook's delivery state, kept beside the record (WEBHOOK_STATE): `<status> <attempts>`
+    if (webhook !== null && webhook !== undefined) {
+      const [status, attempts] = webhook.split(' ') as [WebhookStatus, string]
+      record = withWebhook(record, { status, attempts: Number(attempts) })
+    }
+    return [{ record, resultJson: result ?? undefined, async: async === '1' }, raw, entry ?? '', owner ?? '']
   }
 
   /** Compare-and-set of the record; a finished record gets its TTL, and its followers the end. */

@@ -63,7 +63,8 @@ export const GROUP = 'runners'
  * Records a queued run and queues it, unless the id is taken (-1), ASYNC_QUEUE_DEPTH runs already
  * wait (-2: waiting = entries in the stream minus the ones handed out, pending) or their bodies
  * would pass ASYNC_QUEUE_MAX_BYTES (-3). The body's bytes are counted in the app's queued-bytes
- * until the run leaves the queue (TRANSITION); with no entry left in the queue, nothing is counted.
+ * until the run leaves the queue (START_READ, or TRANSITION for a cancel); with no entry left in
+ * the queue, nothing is counted (the count starts again from this body).
  * The queue entry names the run and carries its record as queued (its taker starts it against
  * that record without reading it first; an older sidecar reads only the run id).
  * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended).
@@ -75,19 +76,25 @@ local entries = redis.call('XLEN', KEYS[2])
 local waiting = entries - redis.call('SCARD', KEYS[4])
 if waiting >= tonumber(ARGV[5]) then return -2 end
 local bytes = string.len(ARGV[3])
-local queued = entries == 0 and 0 or tonumber(redis.call('GET', KEYS[3]) or '0')
-if queued + bytes > tonumber(ARGV[7]) then return -3 end
+if bytes > tonumber(ARGV[7]) then return -3 end
+if entries == 0 then
+  redis.call('SET', KEYS[3], bytes)
+elseif bytes > 0 and redis.call('INCRBY', KEYS[3], bytes) > tonumber(ARGV[7]) then
+  redis.call('DECRBY', KEYS[3], bytes)
+  return -3
+end
 local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[6], 'record', ARGV[1])
-redis.call('HSET', KEYS[1], 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'webhook', ARGV[4]) end
-redis.call('SET', KEYS[3], queued + bytes)
+local fields = { 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes }
+if ARGV[4] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[4] end
+redis.call('HSET', KEYS[1], unpack(fields))
 return 1
 `)
 
 /**
  * Moves a run from the record it had (compare and set: 0 when another sidecar changed it first) to
  * a new one, with what goes with it: its result, its owner, its queue entry acknowledged and
- * deleted, its retention TTL on the run and its events, and a message to its followers. Every
+ * deleted, its retention TTL on the run and on its events (when it has any: the run's `events`
+ * field), and a message to its followers, in one HMGET, one HSET and one HDEL on the run. Every
  * move ends the run (a start is START_READ's): one canceled while queued gives its body's bytes
  * back to the app's queued-bytes; a finished one drops its request and its webhook (the secret:
  * its owner has it for the delivery, and nobody else will need it), and, if it was running, leaves
@@ -96,26 +103,30 @@ return 1
  * (''), entry (''), ttl seconds (0), live channel, message ('').
  */
 const TRANSITION_LUA = `
-if redis.call('HGET', KEYS[1], 'record') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'record', ARGV[2])
+local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events')
+if current[1] ~= ARGV[1] then return 0 end
+local set = { 'record', ARGV[2] }
+if ARGV[3] ~= '' then set[#set + 1] = 'result'; set[#set + 1] = ARGV[3] end
+if ARGV[4] ~= '' then set[#set + 1] = 'owner'; set[#set + 1] = ARGV[4] end
+redis.call('HSET', KEYS[1], unpack(set))
 if string.find(ARGV[1], '"status":"running"', 1, true) then redis.call('SREM', KEYS[5], KEYS[1]) end
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[3]) end
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
 if ARGV[5] ~= '' then
   redis.call('XACK', KEYS[2], '${GROUP}', ARGV[5])
   redis.call('XDEL', KEYS[2], ARGV[5])
 end
-local queued = redis.call('HGET', KEYS[1], 'queued_bytes')
-if queued then
+local gone = nil
+local queued = tonumber(current[2] or '0')
+if queued > 0 then
   if redis.call('DECRBY', KEYS[4], queued) < 0 then redis.call('SET', KEYS[4], 0) end
-  redis.call('HDEL', KEYS[1], 'queued_bytes', 'request', 'body')
+  gone = { 'queued_bytes', 'request', 'body' }
 end
 local ttl = tonumber(ARGV[6])
 if ttl > 0 then
-  redis.call('HDEL', KEYS[1], 'request', 'body', 'webhook')
+  gone = { 'queued_bytes', 'request', 'body', 'webhook' }
   redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[3], ttl)
+  if current[3] then redis.call('EXPIRE', KEYS[3], ttl) end
 end
+if gone then redis.call('HDEL', KEYS[1], unpack(gone)) end
 if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
 return 1
 `
@@ -124,7 +135,8 @@ export const TRANSITION = new LuaScript(TRANSITION_LUA)
 /**
  * A taken run starts: compare-and-set of its record (queued → running, owned
  * by the taker), and its request, body and webhook read in the same step ({0} when the record had
- * changed: a cancel, a takeover). It leaves the queue's bytes and joins the running set; its
+ * changed: a cancel, a takeover). It leaves the queue's bytes (its `queued_bytes` becomes 0, in the
+ * record's HSET) and joins the running set; its
  * request and body stay until it ends (TRANSITION drops them then), so that a start tried again
  * after its reply was lost finds them.
  * KEYS: run, queued bytes, running. ARGV: old record, new record, owner.
@@ -132,12 +144,10 @@ export const TRANSITION = new LuaScript(TRANSITION_LUA)
 export const START_READ = new LuaScript(`
 local fields = redis.call('HMGET', KEYS[1], 'record', 'request', 'body', 'webhook', 'queued_bytes')
 if fields[1] ~= ARGV[1] then return {0} end
-redis.call('HSET', KEYS[1], 'record', ARGV[2], 'owner', ARGV[3])
+redis.call('HSET', KEYS[1], 'record', ARGV[2], 'owner', ARGV[3], 'queued_bytes', 0)
 redis.call('SADD', KEYS[3], KEYS[1])
-if fields[5] then
-  if redis.call('DECRBY', KEYS[2], fields[5]) < 0 then redis.call('SET', KEYS[2], 0) end
-  redis.call('HDEL', KEYS[1], 'queued_bytes')
-end
+local queued = tonumber(fields[5] or '0')
+if queued > 0 and redis.call('DECRBY', KEYS[2], queued) < 0 then redis.call('SET', KEYS[2], 0) end
 return {1, fields[2], fields[3], fields[4]}
 `)
 
@@ -149,10 +159,11 @@ return {1, fields[2], fields[3], fields[4]}
  * status, content type, body, answer ttl ms.
  */
 export const FINISH_RECORDED = new LuaScript(`
-if redis.call('HGET', KEYS[1], 'record') ~= ARGV[1] then return 0 end
+local current = redis.call('HMGET', KEYS[1], 'record', 'events')
+if current[1] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'record', ARGV[2], 'result', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
+if current[2] then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
 redis.call('PUBLISH', ARGV[5], 'done')
 if redis.call('HGET', KEYS[3], 'run') == ARGV[6] then
   redis.call('HSET', KEYS[3], 'status', ARGV[7], 'type', ARGV[8], 'body', ARGV[9])
@@ -234,8 +245,11 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 if ARGV[5] ~= '' then
   if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
-  redis.call('HSET', KEYS[2], 'record', ARGV[5], 'async', '0', 'owner', ARGV[6])
-  if ARGV[7] ~= '' then redis.call('HSET', KEYS[2], 'webhook', ARGV[7]) end
+  if ARGV[7] == '' then
+    redis.call('HSET', KEYS[2], 'record', ARGV[5], 'async', '0', 'owner', ARGV[6])
+  else
+    redis.call('HSET', KEYS[2], 'record', ARGV[5], 'async', '0', 'owner', ARGV[6], 'webhook', ARGV[7])
+  end
   redis.call('EXPIRE', KEYS[2], ARGV[8])
 end
 redis.call('HSET', KEYS[1], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
@@ -265,15 +279,14 @@ return redis.call('DEL', KEYS[1])
 `)
 
 /**
- * The run's webhook delivery state on its record (status, attempts); the secret goes once it
- * ended. 0 when the run is gone. KEYS: run. ARGV: status, attempts.
+ * The run's webhook delivery state (status, attempts), in a field of its own (`webhook_state`,
+ * `<status> <attempts>`: read into the record by RedisContext.readOrMissing): the record itself is
+ * not rewritten, nor its compare-and-set disturbed. The secret goes once it ended. 0 when the run
+ * is gone. KEYS: run. ARGV: status, attempts.
  */
 export const WEBHOOK_STATE = new LuaScript(`
-local raw = redis.call('HGET', KEYS[1], 'record')
-if not raw then return 0 end
-local record = cjson.decode(raw)
-record.webhook = { status = ARGV[1], attempts = tonumber(ARGV[2]) }
-redis.call('HSET', KEYS[1], 'record', cjson.encode(record))
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'webhook_state', ARGV[1] .. ' ' .. ARGV[2])
 if ARGV[1] ~= 'pending' then redis.call('HDEL', KEYS[1], 'webhook') end
 return 1
 `)
@@ -289,12 +302,20 @@ export const SENDERS = 'senders'
  * ttl seconds, delivery id, traceparent ('' none), tracestate.
  */
 const HOLD_DELIVERY_LUA = `
-pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], '${SENDERS}', '0', 'MKSTREAM')
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('XGROUP', 'CREATE', KEYS[1], '${SENDERS}', '0', 'MKSTREAM') end
 local id = redis.call('XADD', KEYS[1], '*', 'delivery', ARGV[7])
-redis.call('XCLAIM', KEYS[1], '${SENDERS}', ARGV[5], 0, id, 'FORCE', 'JUSTID')
-redis.call('HSET', KEYS[2], 'run', ARGV[1], 'url', ARGV[2], 'body', ARGV[3], 'attempts', 1, 'entry', id)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], 'secret', ARGV[4]) end
-if ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'traceparent', ARGV[8], 'tracestate', ARGV[9]) end
+if not pcall(redis.call, 'XCLAIM', KEYS[1], '${SENDERS}', ARGV[5], 0, id, 'FORCE', 'JUSTID') then
+  -- the stream without its group (deleted by hand): made again
+  redis.call('XGROUP', 'CREATE', KEYS[1], '${SENDERS}', '0')
+  redis.call('XCLAIM', KEYS[1], '${SENDERS}', ARGV[5], 0, id, 'FORCE', 'JUSTID')
+end
+local fields = { 'run', ARGV[1], 'url', ARGV[2], 'body', ARGV[3], 'attempts', 1, 'entry', id }
+if ARGV[4] ~= '' then fields[#fields + 1] = 'secret'; fields[#fields + 1] = ARGV[4] end
+if ARGV[8] ~= '' then
+  fields[#fields + 1] = 'traceparent'; fields[#fields + 1] = ARGV[8]
+  fields[#fields + 1] = 'tracestate'; fields[#fields + 1] = ARGV[9]
+end
+redis.call('HSET', KEYS[2], unpack(fields))
 redis.call('EXPIRE', KEYS[2], ARGV[6])
 return id
 `
