@@ -62,15 +62,15 @@ export class RedisRecords implements RunRecords {
       // changed it (nothing can: it cannot be canceled), so no read first; its answer goes with it
       const finished = finishedRecord(run.running, outcome)
       const done: RunView = { record: finished, resultJson: outcome.resultJson, async: false }
-      const old = run.runningJson ?? JSON.stringify(run.running)
       if (keep === undefined) {
+        const old = run.runningJson ?? JSON.stringify(run.running)
         if (await ctx.transition(keys, run.runId, old, finished, { result: outcome.resultJson, done: true })) return done
       } else {
         const slot = keys.slot(keep.slot)
         ctx.claims.delete(slot)
         const { answer } = keep
         if (await guard(FINISH_RECORDED.run(ctx.redis, [keys.run(run.runId), keys.events(run.runId), slot], [
-          old, JSON.stringify(finished), outcome.resultJson, ctx.settings.retentionSeconds, keys.live(run.runId), run.runId,
+          ctx.consumer, JSON.stringify(finished), outcome.resultJson, ctx.settings.retentionSeconds, keys.live(run.runId), run.runId,
           answer.status, answer.contentType ?? '', answer.body, ctx.settings.retentionSeconds * 1000
         ])) === 1) return done
       }

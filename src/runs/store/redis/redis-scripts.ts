@@ -1,60 +1,5 @@
-import { createHash } from 'node:crypto'
-import type { Redis } from 'ioredis'
-import { isCluster } from './redis-connect.ts'
-
-/** ioredis's Buffer-reply variants of EVALSHA and EVAL (there at run time, missing from its types). */
-interface BufferScripts {
-  evalshaBuffer: (...args: Array<string | Buffer | number>) => Promise<unknown>
-  evalBuffer: (...args: Array<string | Buffer | number>) => Promise<unknown>
-}
-
-/** A script's text and its SHA1 (the name EVALSHA knows it by). */
-interface ScriptText { readonly source: string, readonly sha: string }
-
-const scriptText = (source: string): ScriptText => ({ source, sha: createHash('sha1').update(source).digest('hex') })
-
-/**
- * A Lua script run with EVALSHA, loaded with EVAL the first time a server does not know it. On a
- * cluster its messages go out with SPUBLISH (sharded pub/sub: the channel is in the keys' slot, and
- * only that slot's node carries it), elsewhere with PUBLISH (Redis 6.2 has no other).
- */
-export class LuaScript {
-  readonly #plain: ScriptText
-  readonly #sharded: ScriptText
-
-  constructor (source: string) {
-    this.#plain = scriptText(source)
-    this.#sharded = scriptText(source.replaceAll("redis.call('PUBLISH'", "redis.call('SPUBLISH'"))
-  }
-
-  async run (redis: Redis, keys: readonly string[], args: ReadonlyArray<string | Buffer | number>): Promise<unknown> {
-    const { sha, source } = this.#for(redis)
-    try {
-      return await redis.evalsha(sha, keys.length, ...keys, ...args)
-    } catch (error) {
-      if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return await redis.eval(source, keys.length, ...keys, ...args)
-    }
-  }
-
-  /** Loads it into the server's script cache (so the first EVALSHA after a (re)connect finds it). */
-  async load (redis: Redis): Promise<void> {
-    await redis.script('LOAD', this.#for(redis).source)
-  }
-
-  /** As `run`, with bulk replies as Buffers (binary values). */
-  async runBuffer (redis: Redis, keys: readonly string[], args: ReadonlyArray<string | Buffer | number>): Promise<unknown> {
-    const { sha, source } = this.#for(redis)
-    try {
-      return await (redis as unknown as BufferScripts).evalshaBuffer(sha, keys.length, ...keys, ...args)
-    } catch (error) {
-      if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return await (redis as unknown as BufferScripts).evalBuffer(source, keys.length, ...keys, ...args)
-    }
-  }
-
-  #for (redis: Redis): ScriptText { return isCluster(redis) ? this.#sharded : this.#plain }
-}
+import { BatchedScript } from './redis-script-batch.ts'
+import { LuaScript } from './redis-lua-script.ts'
 
 /** The consumer group every sidecar reads an app's queue in. */
 export const GROUP = 'runners'
@@ -152,15 +97,16 @@ return {1, fields[2], fields[3], fields[4]}
 `)
 
 /**
- * A recorded sync call ends: its record moves from the one written with its key's claim (compare
- * and set: 0 when something changed it) to its end, and its answer is kept in its key's slot
- * (when the slot is still its run's), in one step.
- * KEYS: run, events, slot. ARGV: old record, new record, result, ttl seconds, live channel, run id,
+ * A recorded sync call ends: its record, still running and its sidecar's (the one that claimed
+ * its key: nobody else writes it; 0 when it is not), moves to its end, and its answer is kept in
+ * its key's slot (when the slot is still its run's), in one step. The record as it was is not
+ * sent to compare: the owner and the status say the same in a few bytes.
+ * KEYS: run, events, slot. ARGV: owner, new record, result, ttl seconds, live channel, run id,
  * status, content type, body, answer ttl ms.
  */
-export const FINISH_RECORDED = new LuaScript(`
-local current = redis.call('HMGET', KEYS[1], 'record', 'events')
-if current[1] ~= ARGV[1] then return 0 end
+const FINISH_RECORDED_LUA = `
+local current = redis.call('HMGET', KEYS[1], 'record', 'events', 'owner')
+if current[3] ~= ARGV[1] or not current[1] or not string.find(current[1], '"status":"running"', 1, true) then return 0 end
 redis.call('HSET', KEYS[1], 'record', ARGV[2], 'result', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 if current[2] then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
@@ -170,7 +116,8 @@ if redis.call('HGET', KEYS[3], 'run') == ARGV[6] then
   redis.call('PEXPIRE', KEYS[3], ARGV[10])
 end
 return 1
-`)
+`
+export const FINISH_RECORDED = new BatchedScript(FINISH_RECORDED_LUA, { shared: 0, own: 3, args: 10 })
 
 /**
  * Appends event n to a run's events and tells its followers (`<n>\n<data>`), in order: 1
@@ -239,7 +186,7 @@ return redis.call('XLEN', KEYS[1]) - redis.call('SCARD', KEYS[2])
  * KEYS: slot, run. ARGV: run id, digest, async ('1' or '0'), lease ms, record ('' none), owner,
  * webhook ('' none), record ttl seconds.
  */
-export const CLAIM_KEY = new LuaScript(`
+const CLAIM_KEY_LUA = `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HMGET', KEYS[1], 'run', 'digest', 'async', 'status', 'type', 'body')
 end
@@ -255,7 +202,8 @@ end
 redis.call('HSET', KEYS[1], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return false
-`)
+`
+export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 0, own: 2, args: 8, buffers: true })
 
 /**
  * Keeps the answer in the slot the run holds (compare and set on the run id), for the ttl again.
@@ -319,14 +267,15 @@ redis.call('HSET', KEYS[2], unpack(fields))
 redis.call('EXPIRE', KEYS[2], ARGV[6])
 return id
 `
-export const HOLD_DELIVERY = new LuaScript(HOLD_DELIVERY_LUA)
+export const HOLD_DELIVERY = new BatchedScript(HOLD_DELIVERY_LUA, { shared: 1, own: 1, args: 9 })
 
 /** A delivery ended: its entry acknowledged and deleted, its hash (and secret) gone. KEYS: deliveries stream, delivery hash. ARGV: entry id. */
-export const DELIVERY_DONE = new LuaScript(`
+const DELIVERY_DONE_LUA = `
 redis.call('XACK', KEYS[1], '${SENDERS}', ARGV[1])
 redis.call('XDEL', KEYS[1], ARGV[1])
 return redis.call('DEL', KEYS[2])
-`)
+`
+export const DELIVERY_DONE = new BatchedScript(DELIVERY_DONE_LUA, { shared: 1, own: 1, args: 1 })
 
 /**
  * Removes consumers that hold no entry from a stream's group, in one step (a consumer deleted with
@@ -403,6 +352,6 @@ return hold({ KEYS[6], KEYS[7] }, { unpack(ARGV, 9, 17) })
 
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
-  SUBMIT, TRANSITION, START_READ, FINISH_RECORDED, APPEND_EVENT, RELEASE, WAITING, CLAIM_KEY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, HOLD_DELIVERY, DELIVERY_DONE,
-  FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD
+  SUBMIT, TRANSITION, START_READ, APPEND_EVENT, RELEASE, WAITING, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
+  ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
 ]
