@@ -8,6 +8,8 @@ import { eventually, freePort } from '../../helpers/sidecar-harness.ts'
 import { runStoreBoundsSuite } from './run-store-bounds-suite.ts'
 import { runStoreSuite } from './run-store-suite.ts'
 
+type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
+
 const SCOPE = { projectId: 'proj', appName: 'app' }
 const SETTINGS: RedisStoreSettings = { retentionSeconds: 60, maxEvents: 100, maxEventBytes: 64 * 1024 * 1024, queueDepth: 100, queueMaxBytes: 256 * 1024 * 1024, scope: SCOPE }
 let counter = 0
@@ -26,6 +28,16 @@ t.test('redis run store', async t => {
     const store = new RedisRunStore(redisUrl, { ...settings, scope })
     await store.reachable(5000)
     return store
+  }
+  /** A store whose consumer is 'ender', on an empty Redis, and a connection to look at what it wrote. */
+  const enderStore = async (t: Tap): Promise<{ store: RedisRunStore, probe: Redis }> => {
+    await flushRedis(redisUrl)
+    const store = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'ender' })
+    t.teardown(() => { void store.close() })
+    await store.reachable(5000)
+    const probe = new Redis(redisUrl)
+    t.teardown(() => { probe.disconnect() })
+    return { store, probe }
   }
   runStoreSuite(t, open)
   runStoreBoundsSuite(t, open)
@@ -224,12 +236,7 @@ t.test('redis run store', async t => {
   })
 
   t.test('an end written with its webhook\'s delivery in one step: held by the sidecar ending it; none written when a cancel came first', async t => {
-    await flushRedis(redisUrl)
-    const store = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'ender' })
-    t.teardown(() => store.close())
-    await store.reachable(5000)
-    const probe = new Redis(redisUrl)
-    t.teardown(() => probe.disconnect())
+    const { store, probe } = await enderStore(t)
     const outcome = { status: 'succeeded', statusCode: 200, resultJson: '{"ok":true}', runTimeMs: 5, error: undefined, completedAt: Date.now() } as const
     const deliveryOf = (taken: TakenRun) => (view: RunView) => ({ scope: SCOPE, runId: taken.runId, target: { url: new URL('https://h.example/hook'), secret: 'k' }, body: `{"status":"${view.record.status}"}` })
 
@@ -253,12 +260,7 @@ t.test('redis run store', async t => {
   })
 
   t.test('an end tried again after its reply was lost (it was written, with its delivery): this run\'s end, and the same delivery, held once', async t => {
-    await flushRedis(redisUrl)
-    const store = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'ender' })
-    t.teardown(() => { void store.close() })
-    await store.reachable(5000)
-    const probe = new Redis(redisUrl)
-    t.teardown(() => { probe.disconnect() })
+    const { store, probe } = await enderStore(t)
     const outcome = { status: 'succeeded' as const, statusCode: 200, resultJson: '{}', runTimeMs: 1, error: undefined, completedAt: Date.now() }
     const deliveryOf = (view: RunView) => ({ scope: SCOPE, runId: 'again', target: { url: new URL('https://h.example/hook'), secret: 'k' }, body: `{"status":"${view.record.status}"}` })
     await store.queue.submit({ ...newRun(), runId: 'again' })
@@ -274,12 +276,7 @@ t.test('redis run store', async t => {
   })
 
   t.test('the hash of an ended run: its webhook state beside the record (the record not rewritten), no request, body, secret or queued bytes left; the events key gets a TTL only when there are events', async t => {
-    await flushRedis(redisUrl)
-    const store = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'ender' })
-    t.teardown(() => { void store.close() })
-    await store.reachable(5000)
-    const probe = new Redis(redisUrl)
-    t.teardown(() => { probe.disconnect() })
+    const { store, probe } = await enderStore(t)
     const outcome = { status: 'succeeded' as const, statusCode: 200, resultJson: '{"ok":true}', runTimeMs: 1, error: undefined, completedAt: Date.now() }
     await store.queue.submit({ ...newRun(), runId: 'hashed' })
     t.equal(await probe.get('as:{proj/app}:queued-bytes'), '1', 'its body counted while it waits')
