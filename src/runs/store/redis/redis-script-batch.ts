@@ -66,18 +66,19 @@ return out
       this.#waiting.set(redis, byTag)
     }
     const tag = hashTag(keys[0] as string)
-    let calls = byTag.get(tag)
-    if (calls === undefined) {
-      calls = []
+    let batch = byTag.get(tag)
+    if (batch === undefined) {
+      const calls: Call[] = []
       byTag.set(tag, calls)
-      const batch = calls
       // every call of this turn of the event loop (the replies and requests it handles) joins it
       setImmediate(() => {
         byTag.delete(tag)
-        for (let from = 0; from < batch.length; from += MAX_BATCH) this.#send(redis, batch.slice(from, from + MAX_BATCH))
+        for (let from = 0; from < calls.length; from += MAX_BATCH) this.#send(redis, calls.slice(from, from + MAX_BATCH))
       })
+      batch = calls
     }
-    return await new Promise((resolve, reject) => { (calls).push({ keys, args, resolve, reject }) })
+    const joined = batch
+    return await new Promise((resolve, reject) => { joined.push({ keys, args, resolve, reject }) })
   }
 
   #send (redis: Redis, calls: Call[]): void {
