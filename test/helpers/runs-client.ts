@@ -66,11 +66,11 @@ export function runsClient (target: RunsTarget): RunsClient {
   const headers = (extra: OutgoingHttpHeaders = {}): OutgoingHttpHeaders =>
     target.token === undefined ? { ...extra } : { authorization: `Bearer ${target.token}`, ...extra }
   const runUrl = (runId: string, suffix = ''): string => `${target.base}${prefix}/_runs/${runId}${suffix}`
-  const read = async (runId: string): Promise<RecordRead> => {
-    const response = await send(runUrl(runId), { headers: headers() })
+  const recordIn = (runId: string, response: SentResponse): RecordRead => {
     if (response.status !== 200) throw new Error(`record of ${runId}: ${response.status} ${response.text}`)
     return { response, record: response.json() as RunRecordBody }
   }
+  const read = async (runId: string): Promise<RecordRead> => recordIn(runId, await send(runUrl(runId), { headers: headers() }))
   const client: RunsClient = {
     prefix,
     runUrl,
@@ -96,7 +96,10 @@ export function runsClient (target: RunsTarget): RunsClient {
     finished: async (runId, ms = 5000) => {
       let last: RecordRead | undefined
       await eventually(async () => {
-        last = await read(runId)
+        // a 503 (run store unavailable, Retry-After: a sidecar reconnecting after a failover) is asked again, as a caller would
+        const response = await send(runUrl(runId), { headers: headers() })
+        if (response.status === 503) return false
+        last = recordIn(runId, response)
         return FINISHED.has(last.record.status)
       }, ms)
       return last as RecordRead
