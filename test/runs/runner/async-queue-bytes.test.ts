@@ -32,7 +32,7 @@ async function flood (t: Test, backend: 'memory' | 'redis'): Promise<void> {
   t.equal((await client.submit('/hold/slow', 'slow', { body: BODY })).status, 202)
   const slow = await app.waitForHeld(1) // the app is slow: every other run waits
   const buffersBefore = heldBuffers()
-  const rssBefore = process.memoryUsage().rss
+  const rssBefore = process.memoryUsage().rss // after heldBuffers()'s collection
   const usedBefore = await redis?.usedMemory() ?? 0
 
   const answers: string[] = []
@@ -46,8 +46,12 @@ async function flood (t: Test, backend: 'memory' | 'redis'): Promise<void> {
   t.equal((await send(client.runUrl('flood-4'))).status, 404, 'a refused run is not recorded')
   t.equal(await h.sidecar.runs.queue.queuedCount(), 4)
 
+  // the refused bodies are garbage by now: collected first. RSS is a loose check (the exact one is
+  // the held Buffers below): on Node 24 it grew 83–174 MiB over runs of this same flood, the heap's
+  // and the allocator's own growth; holding the flood would be 320 MiB and more
+  gc()
   const rss = process.memoryUsage().rss - rssBefore
-  t.ok(rss < BOUND + 128 * MIB, `RSS within a margin of the bound (${(rss / MIB).toFixed(1)} MiB more; ${FLOOD * 8} MiB were sent)`)
+  t.ok(rss < BOUND + 192 * MIB, `RSS within a margin of the bound (${(rss / MIB).toFixed(1)} MiB more; ${FLOOD * 8} MiB were sent)`)
   if (redis === undefined) {
     // the last refused bodies go once their connections are released
     let grown = Infinity
