@@ -192,11 +192,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 if ARGV[5] ~= '' then
   if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
-  if ARGV[7] == '' then
-    redis.call('HSET', KEYS[2], 'record', ARGV[5], 'async', '0', 'owner', ARGV[6])
-  else
-    redis.call('HSET', KEYS[2], 'record', ARGV[5], 'async', '0', 'owner', ARGV[6], 'webhook', ARGV[7])
-  end
+  local fields = { 'record', ARGV[5], 'async', '0', 'owner', ARGV[6] }
+  if ARGV[7] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[7] end
+  redis.call('HSET', KEYS[2], unpack(fields))
   redis.call('EXPIRE', KEYS[2], ARGV[8])
 end
 redis.call('HSET', KEYS[1], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
