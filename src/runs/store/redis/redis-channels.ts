@@ -1,9 +1,5 @@
 import type { Redis } from 'ioredis'
-import { requireCjs } from '../../../shared/require-cjs.ts'
-import { isCluster, type RedisClient } from './redis-connect.ts'
-
-/** Redis Cluster's hash slot of a key (the package ioredis uses itself). */
-const keySlot = requireCjs('cluster-key-slot') as (key: string) => number
+import { isCluster, keySlot, type RedisClient } from './redis-connect.ts'
 
 /**
  * The pub/sub channels the store listens to (an app's cancels, a followed run's events), on its

@@ -11,6 +11,9 @@ const ioredis = requireCjs('ioredis') as typeof IoRedis
  * the same commands as a single server (ioredis gives both one interface; every command and script
  * here touches one app's keys, one hash slot): it is typed as one, `isCluster` tells them apart.
  */
+/** Redis Cluster's hash slot of a key (the package ioredis uses itself). */
+export const keySlot = requireCjs('cluster-key-slot') as (key: string) => number
+
 export type RedisClient = Redis
 
 /** RUN_STORE_URL's value: parsed already by the config, or a URL (tests). */

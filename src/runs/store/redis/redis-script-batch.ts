@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis'
+import { keySlot } from './redis-connect.ts'
 import { LuaScript } from './redis-lua-script.ts'
 
 /** Most calls run in one batch (its keys and arguments in one EVALSHA). */
@@ -17,9 +18,9 @@ interface Call {
  * one reply each. Under load this saves the client most of its per-command cost (command object,
  * promise, reply parsing), which dominates a small script's; a call alone runs the plain script.
  * An error reply (a refused write: OOM, READONLY, checked at a script's first write) fails every
- * call of its batch, as it would each call alone. Calls are batched per client and per hash tag
- * (on a cluster a script's keys share one slot).
- * Each call has `shared` keys the same for all calls of a tag first (a stream), then `own` keys and
+ * call of its batch, as it would each call alone. Calls are batched per client and per hash slot
+ * of their first key (on a cluster a script's keys share one slot; an app's keys share its hash tag).
+ * Each call has `shared` keys the same for all calls of a slot first (a stream), then `own` keys and
  * `args` arguments of its own.
  */
 export class BatchedScript {
@@ -29,7 +30,7 @@ export class BatchedScript {
   readonly #own: number
   readonly #args: number
   readonly #buffers: boolean
-  readonly #waiting = new WeakMap<Redis, Map<string, Call[]>>()
+  readonly #waiting = new WeakMap<Redis, Map<number, Call[]>>()
 
   constructor (source: string, shape: { shared: number, own: number, args: number, buffers?: boolean }) {
     this.#one = new LuaScript(source)
@@ -60,19 +61,19 @@ return out
   /** The script's reply to this call (the plain script's reply, as if it ran alone). */
   async run (redis: Redis, keys: readonly string[], args: ReadonlyArray<string | Buffer | number>): Promise<unknown> {
     if (keys.length !== this.#shared + this.#own || args.length !== this.#args) throw new TypeError(`a batched script takes ${this.#shared + this.#own} keys and ${this.#args} arguments`)
-    let byTag = this.#waiting.get(redis)
-    if (byTag === undefined) {
-      byTag = new Map()
-      this.#waiting.set(redis, byTag)
+    let bySlot = this.#waiting.get(redis)
+    if (bySlot === undefined) {
+      bySlot = new Map()
+      this.#waiting.set(redis, bySlot)
     }
-    const tag = hashTag(keys[0] as string)
-    let batch = byTag.get(tag)
+    const slot = keySlot(keys[0] as string)
+    let batch = bySlot.get(slot)
     if (batch === undefined) {
       const calls: Call[] = []
-      byTag.set(tag, calls)
+      bySlot.set(slot, calls)
       // every call of this turn of the event loop (the replies and requests it handles) joins it
       setImmediate(() => {
-        byTag.delete(tag)
+        bySlot.delete(slot)
         for (let from = 0; from < calls.length; from += MAX_BATCH) this.#send(redis, calls.slice(from, from + MAX_BATCH))
       })
       batch = calls
@@ -102,11 +103,4 @@ return out
       for (const call of calls) call.reject(error)
     })
   }
-}
-
-/** The hash tag of a key (`{…}`), else the key itself. */
-function hashTag (key: string): string {
-  const open = key.indexOf('{')
-  const close = open === -1 ? -1 : key.indexOf('}', open + 1)
-  return close > open + 1 ? key.slice(open + 1, close) : key
 }
