@@ -1,8 +1,9 @@
-import pRetry, { AbortError } from 'p-retry'
+import { AbortError } from 'p-retry'
 import type { Logger } from 'pino'
 import { buildConnector } from '../shared/undici-core.ts'
 import type { WebhookAttemptOutcome, WebhookMetrics } from '../shared/metric-contracts.ts'
 import { describeNetworkError, isNetworkTimeout } from '../shared/network-errors.ts'
+import { retryAfterFirst } from '../shared/retry-after-first.ts'
 import { portOf, type TraceContext, type Tracer } from '../shared/trace-contracts.ts'
 import { AddressGuard, AddressRefusedError } from './address-guard.ts'
 import { DestinationPools } from './destination-pools.ts'
@@ -128,25 +129,16 @@ export class WebhookDelivery {
       throw outcome.retry ? outcome : new AbortError(outcome)
     }
     try {
-      // The first attempt goes out directly: most deliveries need no other, and p-retry's setup
-      // per call costs about as much CPU as the attempt's own code. One that failed goes on with
-      // p-retry, whose first "attempt" is that failure: delays, limits and abort as they would be.
+      // the first attempt goes out directly: most deliveries need no other
       signal.throwIfAborted()
-      try {
-        await attemptOnce()
-      } catch (first) {
-        await pRetry(async attemptNumber => {
-          if (attemptNumber === 1) throw first
-          await attemptOnce()
-        }, {
-          retries: attempts - 1,
-          factor: 2,
-          minTimeout: Math.min(250, maxDelayMs),
-          maxTimeout: maxDelayMs,
-          randomize: maxDelayMs > 0,
-          signal
-        })
-      }
+      await retryAfterFirst(attemptOnce, {
+        retries: attempts - 1,
+        factor: 2,
+        minTimeout: Math.min(250, maxDelayMs),
+        maxTimeout: maxDelayMs,
+        randomize: maxDelayMs > 0,
+        signal
+      })
       metrics.webhookDeliveries.labels('delivered').inc()
       if (ledger !== undefined) await ledger.done()
       job.onEnd?.('delivered', made)
