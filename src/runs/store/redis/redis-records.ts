@@ -89,7 +89,8 @@ export class RedisRecords implements RunRecords {
       const { status } = view.record
       // its start lost in a failover (the record queued again, its entry still this sidecar's): it did run, here
       const lostStart = status === 'queued' && owner === ''
-      if (status !== 'canceled' && status !== 'running' && !lostStart && owner === ctx.consumer) {
+      const endedAlready = status !== 'running' && !lostStart // finished or canceled
+      if (endedAlready && status !== 'canceled' && owner === ctx.consumer) {
         // this end written already: its reply was lost (a timeout, a dropped connection, a primary
         // killed after it wrote and passed it on) and the end tried again: it is this run's end, and
         // the delivery written with it is this sidecar's to send
@@ -97,7 +98,7 @@ export class RedisRecords implements RunRecords {
         const delivery = deliveryOf === undefined ? undefined : await heldEndDelivery(ctx, deliveryOf(view))
         return delivery === undefined ? view : { ...view, delivery }
       }
-      if (status === 'canceled' || (status !== 'running' && !lostStart) || (status === 'running' && owner !== ctx.consumer)) {
+      if (endedAlready || (status === 'running' && owner !== ctx.consumer)) {
         ctx.held.delete(run.entry) // acknowledged by whoever ended it
         // a cancel came first (this sidecar reports it), or another sidecar took this one for lost and ended or ran the run (that stands)
         return status === 'canceled' ? view : { ...view, endedElsewhere: true }
