@@ -16,7 +16,7 @@ import { createIdempotency, idempotencyKeyOf } from '../runs/stages/claim-key.ts
 import { createRunSubmit, wantsAsync } from '../runs/stages/submit-run.ts'
 import { createAppForward } from './app-forward.ts'
 import { authorizeCall } from './call/authorize-call.ts'
-import { startDeadline } from './call/call-deadline.ts'
+import { startCancelAfter, startDeadline } from './call/call-deadline.ts'
 import { CorsPolicy } from './call/cors.ts'
 import type { CallRecorder } from './call/call-record.ts'
 import { answerFinishedStream } from './call/finished-stream.ts'
@@ -82,6 +82,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     call.webhook = webhookTarget(call)                                     // 400 malformed webhookEndpoint
     call.idempotencyKey = idempotencyKeyOf(call)                           // 400 malformed Idempotency-Key (POSTs)
     call.async = wantsAsync(call)                                          // ?async=true, Prefer: respond-async
+    startCancelAfter(call, config.deadlineSeconds)                         // 400 malformed Cancel-After; a sync call's own deadline (504)
     call.body = await readRequestBody(call, bodyLimit(call.async))         // 400 bad Content-Length, 413 too large (async: ASYNC_QUEUE_MAX_BYTES too)
     if (call.idempotencyKey !== undefined && await claimKey(call)) return  // 409 in progress, 422 other body, a repeat's kept answer; a sync call recorded as a run (409 id taken, 503 store down)
     if (call.async) return await submitRun(call)                           // 202; 503 async queue full

@@ -56,6 +56,8 @@ export abstract class CallRecord {
   queueMs = 0
   /** Its spans (tracing on): ended as it closes. */
   trace: CallTrace | undefined
+  /** When it arrived (performance.now()): its deadlines count from here. */
+  readonly arrivedAt: number
   /** The sidecar's own answer, when it gave one: its code and reason go in the log line. */
   protected refusal: SidecarError | undefined
   #controller: AbortController | undefined
@@ -74,7 +76,7 @@ export abstract class CallRecord {
     this.#metrics = recorder.metrics
     this.#inflight = recorder.inflight
     this.runId = runIdFor(req.headers['x-request-id'])
-    const startedAt = performance.now()
+    const startedAt = this.arrivedAt = performance.now()
     const url = req.url as string // before a forward step rewrites it
     recorder.inflight.begin()
     closes.once('close', () => {
