@@ -150,6 +150,11 @@ export abstract class CallRecord {
   /** Its caller left, and its app request goes on without it (a recorded run): it is answered all the same. */
   get outliving (): boolean { return this.#outliving }
 
+  /** Its caller is answered already (202: its `Prefer: wait` ran out) and its app request goes on: what the call holds is freed as that ends (outlived). */
+  outlive (): void {
+    if (!this.#freed) this.#outliving = true
+  }
+
   /** The app request that outlived its caller has ended: what the call held is freed now. */
   outlived (): void {
     if (!this.#outliving) return

@@ -210,6 +210,20 @@ return false
 export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 0, own: 2, args: 8, buffers: true })
 
 /**
+ * Records a sync call as a running run as it goes on (its `Prefer: wait` ran out), owned by its
+ * sidecar, unless the id is taken (-1); like a keyed call's record, without a key.
+ * KEYS: run. ARGV: record, owner, webhook ('' none), ttl seconds.
+ */
+export const OPEN_RUN = new LuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local fields = { 'record', ARGV[1], 'async', '0', 'owner', ARGV[2] }
+if ARGV[3] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[3] end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+`)
+
+/**
  * Keeps the answer in the slot the run holds (compare and set on the run id), for the ttl again.
  * KEYS: slot. ARGV: run id, status, content type, body, ttl ms.
  */
@@ -356,6 +370,6 @@ return hold({ KEYS[7], KEYS[8] }, { unpack(ARGV, 10, 18) })
 
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
-  SUBMIT, TRANSITION, START_READ, APPEND_EVENT, RELEASE, WAITING, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
+  SUBMIT, TRANSITION, START_READ, APPEND_EVENT, RELEASE, WAITING, OPEN_RUN, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
   ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
 ]
