@@ -4,6 +4,7 @@ import { traceContextOf } from '../shared/trace-contracts.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { WebhookTee } from '../webhook/webhook-tee.ts'
 import { AppResponseRelay } from './respond/app-response-relay.ts'
+import type { CancelAtApp } from './call/app-cancel.ts'
 import type { HttpCall } from './call/http-call.ts'
 import { appRequestHeaders, type RequestHeaderRules } from './call/forward-headers.ts'
 import { appRequestPath } from './call/match-route.ts'
@@ -20,6 +21,8 @@ export interface AppForwardDeps {
   readonly webhookMaxBodyBytes: number
   /** Which headers the app gets (Authorization when the sidecar checked it, Accept-Encoding for the envelope). */
   readonly headerRules: RequestHeaderRules
+  /** APP_CANCEL_PATH's POST, for an app request the sidecar cuts (a cancel, a deadline, a caller gone); undefined: unset. */
+  readonly cancelAtApp?: CancelAtApp | undefined
 }
 
 /**
@@ -41,7 +44,7 @@ export function createAppForward (deps: AppForwardDeps): (call: HttpCall) => voi
         { projectId: route.projectId, appName: route.appName }, call.trace?.context ?? traceContextOf(call.req.headers))
     const tee = call.recording === undefined ? webhookTee : call.recording(webhookTee)
     const span = call.trace?.appRequest(method)
-    const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee, span)
+    const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee, span, deps.cancelAtApp)
     call.forwarded = true
     call.onAbort(relay)
     deps.app.dispatch({

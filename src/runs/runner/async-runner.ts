@@ -6,11 +6,12 @@ import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { HeldDelivery, NewDelivery, RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
-import type { LabelledCounter } from '../../shared/metric-contracts.ts'
+import type { CancelCause, LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { TraceContext, Tracer } from '../../shared/trace-contracts.ts'
 import { runWebhookBody } from '../../webhook/result-capture.ts'
 import type { WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
+import type { CancelAtApp } from '../../sidecar/call/app-cancel.ts'
 import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 import { RunPrefetch } from './run-prefetch.ts'
@@ -33,6 +34,10 @@ export interface AsyncRunnerDeps {
   /** REPLICA_CONCURRENCY (0: no limit, and then at most UNLIMITED_PARALLEL async runs at once). */
   readonly replicaConcurrency: number
   readonly runsTotal: LabelledCounter<RunStatus>
+  /** sidecar_cancels_total: a run's deadline counts here (a cancel, on the route that took it). */
+  readonly cancels: LabelledCounter<CancelCause>
+  /** APP_CANCEL_PATH's POST, for a run whose app request the sidecar cut; undefined: unset. */
+  readonly cancelAtApp?: CancelAtApp | undefined
   readonly logger: Logger
   /** An exception nobody expected while a run ran: reported once; the run fails, 500. */
   readonly reportInternal: InternalErrorReporter
@@ -252,7 +257,7 @@ export class AsyncRunner implements RunStoreListener {
   }
 
   async #dispatch (run: TakenRun): Promise<RunOutcome> {
-    const { store, app, deadlineSeconds, reportInternal } = this.#deps
+    const { store, app, deadlineSeconds, reportInternal, cancelAtApp, cancels } = this.#deps
     const { request } = run
     let broken = false
     const relay: RunRelay = new RunRelay({
@@ -261,6 +266,7 @@ export class AsyncRunner implements RunStoreListener {
       maxResultBytes: this.#deps.maxResultBytes,
       maxEventBytes: this.#deps.maxEventBytes,
       appUrl: this.#deps.appUrl,
+      cancelAtApp: cancelAtApp === undefined ? undefined : () => { cancelAtApp(run.runId) },
       onEvent: (n, data) => {
         if (broken) return
         try {
@@ -276,7 +282,10 @@ export class AsyncRunner implements RunStoreListener {
     const key = runKey(run.scope, run.runId)
     this.#running.set(key, relay)
     const deadline = deadlineSeconds > 0
-      ? setTimeout(() => { relay.abort(new DeadlineExceededError(deadlineSeconds)) }, deadlineSeconds * 1000)
+      ? setTimeout(() => {
+        cancels.labels('deadline').inc()
+        relay.abort(new DeadlineExceededError(deadlineSeconds))
+      }, deadlineSeconds * 1000)
       : undefined
     const span = this.#deps.tracer?.startClient(request.method, storedTrace(request.headers), {
       'http.request.method': request.method, run_id: run.runId

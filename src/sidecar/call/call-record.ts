@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
-import { CallerGoneError, SidecarError } from '../../errors.ts'
+import { CallerGoneError, DeadlineExceededError, SidecarError } from '../../errors.ts'
 import type { CallTrace } from '../../shared/trace-contracts.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { RouteLabel, SidecarMetrics } from '../metrics/metrics.ts'
@@ -125,6 +125,9 @@ export abstract class CallRecord {
   abort (reason: Error): void {
     if (this.#reason !== undefined) return
     this.#reason = reason
+    // a cancel through `_runs` is counted by its route, on the replica it reached
+    if (reason instanceof CallerGoneError) this.#metrics.cancels.labels('caller').inc()
+    else if (reason instanceof DeadlineExceededError) this.#metrics.cancels.labels('deadline').inc()
     this.#controller?.abort(reason)
     this.#onAbort?.abortFor(reason)
   }
