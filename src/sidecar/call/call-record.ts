@@ -170,11 +170,15 @@ export abstract class CallRecord {
     else cleanups.push(free)
   }
 
+  /** What a kind of call frees of its own as it closes (after its cleanups, before the drain count). */
+  protected freed (): void {}
+
   #free (): void {
     this.#freed = true
     const cleanups = this.#onClose
     if (typeof cleanups === 'function') cleanups()
     else if (cleanups !== undefined) for (const free of cleanups) free()
+    this.freed()
     this.#inflight.end()
   }
 }

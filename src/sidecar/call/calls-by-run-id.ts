@@ -18,7 +18,12 @@ export class CallsByRunId {
   /** Holds `call` until it closes (a call that outlives its caller: until its app request ends). */
   add (call: HttpCall): void {
     this.#calls.set(call.runId, call)
-    call.onClose(() => { if (this.#calls.get(call.runId) === call) this.#calls.delete(call.runId) })
+    call.inFlight = this
+  }
+
+  /** `call` closed (HttpCall calls it): a later call with its run id stays. */
+  leave (call: HttpCall): void {
+    if (this.#calls.get(call.runId) === call) this.#calls.delete(call.runId)
   }
 
   /** The call in flight here with that run id in that app (undefined: none, or already answered). */

@@ -31,6 +31,8 @@ export class HttpCall extends CallRecord {
   keySlot: string | undefined = undefined
   /** A sync call recorded as a run with its key: makes the tee that records its answer on the run. */
   recording: RunRecording | undefined = undefined
+  /** Where it is known by its run id while in flight (a cancel finds it there); it leaves as it closes. */
+  inFlight: { leave: (call: HttpCall) => void } | undefined = undefined
   readonly #logger: Logger
 
   constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse) {
@@ -43,6 +45,8 @@ export class HttpCall extends CallRecord {
   get finished (): boolean { return this.res.writableFinished }
   // a call that outlives its caller is still answered, for its Idempotency-Key (nothing reaches the socket)
   get settled (): boolean { return this.res.writableEnded || (this.res.destroyed && !this.outliving) }
+
+  protected override freed (): void { this.inFlight?.leave(this) }
 
   answer (error: unknown): void {
     if (this.settled) return
