@@ -163,7 +163,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     server.closeAllConnections()
     admin.closeAllConnections()
     await Promise.all([closeServer(server), closeServer(admin)])
-    await appCancel?.settled(APP_CANCEL_WAIT_MS) // the calls just cut told the app, before its connections go
+    await appCancel?.settled(inflight.idle(), APP_CANCEL_WAIT_MS) // the calls just cut tell the app, before its connections go
     await Promise.all([app.destroy(), store.destroy()])
     await tracer?.close()
   }

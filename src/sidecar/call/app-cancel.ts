@@ -39,11 +39,13 @@ export class AppCancel {
     void sending.finally(() => { this.#pending.delete(sending) })
   }
 
-  /** Resolves once the cancel POSTs sent so far have ended, or after `ms`. */
-  async settled (ms: number): Promise<void> {
-    if (this.#pending.size === 0) return
+  /** Resolves once `callsClosed` and then the cancel POSTs sent meanwhile have ended, or after `ms` in all. */
+  async settled (callsClosed: Promise<void>, ms: number): Promise<void> {
     let timer: NodeJS.Timeout | undefined
-    await Promise.race([Promise.all(this.#pending), new Promise(resolve => { timer = setTimeout(resolve, ms) })])
+    const over = new Promise<void>(resolve => { timer = setTimeout(resolve, ms) })
+    // a cut call hears of its closed connection only when its socket's handle has closed: its POST starts then
+    await Promise.race([callsClosed, over])
+    await Promise.race([Promise.all(this.#pending), over])
     clearTimeout(timer)
   }
 

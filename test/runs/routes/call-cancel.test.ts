@@ -5,7 +5,7 @@ import { metric } from '../../helpers/admin-metrics.ts'
 import { send } from '../../helpers/http-client.ts'
 import { privateRunStore } from '../../helpers/redis-server.ts'
 import { receiverFor, runsAppFor, runsClient, runsSidecarFor, type RunsApp, type RunRecordBody } from '../../helpers/runs-client.ts'
-import { eventually, type Harness } from '../../helpers/sidecar-harness.ts'
+import { eventually, type Harness, startHarness, startTestServer } from '../../helpers/sidecar-harness.ts'
 import { openStream } from '../../stream/sse-test-kit.ts'
 
 // Cancel reaches every in-flight /v4 call by its run id, plain calls included, on whichever
@@ -195,4 +195,25 @@ t.test('APP_CANCEL_PATH: an async run cut by its deadline tells the app; a faili
   const warned = h.logs.find(line => line.msg === 'app cancel request refused')
   t.match(warned, { level: 40, runId: 'async-late', status: 404 })
   t.equal(await metric(h, 'sidecar_cancels_total', { cause: 'deadline' }), 1)
+})
+
+t.test('APP_CANCEL_PATH goes under APP_URL\'s path, as forwarded calls do; the end of the drain tells the app of the calls it cuts', async t => {
+  const held: Array<() => void> = []
+  const app = await startTestServer((req, res) => {
+    if ((req.url as string).endsWith('/cancel')) res.end('ok')
+    else held.push(() => { res.end('late') }) // held until the drain cuts it
+  })
+  t.teardown(() => app.close())
+  const h = await startHarness(`${app.url}/base`, { DISABLE_AUTH: 'true', APP_CANCEL_PATH: '/predictions/{run_id}/cancel' })
+  const pending = send(`${h.base}/v4/p/a/work`, { method: 'POST', headers: { 'x-request-id': 'drained-1' } }).catch(() => undefined)
+  await eventually(() => held.length === 1)
+  t.equal(app.requests[0]?.url, '/base/work')
+  t.equal(await h.sidecar.drain(0.2), false, 'the call was cut at the end of the grace period')
+  await pending
+  // the close waited for the cancel POST before it closed the app's connections
+  t.same(app.requests.map(r => [r.method, r.url, r.headers['x-request-id']]), [
+    ['POST', '/base/work', 'drained-1'],
+    ['POST', '/base/predictions/drained-1/cancel', 'drained-1']
+  ])
+  await h.jwks.close()
 })
