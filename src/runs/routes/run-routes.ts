@@ -1,13 +1,13 @@
 import { once } from 'node:events'
-import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError, RunFinishedError, RunNotAsyncError, RunNotFoundError, SidecarError, TooManyReadersError } from '../../errors.ts'
-import { canceledRecord, isFinished, recordJson } from '../run-record.ts'
-import type { RunScope, RunStatus, RunStore, RunView } from '../store/run-store.ts'
+import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError, SidecarError, TooManyReadersError } from '../../errors.ts'
+import { recordJson } from '../run-record.ts'
+import type { RunScope, RunStatus, RunStore } from '../store/run-store.ts'
 import { sendJson } from '../../shared/http-answers.ts'
-import type { CancelCause, LabelledCounter, StreamMetrics } from '../../shared/metric-contracts.ts'
-import type { CallsByRunId } from '../../sidecar/call/calls-by-run-id.ts'
+import type { LabelledCounter, StreamMetrics } from '../../shared/metric-contracts.ts'
 import { isRunId } from '../../shared/run-id-rule.ts'
 import { doneEventId, frameSseError, frameSseEvent } from '../../stream/sse-frame.ts'
 import { SseWriter } from '../../stream/sse-writer.ts'
+import { createRunCancel, type RunCancelDeps } from './run-cancel.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import type { CallRoute } from '../../sidecar/call/match-route.ts'
 
@@ -52,69 +52,25 @@ export function matchRunRoute (route: CallRoute): RunRoute | undefined {
 const ESCAPED_UNDERSCORE = /%5f/gi
 const EMPTY_SEGMENTS = /\/{2,}/g
 
-export interface RunRoutesDeps {
+export interface RunRoutesDeps extends RunCancelDeps {
   readonly store: RunStore
   /** RUN_MAX_READERS: most readers of run events served at once; beyond it 503. */
   readonly maxReaders: number
   readonly heartbeatMs: number
   readonly metrics: StreamMetrics
   readonly runsTotal: LabelledCounter<RunStatus>
-  /** This replica's calls in flight by run id (a plain call has no record: only they know it). */
-  readonly calls: CallsByRunId
-  /** sidecar_cancels_total: each cancel this route made counts as `request`. */
-  readonly cancels: LabelledCounter<CancelCause>
 }
 
 /** `GET …/_runs/{id}` (the record), `GET …/_runs/{id}/events` (SSE), `POST …/_runs/{id}/cancel`. */
 export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: RunRoute) => Promise<void> {
-  const { store, calls } = deps
+  const { store } = deps
 
   async function record (call: HttpCall, route: RunRoute): Promise<void> {
     const view = await store.records.get(route.scope, route.runId)
     if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
   }
 
-  /**
-   * A plain call in flight here is canceled at once (no store asked); else the store cancels an
-   * async run, names a recorded sync call (canceled where it runs, its end written there) or
-   * none: then the call may be a plain one on another replica.
-   */
-  async function cancel (call: HttpCall, route: RunRoute): Promise<void> {
-    const { scope, runId } = route
-    if (calls.find(scope, runId)?.recording === undefined && calls.cancel(scope, runId)) return canceledPlain(call, runId)
-    let view: RunView
-    try {
-      view = await store.records.cancel(scope, runId)
-    } catch (error) {
-      if (error instanceof RunNotFoundError && await cancelCall(scope, runId)) return canceledPlain(call, runId)
-      if (!(error instanceof RunNotAsyncError)) throw error
-      view = await cancelRecordedCall(scope, runId)
-    }
-    deps.cancels.labels('request').inc()
-    // a run canceled before it started is counted here; a running one by the sidecar that ran it
-    if (view.record.started_at === undefined) deps.runsTotal.labels('canceled').inc()
-    if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
-  }
-
-  /** A call in flight here, else on another replica sharing the store: true when one was canceled. */
-  async function cancelCall (scope: RunScope, runId: string): Promise<boolean> {
-    return calls.cancel(scope, runId) || await store.cancelCall(scope, runId)
-  }
-
-  /** A recorded sync call (its Idempotency-Key) still running: canceled where it runs, which writes its end; answered with that end. */
-  async function cancelRecordedCall (scope: RunScope, runId: string): Promise<RunView> {
-    const running = await store.records.get(scope, runId)
-    // not in flight anywhere: it ended meanwhile
-    if (isFinished(running.record) || !await cancelCall(scope, runId)) throw new RunFinishedError()
-    const canceled = canceledRecord(running.record, Date.now())
-    return { record: canceled.record, resultJson: canceled.resultJson, async: false }
-  }
-
-  /** A plain call has no record kept: its cancel's answer says only that. */
-  function canceledPlain (call: HttpCall, runId: string): void {
-    deps.cancels.labels('request').inc()
-    if (!call.settled) sendJson(call.res, 200, JSON.stringify({ run_id: runId, status: 'canceled' }), { 'x-request-id': call.runId })
-  }
+  const cancel = createRunCancel(deps)
 
   async function events (call: HttpCall, route: RunRoute): Promise<void> {
     const after = startAfter(call.req.headers['last-event-id'], route.query)

@@ -131,8 +131,8 @@ for (const [name, fleetFor] of FLEETS) {
     const cancel = await runsClient({ base: canceler.base }).cancel('keyed-1')
     t.equal(cancel.status, 200)
     const answered = cancel.json() as RunRecordBody
-    t.equal(answered.run_id, 'keyed-1')
-    t.equal(answered.status, 'canceled')
+    t.match(answered, { run_id: 'keyed-1', status: 'canceled', status_code: 499, result: { message: 'run canceled' }, error: { message: 'run canceled' } })
+    t.match((await runsClient({ base: holder.base }).read('keyed-1')).record, { status: 'canceled' }, 'written before the cancel answered')
     const answer = await pending
     t.equal(answer.status, 499)
     t.equal(answer.text, CANCELED)
