@@ -36,6 +36,8 @@ export interface SidecarConfig {
   responseGracePeriodSeconds: number
   readycheckPath: string | undefined
   healthcheckPath: string | undefined
+  /** APP_CANCEL_PATH: the app path POSTed when the sidecar aborts a call's app request, `{run_id}` standing for the run id; undefined: none. */
+  appCancelPath: string | undefined
   allowQueryToken: boolean
   sseHeartbeatSeconds: number
   webhookAttempts: number
@@ -105,6 +107,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'RESPONSE_GRACE_PERIOD_SECONDS', key: 'responseGracePeriodSeconds', defaultText: '900', meaning: 'on SIGTERM, how long in-flight work may finish', parse: numberUpTo(MAX_SECONDS), fallback: fixed(900) }),
   variable({ name: 'READYCHECK_PATH', key: 'readycheckPath', defaultText: undefined, meaning: 'app path probed for readiness; unset = TCP connect', parse: optionalString(parseHttpPath), fallback: fixed(undefined) }),
   variable({ name: 'HEALTHCHECK_PATH', key: 'healthcheckPath', defaultText: undefined, meaning: 'app path probed for health; unset = TCP connect', parse: optionalString(parseHttpPath), fallback: fixed(undefined) }),
+  variable({ name: 'APP_CANCEL_PATH', key: 'appCancelPath', defaultText: undefined, meaning: 'app path POSTed when a call at the app is canceled ({run_id}: its run id), e.g. /predictions/{run_id}/cancel', parse: optionalString(parseHttpPath), fallback: fixed(undefined) }),
   variable({ name: 'ALLOW_QUERY_TOKEN', key: 'allowQueryToken', defaultText: 'false', meaning: 'also accept the token as ?access_token=', parse: parseBoolean, fallback: fixed(false) }),
   variable({ name: 'SSE_HEARTBEAT_SECONDS', key: 'sseHeartbeatSeconds', defaultText: '15', meaning: 'idle time before an SSE keep-alive comment', parse: numberUpTo(86_400), fallback: fixed(15) }),
   variable({ name: 'WEBHOOK_ATTEMPTS', key: 'webhookAttempts', defaultText: '3', meaning: 'webhook delivery attempts in total', parse: integerIn(1, 100), fallback: fixed(3) }),

@@ -7,6 +7,8 @@ import type { InternalErrorReporter } from '../shared/internal-errors.ts'
 import type { Tracer } from '../shared/trace-contracts.ts'
 import type { SidecarMetrics } from '../sidecar/metrics/metrics.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
+import type { CancelAtApp } from '../sidecar/call/app-cancel.ts'
+import type { CallsByRunId } from '../sidecar/call/calls-by-run-id.ts'
 import { AsyncRunner } from './runner/async-runner.ts'
 import { openRunStore } from './store/open-run-store.ts'
 import type { RunStore } from './store/run-store.ts'
@@ -26,6 +28,10 @@ export interface RunsDeps {
   readonly tracer: Tracer | undefined
   /** A run store to use instead of the one RUN_STORE_URL names (tests). */
   readonly store?: RunStore | undefined
+  /** This replica's calls in flight: another replica's cancel finds them through the store. */
+  readonly calls: CallsByRunId
+  /** APP_CANCEL_PATH's POST (undefined: unset). */
+  readonly cancelAtApp: CancelAtApp | undefined
 }
 
 /** The runs feature as the sidecar wires it in. */
@@ -67,6 +73,8 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     queueTtlSeconds: config.asyncQueueTtlSeconds,
     replicaConcurrency: config.replicaConcurrency,
     runsTotal: metrics.runsTotal,
+    cancels: metrics.cancels,
+    cancelAtApp: deps.cancelAtApp,
     logger,
     reportInternal: deps.reportInternal,
     inflight: deps.inflight,
@@ -74,6 +82,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
   })
   store.listen({
     canceled: (scope, runId) => { runner.canceled(scope, runId) },
+    cancelCall: (scope, runId) => deps.calls.cancel(scope, runId),
     lost: (run, view) => { runner.lost(run, view) },
     expired: (run, view) => { runner.expired(run, view) },
     deliveryLost: held => { webhooks.resume(held) },

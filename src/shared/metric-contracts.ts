@@ -28,3 +28,8 @@ export interface WebhookMetrics {
   readonly webhookAttempts: LabelledCounter<WebhookAttemptOutcome>
   readonly webhookDeliveries: LabelledCounter<WebhookDeliveryResult>
 }
+
+/** Why a call or run was canceled (sidecar_cancels_total). */
+export type CancelCause = 'caller' | 'deadline' | 'queue_ttl' | 'request'
+/** How an APP_CANCEL_PATH request went (sidecar_app_cancel_requests_total). */
+export type AppCancelOutcome = 'sent' | 'failed'

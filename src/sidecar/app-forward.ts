@@ -4,6 +4,7 @@ import { traceContextOf } from '../shared/trace-contracts.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { WebhookTee } from '../webhook/webhook-tee.ts'
 import { AppResponseRelay } from './respond/app-response-relay.ts'
+import type { CancelAtApp } from './call/app-cancel.ts'
 import type { HttpCall } from './call/http-call.ts'
 import { appRequestHeaders, type RequestHeaderRules } from './call/forward-headers.ts'
 import { appRequestPath } from './call/match-route.ts'
@@ -22,6 +23,8 @@ export interface AppForwardDeps {
   readonly headerRules: RequestHeaderRules
   /** Told of each call that went to the app with a bounded wait (`Prefer: wait`): it may go on as a run. */
   readonly watchWait?: (call: HttpCall, relay: AppResponseRelay, webhookTee: WebhookTee | undefined) => void
+  /** APP_CANCEL_PATH's POST, for an app request the sidecar cuts (a cancel, a deadline, a caller gone); undefined: unset. */
+  readonly cancelAtApp?: CancelAtApp | undefined
 }
 
 /**
@@ -43,7 +46,7 @@ export function createAppForward (deps: AppForwardDeps): (call: HttpCall) => voi
         { projectId: route.projectId, appName: route.appName }, call.trace?.context ?? traceContextOf(call.req.headers))
     const tee = call.recording === undefined ? webhookTee : call.recording(webhookTee)
     const span = call.trace?.appRequest(method)
-    const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee, span)
+    const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee, span, deps.cancelAtApp)
     call.forwarded = true
     call.onAbort(relay)
     if (call.waitOver !== undefined) deps.watchWait?.(call, relay, webhookTee)

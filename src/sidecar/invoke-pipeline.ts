@@ -17,7 +17,9 @@ import { createRunSubmit, wantsAsync } from '../runs/stages/submit-run.ts'
 import { createBoundedWait, startBoundedWait } from '../runs/stages/bounded-wait.ts'
 import { createAppForward } from './app-forward.ts'
 import { authorizeCall } from './call/authorize-call.ts'
+import type { CancelAtApp } from './call/app-cancel.ts'
 import { startCancelAfter, startDeadline } from './call/call-deadline.ts'
+import type { CallsByRunId } from './call/calls-by-run-id.ts'
 import { CorsPolicy } from './call/cors.ts'
 import type { CallRecorder } from './call/call-record.ts'
 import { answerFinishedStream } from './call/finished-stream.ts'
@@ -44,6 +46,10 @@ export interface InvokeDeps extends CallRecorder {
   readonly tracer?: Tracer | undefined
   /** Where an exception in a recorded run's store writes goes (it fails the run, not the call). */
   readonly reportInternal: InternalErrorReporter
+  /** This replica's calls in flight by run id: a cancel finds them. */
+  readonly calls: CallsByRunId
+  /** APP_CANCEL_PATH's POST, for an app request the sidecar cuts; undefined: unset. */
+  readonly cancelAtApp?: CancelAtApp | undefined
 }
 
 /**
@@ -51,7 +57,7 @@ export interface InvokeDeps extends CallRecorder {
  * throws the SidecarError its check answers with; the call answers it (with `X-Request-Id`).
  */
 export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
-  const { config, gate, verifier } = deps
+  const { config, gate, verifier, calls } = deps
   const heartbeatMs = config.sseHeartbeatSeconds * 1000
   const streams = createStreamSinks({ metrics: deps.metrics, heartbeatMs, maxEventBytes: config.streamMaxEventBytes })
   const basePath = pathPrefix(config.appUrl)
@@ -69,9 +75,10 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     webhooks: deps.webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
     headerRules,
-    watchWait: boundedWait.watch
+    watchWait: boundedWait.watch,
+    cancelAtApp: deps.cancelAtApp
   })
-  const serveRunRoute = createRunRoutes({ store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
+  const serveRunRoute = createRunRoutes({ store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal, calls: deps.calls, cancels: deps.metrics.cancels })
   const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal })
   // an async body no queue could hold is refused before it is read
   const asyncMaxBodyBytes = Math.min(config.maxBodyBytes, config.asyncQueueMaxBytes)
@@ -98,6 +105,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
 
   return function handleInvoke (req, res) {
     const call = new HttpCall(deps, 'invoke', req, res)                    // run id; log line, metrics, drain on close
+    calls.add(call)                                                        // known by its run id until it closes: a cancel finds it
     call.trace = deps.tracer?.startCall(req.method as string, req.headers) // its server span (tracing on), ended on close
     startDeadline(call, config.deadlineSeconds)                            // 504 past DEADLINE_SECONDS
     invoke(call).catch(error => { call.answer(error) })
@@ -108,7 +116,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
  * A WebSocket upgrade on `/v4/…`: the same route, auth and gate stages as a call (no webhook, no
  * deadline), then the handshake and every frame pass to and from the app untouched.
  */
-export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' | 'runs' | 'reportInternal'>): WebSocketForward & {
+export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' | 'runs' | 'reportInternal' | 'calls'>): WebSocketForward & {
   handleUpgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void
 } {
   const { config, gate, verifier } = deps

@@ -18,6 +18,8 @@ import { AddressGuard } from '../webhook/address-guard.ts'
 import { WebhookDelivery } from '../webhook/webhook-delivery.ts'
 import { senderLimits, WebhookSender, type WebhookSenderLimits } from '../webhook/webhook-sender.ts'
 import { createAdminServer } from './admin-server.ts'
+import { AppCancel } from './call/app-cancel.ts'
+import { CallsByRunId } from './call/calls-by-run-id.ts'
 import { drainSidecar } from './drain.ts'
 import { createInvokeHandler, createUpgradeHandler } from './invoke-pipeline.ts'
 import { closeServer, listen } from './listeners.ts'
@@ -115,12 +117,18 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     logger.warn({ appUrl: config.appUrl.href, waiting: gate.waiting, probe: readiness.lastFailure }, 'calls are waiting for the app to be ready')
   }, options.notReadyWarningMs ?? NOT_READY_WARNING_MS).unref()
 
+  // every /v4 call in flight, by run id, for cancels; the app told of the ones cut (APP_CANCEL_PATH)
+  const calls = new CallsByRunId()
+  const appCancel = config.appCancelPath === undefined
+    ? undefined
+    : new AppCancel({ app, basePath: pathPrefix(config.appUrl), path: config.appCancelPath, logger, requests: metrics.appCancelRequests })
+  const cancelAtApp = appCancel?.send
   const { store: runs, webhooks: deliveries, runner } = await openRuns(config, {
-    gate, app, sender: webhooks, metrics, logger, reportInternal, inflight, tracer, store: options.runStore
+    gate, app, sender: webhooks, metrics, logger, reportInternal, inflight, tracer, store: options.runStore, calls, cancelAtApp
   })
 
   const recorder = { logger, metrics, inflight }
-  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks: deliveries, gate, runs, tracer, reportInternal })
+  const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks: deliveries, gate, runs, tracer, reportInternal, calls, cancelAtApp })
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl), storeUrl: config.storeUrl.href })
   const websockets = createUpgradeHandler({ ...recorder, config, verifier, gate })
 
@@ -155,6 +163,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     server.closeAllConnections()
     admin.closeAllConnections()
     await Promise.all([closeServer(server), closeServer(admin)])
+    await appCancel?.settled(inflight.idle(), APP_CANCEL_WAIT_MS) // the calls just cut tell the app, before its connections go
     await Promise.all([app.destroy(), store.destroy()])
     await tracer?.close()
   }
@@ -166,6 +175,9 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
 
   return { port, adminPort, logger, metrics, inflight, webhooks, runs, reportInternal, drain, close }
 }
+
+/** How long a close waits for the APP_CANCEL_PATH POSTs of the calls it cut. */
+const APP_CANCEL_WAIT_MS = 1000
 
 /** How often the key set is fetched again while none was ever fetched: just past the verifier's 5 s back-off after a failure. */
 const KEYS_RETRY_MS = 5_500

@@ -35,7 +35,7 @@ t.test('--version prints the package version and exits 0, without starting', asy
 })
 
 t.test('an invalid value stops start-up with one line naming the variable', async t => {
-  const cases: Array<[string, string]> = [['PORT', 'eighty'], ['APP_URL', 'ftp://app'], ['RUNTIME', 'python'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/40']]
+  const cases: Array<[string, string]> = [['PORT', 'eighty'], ['APP_URL', 'ftp://app'], ['RUNTIME', 'python'], ['WEBHOOK_ALLOWED_CIDRS', '10.0.0.0/40'], ['APP_CANCEL_PATH', 'predictions/{run_id}/cancel']]
   for (const [name, value] of cases) {
     const child = runBin('app-sidecar', { [name]: value })
     t.equal(await child.exited, 2, name)

@@ -21,6 +21,7 @@ t.test('defaults match the SPEC table', async t => {
   t.equal(c.responseGracePeriodSeconds, 900)
   t.equal(c.readycheckPath, undefined)
   t.equal(c.healthcheckPath, undefined)
+  t.equal(c.appCancelPath, undefined)
   t.equal(c.allowQueryToken, false)
   t.equal(c.sseHeartbeatSeconds, 15)
   t.equal(c.webhookAttempts, 3)
@@ -39,6 +40,14 @@ t.test('defaults match the SPEC table', async t => {
   t.equal(c.runMaxReaders, 1000)
   t.equal(c.asyncQueueMaxBytes, 268435456)
   t.equal(c.logLevel, 'info')
+})
+
+t.test('APP_CANCEL_PATH: an app path starting with /, {run_id} kept as written; anything else refused naming it', async t => {
+  t.equal(loadSidecarConfig({ APP_CANCEL_PATH: '/predictions/{run_id}/cancel' }).appCancelPath, '/predictions/{run_id}/cancel')
+  t.equal(loadSidecarConfig({ APP_CANCEL_PATH: '' }).appCancelPath, undefined, 'empty counts as unset')
+  for (const raw of ['predictions/{run_id}/cancel', 'http://app/cancel', '/with space/{run_id}', ' /lead']) {
+    t.throws(() => loadSidecarConfig({ APP_CANCEL_PATH: raw }), { name: 'ConfigError', message: /^APP_CANCEL_PATH: expected an absolute path starting with "\/"/ }, raw)
+  }
 })
 
 t.test('RUN_STORE_URL takes redis:// and rediss:// URLs; the password never shows in an error', async t => {

@@ -7,6 +7,7 @@ import type { LabelledCounter, StreamMetrics } from '../../shared/metric-contrac
 import { isRunId } from '../../shared/run-id-rule.ts'
 import { doneEventId, frameSseError, frameSseEvent } from '../../stream/sse-frame.ts'
 import { SseWriter } from '../../stream/sse-writer.ts'
+import { createRunCancel, type RunCancelDeps } from './run-cancel.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import type { CallRoute } from '../../sidecar/call/match-route.ts'
 
@@ -51,7 +52,7 @@ export function matchRunRoute (route: CallRoute): RunRoute | undefined {
 const ESCAPED_UNDERSCORE = /%5f/gi
 const EMPTY_SEGMENTS = /\/{2,}/g
 
-export interface RunRoutesDeps {
+export interface RunRoutesDeps extends RunCancelDeps {
   readonly store: RunStore
   /** RUN_MAX_READERS: most readers of run events served at once; beyond it 503. */
   readonly maxReaders: number
@@ -69,12 +70,7 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
     if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
   }
 
-  async function cancel (call: HttpCall, route: RunRoute): Promise<void> {
-    const view = await store.records.cancel(route.scope, route.runId)
-    // a run canceled before it started is counted here; a running one by the sidecar that ran it
-    if (view.record.started_at === undefined) deps.runsTotal.labels('canceled').inc()
-    if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
-  }
+  const cancel = createRunCancel(deps)
 
   async function events (call: HttpCall, route: RunRoute): Promise<void> {
     const after = startAfter(call.req.headers['last-event-id'], route.query)

@@ -1,16 +1,17 @@
 import pRetry from 'p-retry'
 import type { Logger } from 'pino'
 import type { Pool } from 'undici'
-import { DeadlineExceededError, ReplicaStoppedError, RunCanceledError, RunDeadlinePassedError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
+import { DeadlineExceededError, QueueExpiredError, ReplicaStoppedError, RunCanceledError, RunDeadlinePassedError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
 import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { HeldDelivery, NewDelivery, RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
-import type { LabelledCounter } from '../../shared/metric-contracts.ts'
+import type { CancelCause, LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { TraceContext, Tracer } from '../../shared/trace-contracts.ts'
 import { runWebhookBody } from '../../webhook/result-capture.ts'
 import type { WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
+import type { CancelAtApp } from '../../sidecar/call/app-cancel.ts'
 import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
 import { queuedExpiry, runDeadline } from '../run-expiry.ts'
 import { type LongTimer, setLongTimeout } from '../../shared/longest-timer.ts'
@@ -37,6 +38,10 @@ export interface AsyncRunnerDeps {
   /** REPLICA_CONCURRENCY (0: no limit, and then at most UNLIMITED_PARALLEL async runs at once). */
   readonly replicaConcurrency: number
   readonly runsTotal: LabelledCounter<RunStatus>
+  /** sidecar_cancels_total: a run's deadline counts here (a cancel, on the route that took it). */
+  readonly cancels: LabelledCounter<CancelCause>
+  /** APP_CANCEL_PATH's POST, for a run whose app request the sidecar cut; undefined: unset. */
+  readonly cancelAtApp?: CancelAtApp | undefined
   readonly logger: Logger
   /** An exception nobody expected while a run ran: reported once; the run fails, 500. */
   readonly reportInternal: InternalErrorReporter
@@ -56,6 +61,9 @@ export const UNLIMITED_PARALLEL = 100
 
 /** How long cut runs may take to record their end after the grace period. */
 const CUT_SETTLE_MS = 5000
+
+/** The error of a run failed by ASYNC_QUEUE_TTL_SECONDS (a queued run's other time limit is its Cancel-After). */
+const QUEUE_EXPIRED = new QueueExpiredError().message
 
 /**
  * Runs queued async runs: takes the oldest one from the run store whenever this sidecar has a
@@ -103,6 +111,7 @@ export class AsyncRunner implements RunStoreListener {
 
   expired (run: TakenRun, view: RunView): void {
     this.#deps.runsTotal.labels(view.record.status).inc()
+    this.#deps.cancels.labels(view.record.error?.message === QUEUE_EXPIRED ? 'queue_ttl' : 'deadline').inc()
     this.#deps.logger.info({ runId: run.runId, projectId: run.scope.projectId, appName: run.scope.appName, reason: view.record.error?.message }, 'queued run failed: time limit')
     this.#sendWebhook(run, view)
   }
@@ -274,7 +283,7 @@ export class AsyncRunner implements RunStoreListener {
   }
 
   async #dispatch (run: TakenRun): Promise<RunOutcome> {
-    const { store, app, reportInternal } = this.#deps
+    const { store, app, reportInternal, cancelAtApp } = this.#deps
     const { request } = run
     let broken = false
     const relay: RunRelay = new RunRelay({
@@ -283,6 +292,7 @@ export class AsyncRunner implements RunStoreListener {
       maxResultBytes: this.#deps.maxResultBytes,
       maxEventBytes: this.#deps.maxEventBytes,
       appUrl: this.#deps.appUrl,
+      cancelAtApp: cancelAtApp === undefined ? undefined : () => { cancelAtApp(run.runId) },
       onEvent: (n, data) => {
         if (broken) return
         try {
@@ -322,7 +332,10 @@ export class AsyncRunner implements RunStoreListener {
     const cancelMs = cancelAt === undefined ? Infinity : Math.max(0, cancelAt - Date.now())
     if (deadlineMs === Infinity && cancelMs === Infinity) return undefined
     const reason = cancelMs < deadlineMs ? new RunDeadlinePassedError() : new DeadlineExceededError(deadlineSeconds)
-    return setLongTimeout(() => { relay.abort(reason) }, Math.min(deadlineMs, cancelMs))
+    return setLongTimeout(() => {
+      this.#deps.cancels.labels('deadline').inc()
+      relay.abort(reason)
+    }, Math.min(deadlineMs, cancelMs))
   }
 
   /** The run's webhook for its final record (written down with the end, when the store holds deliveries). */

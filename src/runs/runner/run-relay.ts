@@ -22,6 +22,8 @@ export interface RunRelayOptions {
   readonly onEvent: (n: number, data: string) => void
   /** APP_URL, as a failure's log reason names it. */
   readonly appUrl: string
+  /** APP_CANCEL_PATH's POST for this run (undefined: unset): the sidecar cut the app request, not the app. */
+  readonly cancelAtApp?: (() => void) | undefined
 }
 
 /**
@@ -49,11 +51,12 @@ export class RunRelay implements Dispatcher.DispatchHandler {
     this.outcome = new Promise(resolve => { this.#resolve = resolve })
   }
 
-  /** Cuts the app request; the run ends with `reason` (a cancel, the deadline, the grace period's end). */
+  /** Cuts the app request; the run ends with `reason` (a cancel, the deadline, the grace period's end); the app is told unless the event was its own. */
   abort (reason: SidecarError): void {
     if (this.#settled || this.#cut !== undefined) return
     this.#cut = reason
     this.#controller?.abort(reason)
+    if (!(reason instanceof EventTooLargeError)) this.#options.cancelAtApp?.()
   }
 
   onRequestStart (controller: Dispatcher.DispatchController): void {

@@ -7,6 +7,7 @@ import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { AnswerTee, ResponseCapture } from '../../shared/response-sink.ts'
 import { ResultCapture } from '../../webhook/result-capture.ts'
 import type { WebhookTee } from '../../webhook/webhook-tee.ts'
+import { CANCELED_MESSAGE, CANCELED_STATUS } from '../run-record.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 
 /** A sync call recorded in the run store (as it claimed its Idempotency-Key, or as its `Prefer: wait` ran out), ready to be followed. */
@@ -111,7 +112,9 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     const { store, run, logger, runsTotal } = recorded
     const runTimeMs = performance.now() - this.#forwardedAt
     const keep = recorded.answer === undefined || recorded.slot === undefined ? undefined : { slot: recorded.slot, answer: recorded.answer }
-    const finishing = store.records.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
+    // the sidecar's own 499 is a cancel (an app answering 499 ends through finish(), `app answered 499`)
+    const status = error === undefined ? 'succeeded' : statusCode === CANCELED_STATUS && error === CANCELED_MESSAGE ? 'canceled' : 'failed'
+    const finishing = store.records.finish(run, { status, statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
       .then(view => { runsTotal.labels(view.record.status).inc() }, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
     if (keep !== undefined) recorded.kept = finishing
   }

@@ -8,7 +8,7 @@ export interface KeyClaims {
    * it. A claim is held until its answer is kept (then for RUN_RETENTION_SECONDS) or it is dropped;
    * in Redis, also until its sidecar is lost (the claim is a lease renewed by the heartbeat).
    * With `run` (a sync call's recordedRun), the same step records it as a run already running (never queued;
-   * not async, so it cannot be canceled; its events and end are recorded as an async run's, through
+   * not async, so the store cannot cancel it (its sidecar ends it, canceled too); its events and end are recorded as an async run's, through
    * that handle): one round trip for both. Rejects with RunIdTakenError (the key
    * is not claimed then).
    */

@@ -185,6 +185,8 @@ export interface RunStoreSettings {
 export interface RunStoreListener {
   /** A run this sidecar runs was canceled (by a cancel on any sidecar): abort its app request. */
   canceled: (scope: RunScope, runId: string) => void
+  /** Another sidecar asks for this one's in-flight call with that run id to be canceled: true when this one held it. */
+  cancelCall?: (scope: RunScope, runId: string) => boolean
   /** A run whose sidecar was lost was failed ("replica lost") by this one: send its webhook. */
   lost: (run: TakenRun, view: RunView) => void
   /** A queued run was failed by a time limit (`Cancel-After`, ASYNC_QUEUE_TTL_SECONDS) by this sidecar: send its webhook (`view.delivery`: held already). */
@@ -217,6 +219,11 @@ export interface RunStore {
   readonly keys: KeyClaims
   /** Durable webhook delivery: only a shared store writes deliveries down; undefined in memory, where nothing changes. */
   readonly deliveries: DurableDeliveries | undefined
+  /**
+   * Asks every other sidecar sharing the store to cancel its in-flight call with that run id (a
+   * plain call, a recorded sync call): true when one held it and canceled it. Memory: false (no other).
+   */
+  cancelCall: (scope: RunScope, runId: string) => Promise<boolean>
   /** Where the store tells the sidecar of cancels, lost runs and its availability. */
   listen: (listener: RunStoreListener) => void
   /** Stops background work and closes connections; pending take() calls reject. */

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
-import { CallerGoneError, SidecarError } from '../../errors.ts'
+import { CallerGoneError, DeadlineExceededError, SidecarError } from '../../errors.ts'
 import type { CallTrace } from '../../shared/trace-contracts.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { RouteLabel, SidecarMetrics } from '../metrics/metrics.ts'
@@ -127,6 +127,9 @@ export abstract class CallRecord {
   abort (reason: Error): void {
     if (this.#reason !== undefined) return
     this.#reason = reason
+    // a cancel through `_runs` is counted by its route, on the replica it reached
+    if (reason instanceof CallerGoneError) this.#metrics.cancels.labels('caller').inc()
+    else if (reason instanceof DeadlineExceededError) this.#metrics.cancels.labels('deadline').inc()
     this.#controller?.abort(reason)
     this.#onAbort?.abortFor(reason)
   }
@@ -174,11 +177,15 @@ export abstract class CallRecord {
     else cleanups.push(free)
   }
 
+  /** What a kind of call frees of its own as it closes (after its cleanups, before the drain count). */
+  protected freed (): void {}
+
   #free (): void {
     this.#freed = true
     const cleanups = this.#onClose
     if (typeof cleanups === 'function') cleanups()
     else if (cleanups !== undefined) for (const free of cleanups) free()
+    this.freed()
     this.#inflight.end()
   }
 }

@@ -34,6 +34,8 @@ export class HttpCall extends CallRecord {
   /** `Prefer: wait=<seconds>` of a sync call, and what aborts when it runs out (see bounded-wait.ts). */
   waitSeconds: number | undefined = undefined
   waitOver: AbortSignal | undefined = undefined
+  /** Where it is known by its run id while in flight (a cancel finds it there); it leaves as it closes. */
+  inFlight: { leave: (call: HttpCall) => void } | undefined = undefined
   readonly #logger: Logger
 
   constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse) {
@@ -46,6 +48,8 @@ export class HttpCall extends CallRecord {
   get finished (): boolean { return this.res.writableFinished }
   // a call that outlives its caller is still answered, for its Idempotency-Key (nothing reaches the socket)
   get settled (): boolean { return this.res.writableEnded || (this.res.destroyed && !this.outliving) }
+
+  protected override freed (): void { this.inFlight?.leave(this) }
 
   answer (error: unknown): void {
     if (this.settled) return

@@ -3,11 +3,14 @@ import { requireCjs } from '../../shared/require-cjs.ts'
 import { FastHistogram, type HistogramCell } from './fast-histogram.ts'
 import { LastReading } from './last-reading.ts'
 
-import type { StreamMetrics, WebhookMetrics } from '../../shared/metric-contracts.ts'
+import type { AppCancelOutcome, CancelCause, LabelledCounter, StreamMetrics, WebhookMetrics } from '../../shared/metric-contracts.ts'
 
 const { Counter, Gauge, Registry, collectDefaultMetrics } = requireCjs('prom-client') as typeof PromClient
 
 export type RouteLabel = 'invoke' | 'websocket' | 'management'
+
+const CANCEL_CAUSES: readonly CancelCause[] = ['caller', 'deadline', 'queue_ttl', 'request']
+const APP_CANCEL_OUTCOMES: readonly AppCancelOutcome[] = ['sent', 'failed']
 
 /** The sidecar's Prometheus metrics, in a registry of its own (one per sidecar instance). */
 export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
@@ -48,6 +51,9 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
       registers: [this.registry],
       collect () { this.set(queued()) }
     })
+    // every cause and outcome shown from the start, at 0: a rate over a series that appears late misses its first count
+    for (const cause of CANCEL_CAUSES) this.cancels.labels(cause).inc(0)
+    for (const outcome of APP_CANCEL_OUTCOMES) this.appCancelRequests.labels(outcome).inc(0)
   }
 
   readonly #requestDuration = new FastHistogram({
@@ -121,6 +127,22 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     name: 'sidecar_runs_total',
     help: 'Recorded runs (async) that ended, by final status',
     labelNames: ['status'] as const,
+    registers: [this.registry]
+  })
+
+  /** Calls and runs canceled, by why: a cancel through `_runs/{id}/cancel`, a caller who left, a deadline, the async queue's time-to-live. */
+  readonly cancels: LabelledCounter<CancelCause> = new Counter({
+    name: 'sidecar_cancels_total',
+    help: 'Calls and runs canceled, by cause (request: _runs/{id}/cancel; caller: the caller left; deadline; queue_ttl)',
+    labelNames: ['cause'] as const,
+    registers: [this.registry]
+  })
+
+  /** APP_CANCEL_PATH requests, by outcome: the app answered 2xx (sent), or not (failed). */
+  readonly appCancelRequests: LabelledCounter<AppCancelOutcome> = new Counter({
+    name: 'sidecar_app_cancel_requests_total',
+    help: 'POSTs to APP_CANCEL_PATH after an app request was aborted, by outcome (sent: the app answered 2xx; failed)',
+    labelNames: ['outcome'] as const,
     registers: [this.registry]
   })
 

@@ -1,10 +1,11 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
-import { CallerDisconnectedError, CallerGoneError, DeadlineExceededError, SidecarError } from '../../errors.ts'
+import { CallerDisconnectedError, CallerGoneError, DeadlineExceededError, RunCanceledError, SidecarError } from '../../errors.ts'
 import { describeNetworkError } from '../../shared/network-errors.ts'
 import type { AnswerTee, ResponseCapture, ResponseSink, SinkContext } from '../../shared/response-sink.ts'
 import type { TraceSpan } from '../../shared/trace-contracts.ts'
+import type { CancelAtApp } from '../call/app-cancel.ts'
 import type { AbortTaker } from '../call/call-record.ts'
 import type { HttpCall } from '../call/http-call.ts'
 import type { SinkChooser } from './response-table.ts'
@@ -15,7 +16,8 @@ const CALLER_GONE = new CallerDisconnectedError()
 /**
  * An undici dispatch handler that relays one upstream response to one caller: it picks a sink
  * when headers arrive, pauses the upstream when the caller cannot keep up, and aborts the
- * upstream when the caller disconnects (a recorded run's goes on) or the deadline passes.
+ * upstream when the caller disconnects (a recorded run's goes on), the deadline passes or the run
+ * is canceled; then, with APP_CANCEL_PATH, the app is told too (once).
  */
 export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext, AbortTaker {
   /** The caller's response; a response nobody reads once the call goes on as a run (outliveAsRun). */
@@ -41,10 +43,12 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   #refused = false
   readonly #choose: SinkChooser
   readonly #unreachable: (detail: string) => SidecarError
+  /** APP_CANCEL_PATH's POST (undefined: unset); sent once, when the sidecar cut an app request still under way. */
+  #cancelAtApp: CancelAtApp | undefined
   readonly #resume = (): void => { this.#controller?.resume() }
 
   constructor (call: HttpCall, choose: SinkChooser,
-    unreachable: (detail: string) => SidecarError, tee?: AnswerTee, span?: TraceSpan) {
+    unreachable: (detail: string) => SidecarError, tee?: AnswerTee, span?: TraceSpan, cancelAtApp?: CancelAtApp) {
     this.#call = call
     this.res = call.res
     this.runId = call.runId
@@ -54,6 +58,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     this.capture = tee?.capture
     this.#choose = choose
     this.#unreachable = unreachable
+    this.#cancelAtApp = cancelAtApp
     tee?.forwarded()
   }
 
@@ -65,10 +70,15 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     this.#controller?.abort(error)
   }
 
-  /** The call aborted: its deadline passed, or its caller left. */
+  /** The call aborted: its deadline passed, it was canceled, or its caller left. The app is told when its work was still under way. */
   abortFor (reason: Error): void {
-    if (reason instanceof DeadlineExceededError) this.expire(reason)
+    const underWay = !this.#ended // the abort may end the request before it returns
+    if (reason instanceof DeadlineExceededError || reason instanceof RunCanceledError) this.expire(reason)
     else this.callerGone()
+    const cancelAtApp = this.#cancelAtApp
+    if (cancelAtApp === undefined || !underWay) return
+    this.#cancelAtApp = undefined
+    cancelAtApp(this.runId)
   }
 
   /** The caller left: a recorded run's app request goes on to its end (its answer kept for its key); any other is cut. */
@@ -101,7 +111,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     this.#controller?.abort(new CallerGoneError())
   }
 
-  /** The call's deadline passed: cut the app request; the caller gets 504 (or an error event on a stream). */
+  /** The call's deadline passed (or it was canceled): cut the app request; the caller gets 504 (499) or an error event on a stream. */
   expire (error: SidecarError): void {
     this.#expired = error
     this.#controller?.abort(error)
@@ -136,6 +146,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   /**
    * | why the app request failed        | the caller gets                                   | the webhook reports        |
    * | the deadline passed               | 504 (a begun response: the sink's failure)        | the 504                    |
+   * | the run was canceled              | 499 run canceled (likewise)                       | the 499                    |
    * | the caller left                   | nothing more: the connection is cut               | 499                        |
    * | the app failed mid-response       | the sink's failure (an error event, a 502, a cut) | a 502                      |
    * | the sink refused the body (too large to wrap, an event too large) | its 502 (a stream: its error event) | that 502 |

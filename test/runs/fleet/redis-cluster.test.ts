@@ -106,6 +106,21 @@ t.test('two apps on a three-master cluster, two sidecars each', async t => {
     t.equal((await clients.a0.finished('twin')).record.status, 'canceled')
   })
 
+  t.test('a plain sync call is canceled through the other replica (SPUBLISH\'s receivers counted), not the other app\'s call of the same id', async t => {
+    const pending = clients.a0.call('/hold', { headers: { 'x-request-id': 'plain-twin' } })
+    const other = clients.b0.call('/hold', { headers: { 'x-request-id': 'plain-twin' } })
+    await eventually(() => apps[0].held.has('plain-twin') && apps[2].held.has('plain-twin'))
+    const cancel = await clients.a1.cancel('plain-twin')
+    t.equal(cancel.status, 200)
+    t.equal(cancel.text, '{"run_id":"plain-twin","status":"canceled"}')
+    const answer = await pending
+    t.equal(answer.status, 499)
+    t.equal(answer.text, '{"message":"run canceled"}')
+    t.equal((await clients.a1.cancel('nowhere')).status, 404, 'an id in flight nowhere: every replica said no')
+    ;(apps[2].held.get('plain-twin') as ServerResponse).end('{"b":1}')
+    t.equal((await other).status, 200, 'app b\'s call of the same id went on')
+  })
+
   t.test('at most 2 connections per sidecar to each node, each named app-sidecar:<project>/<app>:<replica>', async t => {
     for (const replica of ['a-0', 'a-1', 'b-0', 'b-1']) {
       const app = replica.startsWith('a') ? a : b

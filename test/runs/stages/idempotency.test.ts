@@ -151,7 +151,7 @@ t.test('simultaneous first requests with one key: one runs, the others are 409 o
   t.equal(answers.filter(r => r.status === 200 && r.headers['idempotent-replayed'] === undefined).length, 1, 'one first answer')
 })
 
-t.test('a sync call with a key is a recorded run: running while it runs (live events), then its record; not cancelable', async t => {
+t.test('a sync call with a key is a recorded run: running while it runs (live events), then its record', async t => {
   const app = await runsAppFor(t)
   const receiver = await receiverFor(t)
   const h = await runsSidecarFor(t, app.url, { DISABLE_AUTH: 'true', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8' })
@@ -162,9 +162,6 @@ t.test('a sync call with a key is a recorded run: running while it runs (live ev
   const running = (await send(`${h.base}/v4/proj/app/_runs/recorded-sync`)).json() as Record<string, unknown>
   t.equal(running.status, 'running')
   t.same(running.webhook, { status: 'pending', attempts: 0 })
-  const cancel = await send(`${h.base}/v4/proj/app/_runs/recorded-sync/cancel`, { method: 'POST' })
-  t.equal(cancel.status, 409)
-  t.equal(cancel.text, '{"message":"only async runs can be canceled"}')
   const events = fetch(`${h.base}/v4/proj/app/_runs/recorded-sync/events`).then(async r => await r.text())
   held.res.write('{"i":0}\n')
   held.res.end('{"i":1}\n')

@@ -26,6 +26,9 @@ export class MemoryRunStore implements RunStore {
     this.records = new MemoryRecords(this.#runs, this.keys)
   }
 
+  /** In memory, this sidecar is the only one. */
+  async cancelCall (): Promise<boolean> { return false }
+
   listen (listener: RunStoreListener): void { this.#runs.listener = listener }
 
   async close (): Promise<void> {

@@ -1,5 +1,6 @@
 import type { RunStoreAddress } from '../../../config/run-store-address.ts'
-import type { RunStore, RunStoreListener } from '../run-store.ts'
+import type { RunScope, RunStore, RunStoreListener } from '../run-store.ts'
+import { RedisCallCancels } from './redis-call-cancels.ts'
 import { RedisContext, type RedisRunStoreOptions, type RedisStoreSettings } from './redis-context.ts'
 import { RedisDeliveries } from './redis-deliveries.ts'
 import { RedisExpiry, SWEEP_MS } from './redis-expiry.ts'
@@ -29,6 +30,7 @@ export class RedisRunStore implements RunStore {
   readonly keys: RedisKeyClaims
   readonly deliveries: RedisDeliveries
   readonly #ctx: RedisContext
+  readonly #calls: RedisCallCancels
   readonly #timer: NodeJS.Timeout
   readonly #sweep: NodeJS.Timeout
 
@@ -40,7 +42,10 @@ export class RedisRunStore implements RunStore {
     this.records = new RedisRecords(ctx, this.keys)
     this.deliveries = new RedisDeliveries(ctx)
     const reaper = new RedisReaper(ctx, this.queue, this.deliveries)
-    ctx.follow.onMessage(ctx.own.cancel, runId => { ctx.listener?.canceled(settings.scope, runId) })
+    const calls = new RedisCallCancels(ctx)
+    this.#calls = calls
+    // the app's cancel channel: an async run's cancel (its run id), or an ask for an in-flight call
+    ctx.follow.onMessage(ctx.own.cancel, message => { if (!calls.heard(settings.scope, message)) ctx.listener?.canceled(settings.scope, message) })
     this.#timer = setInterval(() => { void reaper.keepAndReap() }, ctx.heartbeatMs)
     this.#timer.unref()
     const expiry = new RedisExpiry(ctx)
@@ -62,6 +67,9 @@ export class RedisRunStore implements RunStore {
   }
 
   listen (listener: RunStoreListener): void { this.#ctx.listener = listener }
+
+  /** A store serves one app: `_scope` is always its own (the route already refused any other). */
+  async cancelCall (_scope: RunScope, runId: string): Promise<boolean> { return await this.#calls.cancel(runId) }
 
   /** Once Redis first answers: a warn line for each setting that can lose runs (redis-persistence.ts). */
   async checkPersistence (warn: PersistenceWarn): Promise<void> { await checkPersistence(this.#ctx.redis, warn) }
