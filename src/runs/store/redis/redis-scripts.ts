@@ -1,5 +1,6 @@
 import { BatchedScript } from './redis-script-batch.ts'
 import { LuaScript } from './redis-lua-script.ts'
+import { INDEX_RUN_LUA } from './redis-run-index.ts'
 
 /** The consumer group every sidecar reads an app's queue in. */
 export const GROUP = 'runners'
@@ -12,10 +13,11 @@ export const GROUP = 'runners'
  * the queue, nothing is counted (the count starts again from this body).
  * The queue entry names the run and carries its record as queued (its taker starts it against
  * that record without reading it first; an older sidecar reads only the run id).
- * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended).
- * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes.
+ * The run joins the app's index (redis-run-index.ts).
+ * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended), index.
+ * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes, created_at ms.
  */
-export const SUBMIT = new LuaScript(`
+export const SUBMIT = new LuaScript(`${INDEX_RUN_LUA}
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local entries = redis.call('XLEN', KEYS[2])
 local waiting = entries - redis.call('SCARD', KEYS[4])
@@ -32,6 +34,7 @@ local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[6], 'record', ARGV[1])
 local fields = { 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes }
 if ARGV[4] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[4] end
 redis.call('HSET', KEYS[1], unpack(fields))
+indexRun(KEYS[5], KEYS[1], ARGV[6], ARGV[8])
 return 1
 `)
 
@@ -182,11 +185,11 @@ return redis.call('XLEN', KEYS[1]) - redis.call('SCARD', KEYS[2])
  * Claims an Idempotency-Key's slot unless a request holds it: nil when claimed, else what the slot
  * holds (run id, digest, async, then status, content type and body once answered). With a record
  * (a sync call), the run is recorded running in the same step, unless its id is taken (-1: the key
- * is not claimed then).
- * KEYS: slot, run. ARGV: run id, digest, async ('1' or '0'), lease ms, record ('' none), owner,
- * webhook ('' none), record ttl seconds.
+ * is not claimed then); a run recorded joins the app's index (redis-run-index.ts).
+ * KEYS: slot, run, index. ARGV: run id, digest, async ('1' or '0'), lease ms, record ('' none), owner,
+ * webhook ('' none), record ttl seconds, created_at ms.
  */
-const CLAIM_KEY_LUA = `
+const CLAIM_KEY_LUA = `${INDEX_RUN_LUA}
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HMGET', KEYS[1], 'run', 'digest', 'async', 'status', 'type', 'body')
 end
@@ -196,12 +199,13 @@ if ARGV[5] ~= '' then
   if ARGV[7] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[7] end
   redis.call('HSET', KEYS[2], unpack(fields))
   redis.call('EXPIRE', KEYS[2], ARGV[8])
+  indexRun(KEYS[3], KEYS[2], ARGV[1], ARGV[9])
 end
 redis.call('HSET', KEYS[1], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return false
 `
-export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 0, own: 2, args: 8, buffers: true })
+export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 0, own: 3, args: 9, buffers: true })
 
 /**
  * Keeps the answer in the slot the run holds (compare and set on the run id), for the ttl again.
