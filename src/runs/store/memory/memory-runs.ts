@@ -2,6 +2,7 @@ import { LRUCache } from 'lru-cache'
 import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { RunIdTakenError, RunNotFoundError } from '../../../errors.ts'
 import type { NewRun, RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView } from '../run-store.ts'
+import { MemoryRunIndex } from './memory-run-index.ts'
 
 /** One run as this process keeps it. */
 export interface MemoryRun {
@@ -55,6 +56,8 @@ export class MemoryRuns {
   readonly waiting = new Map<string, number>()
   /** Request-body bytes of queued runs not started, per scope (ASYNC_QUEUE_MAX_BYTES). */
   readonly waitingBytes = new Map<string, number>()
+  /** Each scope's runs in creation order (listing); a run expired or dropped is skipped, then swept. */
+  readonly index = new MemoryRunIndex<MemoryRun>(run => this.live.get(run.key) === run || this.finished.peek(run.key) === run)
   listener: RunStoreListener | undefined
   closed = false
   #seq = 0
@@ -83,6 +86,7 @@ export class MemoryRuns {
       webhook: run.webhook, taken: !async, async, events: [], dropped: 0, trimmed: 0, eventBytes: 0, queuedBytes: 0, waiters: new Set()
     }
     this.live.set(key, stored)
+    this.index.add(scopeKey, { createdAt: run.createdAt, runId: run.runId, run: stored })
     return stored
   }
 

@@ -3,6 +3,7 @@ import type { RunStore, RunStoreListener } from '../run-store.ts'
 import { RedisContext, type RedisRunStoreOptions, type RedisStoreSettings } from './redis-context.ts'
 import { RedisDeliveries } from './redis-deliveries.ts'
 import { RedisKeyClaims } from './redis-key-claims.ts'
+import { RedisListing } from './redis-listing.ts'
 import { checkPersistence, type PersistenceWarn } from './redis-persistence.ts'
 import { RedisQueue } from './redis-queue.ts'
 import { forgetConsumers, RedisReaper } from './redis-reaper.ts'
@@ -26,6 +27,7 @@ export class RedisRunStore implements RunStore {
   readonly queue: RedisQueue
   readonly records: RedisRecords
   readonly keys: RedisKeyClaims
+  readonly listing: RedisListing
   readonly deliveries: RedisDeliveries
   readonly #ctx: RedisContext
   readonly #timer: NodeJS.Timeout
@@ -36,6 +38,7 @@ export class RedisRunStore implements RunStore {
     this.queue = new RedisQueue(ctx)
     this.keys = new RedisKeyClaims(ctx)
     this.records = new RedisRecords(ctx, this.keys)
+    this.listing = new RedisListing(ctx)
     this.deliveries = new RedisDeliveries(ctx)
     const reaper = new RedisReaper(ctx, this.queue, this.deliveries)
     ctx.follow.onMessage(ctx.own.cancel, runId => { ctx.listener?.canceled(settings.scope, runId) })

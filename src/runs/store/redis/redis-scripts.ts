@@ -50,7 +50,7 @@ return 1
  * KEYS: run, queue, events, queued bytes, running. ARGV: old record, new record, result (''), owner
  * (''), entry (''), ttl seconds (0), live channel, message ('').
  */
-const TRANSITION_LUA = `
+export const TRANSITION_LUA = `
 local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events')
 if current[1] ~= ARGV[1] then return 0 end
 local set = { 'record', ARGV[2] }
