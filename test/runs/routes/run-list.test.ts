@@ -1,6 +1,7 @@
 import t, { type Test } from 'tap'
 import { metric } from '../../helpers/admin-metrics.ts'
 import { send, type SentResponse } from '../../helpers/http-client.ts'
+import { startRedisCluster } from '../../helpers/redis-topologies.ts'
 import { privateRunStore, type PrivateRunStore } from '../../helpers/redis-server.ts'
 import { receiverFor, runsAppFor, runsClient, runsSidecarFor, type RunsApp, type RunsClient } from '../../helpers/runs-client.ts'
 import { eventually, type Harness } from '../../helpers/sidecar-harness.ts'
@@ -259,4 +260,23 @@ t.test('PROJECT_ID and APP_NAME: another app\'s list is the route\'s 404', async
     }
   }
   t.equal((await send(`${h.base}/v4/p/a/_runs`)).text, '{"runs":[],"next_cursor":null}')
+})
+
+t.test('Redis Cluster: the list and the purge run in the app\'s slot', async t => {
+  const cluster = await startRedisCluster(t)
+  if (cluster === undefined) return
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { DISABLE_AUTH: 'true', REPLICA_CONCURRENCY: '1', RUN_STORE_URL: cluster.url, PROJECT_ID: 'p', APP_NAME: 'a' })
+  const client = runsClient({ base: h.base })
+  await client.submit('/hold', 'c-0')
+  await app.waitForHeld(1)
+  for (const id of ['c-1', 'c-2']) t.equal((await client.submit('/json', id)).status, 202)
+  const all = await listOf(client)
+  t.equal(all.text, `{"runs":[${await listed(client, 'c-2')},${await listed(client, 'c-1')},${await listed(client, 'c-0')}],"next_cursor":null}`)
+  t.same(await allPages(t, client, '?limit=2', 2), [['c-2', 'c-1'], ['c-0']])
+  t.equal((await listOf(client, '?status=queued', 'DELETE')).text, '{"canceled":2}')
+  t.same(pageOf(await listOf(client)).runs.map(run => run.status), ['canceled', 'canceled', 'running'])
+  ;(app.held[0] as RunsApp['held'][number]).res.writeHead(200).end('{}')
+  t.equal((await client.finished('c-0')).record.status, 'succeeded')
+  t.same(app.requests.map(r => r.url), ['/hold'], 'the purged runs never reached the app')
 })
