@@ -1,5 +1,5 @@
 import { recordJson } from '../run-record.ts'
-import type { RunStatus, RunStore } from '../store/run-store.ts'
+import type { RunRecord, RunStatus, RunStore } from '../store/run-store.ts'
 import { sendJson } from '../../shared/http-answers.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
@@ -22,7 +22,7 @@ export function createRunList (deps: RunListDeps): (call: HttpCall, route: RunRo
     for (let i = 0; i < page.records.length; i++) {
       if (i > 0) json += ','
       // records without their results: a page of them stays small
-      json += recordJson({ record: page.records[i] as NonNullable<typeof page.records[number]>, resultJson: undefined, async: true })
+      json += recordJson({ record: page.records[i] as RunRecord, resultJson: undefined, async: true })
     }
     json += `],"next_cursor":${page.next === undefined ? 'null' : JSON.stringify(cursorOf(request.statuses, page.next))}}`
     if (!call.settled) sendJson(call.res, 200, json, { 'x-request-id': call.runId })

@@ -1,15 +1,17 @@
 import type { ListPosition } from '../run-listing.ts'
 
-/** A run as the index orders it. */
-export interface IndexedRun<Run> extends ListPosition {
-  readonly run: Run
+/** A run as the index orders it: its key and add order, not the run (a run dropped or evicted is not kept alive by the index). */
+export interface IndexedRun extends ListPosition {
+  readonly key: string
+  /** Which run of that key (a run id may be recorded again once the first is gone). */
+  readonly seq: number
 }
 
 /** Fewest entries a scope's index holds before a sweep is worth it. */
 const MIN_SWEEP = 64
 
 /** -1, 0, 1: `a` before, at, after `b` (oldest first: created_at, then run id, as Redis orders equal scores). */
-export function comparePositions (a: ListPosition, b: ListPosition): number {
+function comparePositions (a: ListPosition, b: ListPosition): number {
   if (a.createdAt !== b.createdAt) return a.createdAt < b.createdAt ? -1 : 1
   return a.runId === b.runId ? 0 : a.runId < b.runId ? -1 : 1
 }
@@ -20,15 +22,15 @@ export function comparePositions (a: ListPosition, b: ListPosition): number {
  * twice the runs held.
  */
 export class MemoryRunIndex<Run> {
-  readonly #held: (run: Run) => boolean
-  readonly #scopes = new Map<string, { entries: Array<IndexedRun<Run>>, sweepAt: number }>()
+  readonly #find: (entry: IndexedRun) => Run | undefined
+  readonly #scopes = new Map<string, { entries: IndexedRun[], sweepAt: number }>()
 
-  /** `held`: whether the store still holds a run (a run gone is skipped, then swept). */
-  constructor (held: (run: Run) => boolean) {
-    this.#held = held
+  /** `find`: the run an entry names while the store holds it (a run gone is skipped, then swept). */
+  constructor (find: (entry: IndexedRun) => Run | undefined) {
+    this.#find = find
   }
 
-  add (scopeKey: string, entry: IndexedRun<Run>): void {
+  add (scopeKey: string, entry: IndexedRun): void {
     let scope = this.#scopes.get(scopeKey)
     if (scope === undefined) {
       scope = { entries: [], sweepAt: MIN_SWEEP }
@@ -40,7 +42,7 @@ export class MemoryRunIndex<Run> {
     while (at > 0 && comparePositions(entries[at - 1] as ListPosition, entry) > 0) at--
     entries.splice(at, 0, entry)
     if (entries.length >= scope.sweepAt) {
-      const kept = entries.filter(indexed => this.#held(indexed.run))
+      const kept = entries.filter(indexed => this.#find(indexed) !== undefined)
       scope.entries = kept
       scope.sweepAt = Math.max(MIN_SWEEP, 2 * kept.length)
       if (kept.length === 0) this.#scopes.delete(scopeKey)
@@ -63,8 +65,8 @@ export class MemoryRunIndex<Run> {
       i = low - 1
     }
     for (; i >= 0; i--) {
-      const { run } = entries[i] as IndexedRun<Run>
-      if (this.#held(run)) yield run
+      const run = this.#find(entries[i] as IndexedRun)
+      if (run !== undefined) yield run
     }
   }
 }

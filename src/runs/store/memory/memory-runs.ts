@@ -57,7 +57,10 @@ export class MemoryRuns {
   /** Request-body bytes of queued runs not started, per scope (ASYNC_QUEUE_MAX_BYTES). */
   readonly waitingBytes = new Map<string, number>()
   /** Each scope's runs in creation order (listing); a run expired or dropped is skipped, then swept. */
-  readonly index = new MemoryRunIndex<MemoryRun>(run => this.live.get(run.key) === run || this.finished.peek(run.key) === run)
+  readonly index = new MemoryRunIndex<MemoryRun>(({ key, seq }) => {
+    const run = this.live.get(key) ?? this.finished.peek(key)
+    return run?.seq === seq ? run : undefined
+  })
   listener: RunStoreListener | undefined
   closed = false
   #seq = 0
@@ -86,7 +89,7 @@ export class MemoryRuns {
       webhook: run.webhook, taken: !async, async, events: [], dropped: 0, trimmed: 0, eventBytes: 0, queuedBytes: 0, waiters: new Set()
     }
     this.live.set(key, stored)
-    this.index.add(scopeKey, { createdAt: run.createdAt, runId: run.runId, run: stored })
+    this.index.add(scopeKey, { createdAt: run.createdAt, runId: run.runId, key, seq: stored.seq })
     return stored
   }
 
