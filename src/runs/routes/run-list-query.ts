@@ -21,7 +21,7 @@ interface CursorJson { s: string, t: number, id: string }
  */
 export function parseListQuery (query: string): ListRequest {
   const params = new URLSearchParams(query)
-  const status = single(params, 'status')
+  const status = statusParam(params)
   const limitText = single(params, 'limit')
   const cursorText = single(params, 'cursor')
   const statuses = status === undefined ? undefined : parseStatuses(status)
@@ -39,14 +39,20 @@ export function parseListQuery (query: string): ListRequest {
 
 /** `DELETE …/_runs?status=queued`: anything else is 400. */
 export function checkPurgeQuery (query: string): void {
-  const params = new URLSearchParams(query)
-  if (single(params, 'status') !== 'queued') throw new MalformedRequestError('DELETE …/_runs needs status=queued: only queued runs are purged')
+  const status = statusParam(new URLSearchParams(query))
+  if (status === undefined || !/^queued(,queued)*$/.test(status)) throw new MalformedRequestError('DELETE …/_runs needs status=queued: only queued runs are purged')
 }
 
 /** The cursor of the page after `last`, for the same filter. */
 export function cursorOf (statuses: readonly RunStatus[] | undefined, last: ListPosition): string {
   const json: CursorJson = { s: filterText(statuses), t: last.createdAt, id: last.runId }
   return Buffer.from(JSON.stringify(json)).toString('base64url')
+}
+
+/** `status`, given once or more (`status=a&status=b` is `status=a,b`). */
+function statusParam (params: URLSearchParams): string | undefined {
+  const values = params.getAll('status')
+  return values.length === 0 ? undefined : values.join(',')
 }
 
 function single (params: URLSearchParams, name: string): string | undefined {

@@ -96,6 +96,7 @@ for (const backend of BACKENDS) {
     const client = on(1)
     t.same(idsOf(await listOf(client, '?status=queued')), ['r-07', 'r-06', 'r-05'])
     t.same(idsOf(await listOf(client, '?status=succeeded,failed')), ['r-02', 'r-01', 'r-00'], 'several statuses')
+    t.same(idsOf(await listOf(client, '?status=failed&status=succeeded,failed')), ['r-02', 'r-01', 'r-00'], 'status given twice: both')
     t.same(idsOf(await listOf(client, '?status=running')), ['r-04', 'r-03'])
     t.equal((await listOf(client, '?status=canceled')).text, '{"runs":[],"next_cursor":null}')
     t.equal((await listOf(client, '?limit=1000')).text, (await listOf(client)).text)
@@ -125,7 +126,7 @@ for (const backend of BACKENDS) {
       ['?limit=0', badLimit], ['?limit=1001', badLimit], ['?limit=abc', badLimit], ['?limit=', badLimit], ['?limit=-1', badLimit], ['?limit=1.5', badLimit],
       ['?status=bogus', badStatus], ['?status=queued,bogus', badStatus], ['?status=', badStatus], ['?status=queued,', badStatus], ['?status=QUEUED', badStatus],
       ['?cursor=not-a-cursor', badCursor], ['?cursor=', badCursor], ['?cursor=%2B%2F', badCursor], [`?cursor=${garbage}`, badCursor], [`?cursor=${cursor}x`, badCursor],
-      ['?limit=1&limit=2', '{"message":"limit given more than once"}']
+      ['?limit=1&limit=2', '{"message":"limit given more than once"}'], ['?status=queued&status=', badStatus]
     ]
     for (const [query, message] of bad) {
       const r = await send(`${client.runUrl('').slice(0, -1)}${query}`, { headers: { 'x-request-id': 'bad-list' } })
@@ -135,7 +136,7 @@ for (const backend of BACKENDS) {
     }
 
     // DELETE: status=queued only
-    for (const query of ['', '?status=running', '?status=queued,running', '?status=', '?limit=1']) {
+    for (const query of ['', '?status=running', '?status=queued,running', '?status=queued&status=running', '?status=', '?status=Queued', '?limit=1']) {
       const r = await listOf(client, query, 'DELETE')
       t.equal(r.status, 400, `DELETE ${query}`)
       t.equal(r.text, '{"message":"DELETE …/_runs needs status=queued: only queued runs are purged"}')
