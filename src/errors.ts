@@ -270,6 +270,16 @@ export class RunCanceledError extends SidecarError {
   constructor () { super(499, 'SIDECAR_RUN_CANCELED', 'run canceled') }
 }
 
+/** An async run whose `Cancel-After` passed (queued: it never reaches the app; running: its app request is cut): recorded on the run, 504. */
+export class RunDeadlinePassedError extends SidecarError {
+  constructor () { super(504, 'SIDECAR_RUN_DEADLINE_PASSED', 'deadline passed') }
+}
+
+/** An async run still queued ASYNC_QUEUE_TTL_SECONDS after its submission: recorded on the run, 504; it never reaches the app. */
+export class QueueExpiredError extends SidecarError {
+  constructor () { super(504, 'SIDECAR_QUEUE_EXPIRED', 'expired in the queue') }
+}
+
 /** An event of the app's stream longer than STREAM_MAX_EVENT_BYTES: the stream ends with it, the app request is cut (502 on a run). */
 export class EventTooLargeError extends SidecarError {
   constructor (limit: number) { super(502, 'SIDECAR_EVENT_TOO_LARGE', `event larger than ${limit} bytes`) }

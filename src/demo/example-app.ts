@@ -5,7 +5,7 @@ import { WebSocketServer } from 'ws'
 
 /**
  * The example app behind the demo sidecar: what a user's deployed function looks like to it.
- *   POST /run      {"name": "Ada"} → {"greeting": "Hello, Ada!"} (a function's raw return value)
+ *   POST /run      {"name": "Ada", "delay_ms": 0} → {"greeting": "Hello, Ada!"} (a function's raw return value, after delay_ms)
  *   POST /generate {"prompt": "…", "delay_ms": 200} → NDJSON, one {"token": …} line per word (a generator)
  *   GET  /events   ?count=5&delay_ms=200 → text/event-stream, numbered events (an SSE app)
  *   GET  /health   200
@@ -34,8 +34,12 @@ async function route (req: IncomingMessage, res: ServerResponse): Promise<void> 
   const path = (req.url ?? '/').split('?', 1)[0]
   if (path === '/health') return json(res, 200, { status: 'ok' })
   if (path === '/run' && req.method === 'POST') {
-    const input = await readJson(req) as { name?: unknown }
+    const input = await readJson(req) as { name?: unknown, delay_ms?: unknown }
     const name = typeof input.name === 'string' ? input.name : 'world'
+    const delayMs = delayOf(input.delay_ms, 0)
+    // a function that takes its time (a model's forward pass): it answers unless its caller left
+    if (delayMs > 0) await new Promise(resolve => setTimeout(resolve, delayMs))
+    if (res.destroyed) return
     return json(res, 200, { greeting: `Hello, ${name}!` })
   }
   if (path === '/generate' && req.method === 'POST') {

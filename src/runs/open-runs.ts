@@ -49,6 +49,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     maxEventBytes: config.runMaxEventBytes,
     queueDepth: config.asyncQueueDepth,
     queueMaxBytes: config.asyncQueueMaxBytes,
+    queueTtlSeconds: config.asyncQueueTtlSeconds,
     scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
   }, { consumer: config.replicaName, lostAfterMs: config.runLostAfterSeconds * 1000 }, (fields, message) => { logger.warn(fields, message) })
   metrics.watchAsyncQueue(async () => await store.queue.queuedCount(), async () => await store.queue.runningCount(), () => store.available)
@@ -63,6 +64,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     maxResultBytes: config.envelopeMaxBodyBytes,
     maxEventBytes: config.streamMaxEventBytes,
     deadlineSeconds: config.deadlineSeconds,
+    queueTtlSeconds: config.asyncQueueTtlSeconds,
     replicaConcurrency: config.replicaConcurrency,
     runsTotal: metrics.runsTotal,
     logger,
@@ -73,6 +75,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
   store.listen({
     canceled: (scope, runId) => { runner.canceled(scope, runId) },
     lost: (run, view) => { runner.lost(run, view) },
+    expired: (run, view) => { runner.expired(run, view) },
     deliveryLost: held => { webhooks.resume(held) },
     truncated: (scope, runId, what) => { logger.warn({ runId, projectId: scope.projectId, appName: scope.appName, cut: what }, 'run kept in part') },
     rewritten: (scope, runId, what) => { logger.warn({ runId, projectId: scope.projectId, appName: scope.appName, rewritten: what }, 'run store lost a write in a failover; written again') },

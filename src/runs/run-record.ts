@@ -1,4 +1,4 @@
-import { ReplicaStoppedError, RunCanceledError } from '../errors.ts'
+import { ReplicaStoppedError, RunCanceledError, type SidecarError } from '../errors.ts'
 import type { NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './store/run-store.ts'
 
 /** The last time formatted (toISOString is dear, and calls come in bursts within one millisecond). */
@@ -84,6 +84,19 @@ export function canceledRecord (record: RunRecord, now: number): { record: RunRe
   canceled.run_time_ms = ms(now - Date.parse(record.started_at))
   canceled.status_code = CANCELED_STATUS
   return { record: canceled, resultJson: CANCELED_RESULT }
+}
+
+/**
+ * The record of a queued run failed at `now` by a time limit (`Cancel-After`, ASYNC_QUEUE_TTL_SECONDS):
+ * it never ran (no started_at, run_time_ms), its status_code and result are the error's (504).
+ */
+export function expiredRecord (record: RunRecord, now: number, error: SidecarError): { record: RunRecord, resultJson: string } {
+  const failed = recordOf(record)
+  failed.status = 'failed'
+  failed.completed_at = iso(now)
+  failed.status_code = error.status
+  failed.error = { message: error.message }
+  return { record: failed, resultJson: JSON.stringify({ message: error.message }) }
 }
 
 /**

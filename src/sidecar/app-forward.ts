@@ -20,6 +20,8 @@ export interface AppForwardDeps {
   readonly webhookMaxBodyBytes: number
   /** Which headers the app gets (Authorization when the sidecar checked it, Accept-Encoding for the envelope). */
   readonly headerRules: RequestHeaderRules
+  /** Told of each call that went to the app with a bounded wait (`Prefer: wait`): it may go on as a run. */
+  readonly watchWait?: (call: HttpCall, relay: AppResponseRelay, webhookTee: WebhookTee | undefined) => void
 }
 
 /**
@@ -44,6 +46,7 @@ export function createAppForward (deps: AppForwardDeps): (call: HttpCall) => voi
     const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee, span)
     call.forwarded = true
     call.onAbort(relay)
+    if (call.waitOver !== undefined) deps.watchWait?.(call, relay, webhookTee)
     deps.app.dispatch({
       method,
       path: appRequestPath(route, deps.basePath),

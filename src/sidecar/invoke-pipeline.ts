@@ -14,9 +14,10 @@ import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { createRunRoutes, matchRunRoute } from '../runs/routes/run-routes.ts'
 import { createIdempotency, idempotencyKeyOf } from '../runs/stages/claim-key.ts'
 import { createRunSubmit, wantsAsync } from '../runs/stages/submit-run.ts'
+import { createBoundedWait, startBoundedWait } from '../runs/stages/bounded-wait.ts'
 import { createAppForward } from './app-forward.ts'
 import { authorizeCall } from './call/authorize-call.ts'
-import { startDeadline } from './call/call-deadline.ts'
+import { startCancelAfter, startDeadline } from './call/call-deadline.ts'
 import { CorsPolicy } from './call/cors.ts'
 import type { CallRecorder } from './call/call-record.ts'
 import { answerFinishedStream } from './call/finished-stream.ts'
@@ -56,6 +57,10 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   const basePath = pathPrefix(config.appUrl)
   const cors = config.corsAllowedOrigins === undefined ? undefined : new CorsPolicy(config.corsAllowedOrigins)
   const headerRules = { dropAuthorization: verifier !== undefined, dropAcceptEncoding: config.runtime === 'cortex', upgrade: false }
+  const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
+  const boundedWait = createBoundedWait({
+    store: deps.runs, submitRun, maxResultBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal
+  })
   const forwardToApp = createAppForward({
     app: deps.app,
     appUrl: config.appUrl.href,
@@ -63,10 +68,10 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     chooseSink: responseTable(streams, config.runtime, config.envelopeMaxBodyBytes, cors !== undefined),
     webhooks: deps.webhooks,
     webhookMaxBodyBytes: config.webhookMaxBodyBytes,
-    headerRules
+    headerRules,
+    watchWait: boundedWait.watch
   })
   const serveRunRoute = createRunRoutes({ store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal })
-  const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
   const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal })
   // an async body no queue could hold is refused before it is read
   const asyncMaxBodyBytes = Math.min(config.maxBodyBytes, config.asyncQueueMaxBytes)
@@ -82,11 +87,13 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     call.webhook = webhookTarget(call)                                     // 400 malformed webhookEndpoint
     call.idempotencyKey = idempotencyKeyOf(call)                           // 400 malformed Idempotency-Key (POSTs)
     call.async = wantsAsync(call)                                          // ?async=true, Prefer: respond-async
+    startCancelAfter(call, config.deadlineSeconds)                         // 400 malformed Cancel-After; a sync call's own deadline (504)
+    startBoundedWait(call)                                                 // Prefer: wait=N (1–3600; else ignored): a sync call's wait
     call.body = await readRequestBody(call, bodyLimit(call.async))         // 400 bad Content-Length, 413 too large (async: ASYNC_QUEUE_MAX_BYTES too)
     if (call.idempotencyKey !== undefined && await claimKey(call)) return  // 409 in progress, 422 other body, a repeat's kept answer; a sync call recorded as a run (409 id taken, 503 store down)
     if (call.async) return await submitRun(call)                           // 202; 503 async queue full
-    await takeSlot(gate, call)                                             // 503 queue full; waits for first readiness
-    forwardToApp(call)                                                     // 502 app unreachable; the response table
+    if (await boundedWait.takeSlotWithin(gate, call)) return               // 503 queue full; waits for first readiness; 202 queued: the wait ran out first
+    forwardToApp(call)                                                     // 502 app unreachable; the response table; 202 running: the wait ran out at the app
   }
 
   return function handleInvoke (req, res) {

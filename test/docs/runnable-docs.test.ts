@@ -21,6 +21,7 @@ t.test('the examples the docs promise are marked runnable', async t => {
   t.ok(covered('README.md', 'webhook-receiver.mjs'), 'the webhook example')
   t.ok(covered('README.md', 'OTEL_EXPORTER_OTLP_ENDPOINT'), 'the tracing example')
   t.ok(covered('docs/runs.md', 'RUN_STORE_URL=redis://'), 'the fleet example')
+  t.ok(covered('docs/controlling-work.md', 'Cancel-After: 1'), 'the time limits')
   t.same(blocks.filter(b => /\bnpx\b/.test(b.code)).map(b => b.where), [],
     'runnable blocks run node dist/bin/… (npx costs 2 s a call, and a background npx passes no kill on)')
 })

@@ -1,7 +1,7 @@
 import pRetry from 'p-retry'
 import type { Logger } from 'pino'
 import type { Pool } from 'undici'
-import { DeadlineExceededError, ReplicaStoppedError, RunCanceledError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
+import { DeadlineExceededError, ReplicaStoppedError, RunCanceledError, RunDeadlinePassedError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
 import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { HeldDelivery, NewDelivery, RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
@@ -12,6 +12,8 @@ import { runWebhookBody } from '../../webhook/result-capture.ts'
 import type { WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
 import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
+import { queuedExpiry, runDeadline } from '../run-expiry.ts'
+import { type LongTimer, setLongTimeout } from '../../shared/longest-timer.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 import { RunPrefetch } from './run-prefetch.ts'
 import { RunRelay } from './run-relay.ts'
@@ -30,6 +32,8 @@ export interface AsyncRunnerDeps {
   /** STREAM_MAX_EVENT_BYTES: the longest event of a streamed answer. */
   readonly maxEventBytes: number
   readonly deadlineSeconds: number
+  /** ASYNC_QUEUE_TTL_SECONDS: a run taken after it would have expired in the queue does not go to the app. */
+  readonly queueTtlSeconds: number
   /** REPLICA_CONCURRENCY (0: no limit, and then at most UNLIMITED_PARALLEL async runs at once). */
   readonly replicaConcurrency: number
   readonly runsTotal: LabelledCounter<RunStatus>
@@ -94,6 +98,12 @@ export class AsyncRunner implements RunStoreListener {
   lost (run: TakenRun, view: RunView): void {
     this.#deps.runsTotal.labels(view.record.status).inc()
     this.#deps.logger.warn({ runId: run.runId, projectId: run.scope.projectId, appName: run.scope.appName }, 'run failed: replica lost')
+    this.#sendWebhook(run, view)
+  }
+
+  expired (run: TakenRun, view: RunView): void {
+    this.#deps.runsTotal.labels(view.record.status).inc()
+    this.#deps.logger.info({ runId: run.runId, projectId: run.scope.projectId, appName: run.scope.appName, reason: view.record.error?.message }, 'queued run failed: time limit')
     this.#sendWebhook(run, view)
   }
 
@@ -189,9 +199,9 @@ export class AsyncRunner implements RunStoreListener {
         await store.queue.release(taken).catch(() => {}) // not started: it stays queued, for whichever replica reaches the store
         throw error
       }
-      if (started === undefined) return // canceled while it waited
+      if (started === undefined) return // canceled or expired while it waited
       run = started
-      const outcome = await this.#dispatch(run)
+      const outcome = this.#expiredAtStart(run) ?? await this.#dispatch(run)
       leaveApp() // the next run starts while this one's end is written
       let view: RunView
       try {
@@ -251,8 +261,20 @@ export class AsyncRunner implements RunStoreListener {
     void Promise.resolve().then(async () => await store.records.finish(run, outcome)).then(view => { this.#ended(run, view) }, () => {}) // the store itself is what failed: the run stays as it can be read
   }
 
+  /**
+   * A run whose time limit passed before its start could be written (taken just before the limit,
+   * or its request read only with the start): it does not go to the app; it fails as it would
+   * have in the queue. Undefined for a run within its limits.
+   */
+  #expiredAtStart (run: TakenRun): RunOutcome | undefined {
+    const now = Date.now()
+    const { at, error } = queuedExpiry(run, this.#deps.queueTtlSeconds)
+    if (at > now) return undefined
+    return { status: 'failed', statusCode: error.status, resultJson: JSON.stringify({ message: error.message }), runTimeMs: 0, error: error.message, completedAt: now }
+  }
+
   async #dispatch (run: TakenRun): Promise<RunOutcome> {
-    const { store, app, deadlineSeconds, reportInternal } = this.#deps
+    const { store, app, reportInternal } = this.#deps
     const { request } = run
     let broken = false
     const relay: RunRelay = new RunRelay({
@@ -275,9 +297,7 @@ export class AsyncRunner implements RunStoreListener {
     })
     const key = runKey(run.scope, run.runId)
     this.#running.set(key, relay)
-    const deadline = deadlineSeconds > 0
-      ? setTimeout(() => { relay.abort(new DeadlineExceededError(deadlineSeconds)) }, deadlineSeconds * 1000)
-      : undefined
+    const deadline = this.#armDeadline(relay, runDeadline(run))
     const span = this.#deps.tracer?.startClient(request.method, storedTrace(request.headers), {
       'http.request.method': request.method, run_id: run.runId
     })
@@ -287,9 +307,22 @@ export class AsyncRunner implements RunStoreListener {
       span?.end(outcome.statusCode, outcome.status === 'succeeded' ? undefined : outcome.error)
       return outcome
     } finally {
-      clearTimeout(deadline)
+      deadline?.clear()
       this.#running.delete(key)
     }
+  }
+
+  /**
+   * Both time limits of a running run: DEADLINE_SECONDS from its start at the app, `Cancel-After`
+   * (`cancelAt`, epoch ms) from its submission; the sooner cuts the app request (504).
+   */
+  #armDeadline (relay: RunRelay, cancelAt: number | undefined): LongTimer | undefined {
+    const { deadlineSeconds } = this.#deps
+    const deadlineMs = deadlineSeconds > 0 ? deadlineSeconds * 1000 : Infinity
+    const cancelMs = cancelAt === undefined ? Infinity : Math.max(0, cancelAt - Date.now())
+    if (deadlineMs === Infinity && cancelMs === Infinity) return undefined
+    const reason = cancelMs < deadlineMs ? new RunDeadlinePassedError() : new DeadlineExceededError(deadlineSeconds)
+    return setLongTimeout(() => { relay.abort(reason) }, Math.min(deadlineMs, cancelMs))
   }
 
   /** The run's webhook for its final record (written down with the end, when the store holds deliveries). */

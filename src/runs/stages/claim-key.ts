@@ -30,6 +30,9 @@ export interface IdempotencyDeps {
   readonly reportInternal: InternalErrorReporter
 }
 
+/** A sync call recorded with its Idempotency-Key, whose slot keeps its answer. */
+type KeyedRun = RecordedRun & { readonly slot: string }
+
 const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large to keep"}'
 
 /**
@@ -65,7 +68,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
     if (held === undefined) {
       call.keySlot = slot
       if (run !== undefined) {
-        const recorded: RecordedRun = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal, slot }
+        const recorded: KeyedRun = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal, slot }
         call.recording = webhook => new RecordedRunTee(recorded, webhook, deps.maxAnswerBytes)
         keepSyncAnswer(deps, call, recorded)
       }
@@ -89,7 +92,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
  * and kept, and nothing more goes to its socket. A call that never reached the app (503 queue
  * full, the deadline or its caller leaving while it waited) frees the key instead: a retry runs.
  */
-function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: RecordedRun): void {
+function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: KeyedRun): void {
   const res = call.res
   const chunks: Buffer[] = []
   let size = 0

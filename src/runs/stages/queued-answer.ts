@@ -15,3 +15,10 @@ export function answerQueued (res: ServerResponse, route: CallRoute, runId: stri
     : { 'x-request-id': runId, location: runLocation(route, runId) }
   sendJson(res, 202, queuedBody(runId), headers)
 }
+
+/** 202 for a sync call whose `Prefer: wait=<seconds>` ran out: it goes on as a run, queued or already running. */
+export function answerWaitRanOut (res: ServerResponse, route: CallRoute, runId: string, status: 'queued' | 'running', seconds: number): void {
+  sendJson(res, 202, `{"run_id":${JSON.stringify(runId)},"status":"${status}"}`, {
+    'x-request-id': runId, location: runLocation(route, runId), 'preference-applied': `wait=${seconds}`
+  })
+}

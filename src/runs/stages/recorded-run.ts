@@ -9,7 +9,7 @@ import { ResultCapture } from '../../webhook/result-capture.ts'
 import type { WebhookTee } from '../../webhook/webhook-tee.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 
-/** A sync call recorded in the run store as it claimed its Idempotency-Key, ready to be followed. */
+/** A sync call recorded in the run store (as it claimed its Idempotency-Key, or as its `Prefer: wait` ran out), ready to be followed. */
 export interface RecordedRun {
   readonly store: RunStore
   readonly run: TakenRun
@@ -18,8 +18,8 @@ export interface RecordedRun {
   readonly runsTotal: LabelledCounter<RunStatus>
   /** An exception in a store write: reported once, and the run ends failed (the caller's answer goes on). */
   readonly reportInternal: InternalErrorReporter
-  /** Its Idempotency-Key's slot: the answer is kept in it with the run's end, in one step. */
-  readonly slot: string
+  /** Its Idempotency-Key's slot: the answer is kept in it with the run's end, in one step (none: a call whose Prefer: wait ran out). */
+  readonly slot?: string
   /** The answer the caller got, handed over as it ends (keepSyncAnswer), before the run's end is written. */
   answer?: KeptAnswer
   /** The run's end, written with the answer: settles once both are kept. */
@@ -44,8 +44,13 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
   /** A store write threw: the run's end says so. */
   #broken = false
 
-  constructor (recorded: RecordedRun, webhook: WebhookTee | undefined, maxResultBytes: number) {
+  /** `since`: when its request went to the app, for a call recorded after that (performance.now() and epoch ms). */
+  constructor (recorded: RecordedRun, webhook: WebhookTee | undefined, maxResultBytes: number, since?: { readonly forwardedAt: number, readonly startedAt: number }) {
     this.#recorded = recorded
+    if (since !== undefined) {
+      this.#forwardedAt = since.forwardedAt
+      this.#startedAt = since.startedAt
+    }
     this.#webhook = webhook
     this.#result = webhook?.capture ?? new ResultCapture(maxResultBytes)
     if (webhook !== undefined) webhook.onEnd = recordWebhookEnd(recorded.store.records, recorded.run.scope, recorded.run.runId, recorded.logger)
@@ -105,7 +110,7 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     const recorded = this.#recorded
     const { store, run, logger, runsTotal } = recorded
     const runTimeMs = performance.now() - this.#forwardedAt
-    const keep = recorded.answer === undefined ? undefined : { slot: recorded.slot, answer: recorded.answer }
+    const keep = recorded.answer === undefined || recorded.slot === undefined ? undefined : { slot: recorded.slot, answer: recorded.answer }
     const finishing = store.records.finish(run, { status: error === undefined ? 'succeeded' : 'failed', statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
       .then(view => { runsTotal.labels(view.record.status).inc() }, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
     if (keep !== undefined) recorded.kept = finishing

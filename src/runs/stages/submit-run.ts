@@ -4,7 +4,7 @@ import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import { appRequestPath } from '../../sidecar/call/match-route.ts'
 import { wholeRequestBody } from '../../sidecar/call/request-body.ts'
 import { keepAsyncAnswer } from './claim-key.ts'
-import { answerQueued } from './queued-answer.ts'
+import { answerQueued, answerWaitRanOut } from './queued-answer.ts'
 
 const RESPOND_ASYNC = /(^|,)\s*respond-async\s*(,|;|$)/i
 
@@ -28,8 +28,9 @@ export interface RunSubmitDeps {
  * been forwarded is recorded and queued, and the caller is answered at once with the run's id
  * and where to read it.
  */
-export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall) => Promise<void> {
-  return async function submitRun (call) {
+export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, waitRanOut?: number) => Promise<void> {
+  /** `waitRanOut`: a sync call whose `Prefer: wait=<seconds>` ran out while it waited for a slot (its 202 says so). */
+  return async function submitRun (call, waitRanOut) {
     const { route, webhook } = call
     const request: StoredRequest = {
       method: call.req.method as string,
@@ -47,7 +48,9 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall) => Promi
     })
     // with an Idempotency-Key, the 202 is kept for repeats before the caller has it; a refused run frees the key
     await (call.keySlot === undefined ? submitted : keepAsyncAnswer(deps.store, call, submitted))
-    if (!call.settled) answerQueued(call.res, route, call.runId, false)
+    if (call.settled) return
+    if (waitRanOut === undefined) answerQueued(call.res, route, call.runId, false)
+    else answerWaitRanOut(call.res, route, call.runId, 'queued', waitRanOut)
   }
 }
 

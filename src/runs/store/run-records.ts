@@ -14,6 +14,11 @@ export interface RunRecords {
    * Rejects with RunFinishedError, RunNotAsyncError.
    */
   cancel: (scope: RunScope, runId: string) => Promise<RunView>
+  /**
+   * Records a sync call as a running run as it goes on (its `Prefer: wait` ran out): `run.running`,
+   * owned by this sidecar, ended by `finish` like a keyed call's. Rejects with RunIdTakenError.
+   */
+  open: (run: TakenRun) => Promise<void>
   /** Appends event `n` (0, 1, 2, … in order) of a running run; never waits, never throws. */
   appendEvent: (run: TakenRun, n: number, data: string) => void
   /**

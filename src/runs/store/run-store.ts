@@ -176,6 +176,8 @@ export interface RunStoreSettings {
   readonly queueDepth: number
   /** ASYNC_QUEUE_MAX_BYTES: most request-body bytes of async runs waiting per app (counted from submission until the run starts or is canceled). */
   readonly queueMaxBytes: number
+  /** ASYNC_QUEUE_TTL_SECONDS: a run still queued this long after its submission fails (default one day). */
+  readonly queueTtlSeconds?: number
   /** The one app this sidecar serves (PROJECT_ID and APP_NAME); a shared store needs it, memory takes every app's runs without it. */
   readonly scope: RunScope | undefined
 }
@@ -186,6 +188,8 @@ export interface RunStoreListener {
   canceled: (scope: RunScope, runId: string) => void
   /** A run whose sidecar was lost was failed ("replica lost") by this one: send its webhook. */
   lost: (run: TakenRun, view: RunView) => void
+  /** A queued run was failed by a time limit (`Cancel-After`, ASYNC_QUEUE_TTL_SECONDS) by this sidecar: send its webhook (`view.delivery`: held already). */
+  expired: (run: TakenRun, view: RunView) => void
   /** The backend became reachable (true) or unreachable (false). */
   availability: (available: boolean) => void
   /** A delivery whose sidecar was lost (or stopped) is now this one's: make its remaining attempts. */

@@ -56,6 +56,8 @@ export abstract class CallRecord {
   queueMs = 0
   /** Its spans (tracing on): ended as it closes. */
   trace: CallTrace | undefined
+  /** When it arrived (performance.now()): its deadlines count from here. */
+  readonly arrivedAt: number
   /** The sidecar's own answer, when it gave one: its code and reason go in the log line. */
   protected refusal: SidecarError | undefined
   #controller: AbortController | undefined
@@ -74,7 +76,7 @@ export abstract class CallRecord {
     this.#metrics = recorder.metrics
     this.#inflight = recorder.inflight
     this.runId = runIdFor(req.headers['x-request-id'])
-    const startedAt = performance.now()
+    const startedAt = this.arrivedAt = performance.now()
     const url = req.url as string // before a forward step rewrites it
     recorder.inflight.begin()
     closes.once('close', () => {
@@ -147,6 +149,11 @@ export abstract class CallRecord {
 
   /** Its caller left, and its app request goes on without it (a recorded run): it is answered all the same. */
   get outliving (): boolean { return this.#outliving }
+
+  /** Its caller is answered already (202: its `Prefer: wait` ran out) and its app request goes on: what the call holds is freed as that ends (outlived). */
+  outlive (): void {
+    if (!this.#freed) this.#outliving = true
+  }
 
   /** The app request that outlived its caller has ended: what the call held is freed now. */
   outlived (): void {

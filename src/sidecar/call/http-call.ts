@@ -31,6 +31,9 @@ export class HttpCall extends CallRecord {
   keySlot: string | undefined = undefined
   /** A sync call recorded as a run with its key: makes the tee that records its answer on the run. */
   recording: RunRecording | undefined = undefined
+  /** `Prefer: wait=<seconds>` of a sync call, and what aborts when it runs out (see bounded-wait.ts). */
+  waitSeconds: number | undefined = undefined
+  waitOver: AbortSignal | undefined = undefined
   readonly #logger: Logger
 
   constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse) {

@@ -18,14 +18,15 @@ const CALLER_GONE = new CallerDisconnectedError()
  * upstream when the caller disconnects (a recorded run's goes on) or the deadline passes.
  */
 export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext, AbortTaker {
-  readonly res: ServerResponse
+  /** The caller's response; a response nobody reads once the call goes on as a run (outliveAsRun). */
+  res: ServerResponse
   readonly runId: string
-  readonly capture: ResponseCapture | undefined
+  capture: ResponseCapture | undefined
   /** When the request was forwarded (run_time_ms counts from here). */
   readonly forwardedAt = performance.now()
   readonly queueMs: number
   readonly #call: HttpCall
-  readonly #tee: AnswerTee | undefined
+  #tee: AnswerTee | undefined
   /** The app request's client span (tracing on). */
   readonly #span: TraceSpan | undefined
   #status = 0
@@ -72,9 +73,25 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
 
   /** The caller left: a recorded run's app request goes on to its end (its answer kept for its key); any other is cut. */
   outlivesCaller (): boolean {
+    if (this.#outlived) return true // a run already (outliveAsRun): its caller was answered
     if (this.#call.recording === undefined || this.#ended) return false
     this.#outlived = true
     this.#resume() // paused for the caller's reading, which is over
+    return true
+  }
+
+  /**
+   * The call goes on as a run, its caller answered otherwise (its `Prefer: wait` ran out, 202): from
+   * now on the app's answer is followed by `tee` alone (the run's record, and the webhook's), the
+   * sinks writing into a response nobody reads; the call holds its slot until the app request ends.
+   * False when the app's response has begun (it goes on to the caller).
+   */
+  outliveAsRun (tee: AnswerTee, unread: ServerResponse): boolean {
+    if (this.#sink !== undefined || this.#ended || this.#callerGone || this.#expired !== undefined) return false
+    this.#tee = tee
+    this.capture = tee.capture
+    this.res = unread
+    this.#outlived = true
     return true
   }
 

@@ -191,6 +191,20 @@ for (const backend of BACKENDS) {
     t.same(idsOf(await listOf(clients[0] as RunsClient, '?status=queued,running')), [], 'nothing left queued')
   })
 
+  t.test(`${backend}: a call whose Prefer: wait ran out is listed as the run it became`, async t => {
+    const { app, clients } = await fleetOf(t, backend)
+    const client = clients[clients.length - 1] as RunsClient
+    await client.submit('/json', 'before')
+    t.equal((await client.finished('before')).record.status, 'succeeded')
+    const waited = await client.call('/hold', { method: 'GET', headers: { prefer: 'wait=1', 'x-request-id': 'waited' } })
+    t.equal(waited.status, 202)
+    t.same(idsOf(await listOf(clients[0] as RunsClient, '?status=running')), ['waited'])
+    t.equal((await listOf(clients[0] as RunsClient)).text, `{"runs":[${await listed(client, 'waited')},${await listed(client, 'before')}],"next_cursor":null}`)
+    ;(app.held[0] as RunsApp['held'][number]).res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+    t.equal((await client.finished('waited')).record.status, 'succeeded')
+    t.same(idsOf(await listOf(clients[0] as RunsClient, '?status=succeeded')), ['waited', 'before'])
+  })
+
   t.test(`${backend}: finished runs expire from the list with their records; a running one stays`, async t => {
     const { app, clients, redis } = await fleetOf(t, backend, { RUN_RETENTION_SECONDS: '1' })
     const client = clients[0] as RunsClient

@@ -65,7 +65,7 @@ t.test('a finished run larger than the retention budget is kept cut, not dropped
   const store = new MemoryRunStore({ ...SETTINGS, maxEvents: 10_000, maxEventBytes: 1024 ** 3 })
   t.teardown(() => store.close())
   const cuts: string[] = []
-  store.listen({ canceled: () => {}, lost: () => {}, availability: () => {}, truncated: (scope, runId, what) => { cuts.push(`${scope.projectId}/${scope.appName}/${runId}: ${what}`) } })
+  store.listen({ canceled: () => {}, lost: () => {}, expired: () => {}, availability: () => {}, truncated: (scope, runId, what) => { cuts.push(`${scope.projectId}/${scope.appName}/${runId}: ${what}`) } })
   const scope = { projectId: 'p', appName: 'a' }
   await store.queue.submit({ scope, runId: 'huge', request: { method: 'POST', path: '/run', headers: [], body: null }, webhook: undefined, createdAt: Date.now() })
   const taken = await store.queue.take(AbortSignal.timeout(5000))

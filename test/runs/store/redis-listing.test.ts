@@ -16,12 +16,14 @@ t.test('a sparse filter over more runs than one read: found across reads, exact 
   t.teardown(() => store.close())
   await store.reachable(5000)
   // two queued runs at the old end, then 2500 finished ones written as the store writes them, 500 of them gone
-  for (const [i, id] of ['q-0', 'q-1'].entries()) await store.queue.submit(runOf(id, 1_000 + i))
+  // recent enough for the queue's time limit (ASYNC_QUEUE_TTL_SECONDS) not to fail them
+  const base = Date.now() - 100_000
+  for (const [i, id] of ['q-0', 'q-1'].entries()) await store.queue.submit(runOf(id, base + i))
   const probe = redis.probe.pipeline()
   for (let i = 0; i < 2500; i++) {
     const id = `done-${String(i).padStart(4, '0')}`
-    if (i % 5 !== 0) probe.hset(`as:{p/a}:run:${id}`, 'record', JSON.stringify({ run_id: id, status: 'succeeded', created_at: new Date(2_000 + i).toISOString() }), 'async', '1')
-    probe.zadd('as:{p/a}:runs', 2_000 + i, id)
+    if (i % 5 !== 0) probe.hset(`as:{p/a}:run:${id}`, 'record', JSON.stringify({ run_id: id, status: 'succeeded', created_at: new Date(base + 1_000 + i).toISOString() }), 'async', '1')
+    probe.zadd('as:{p/a}:runs', base + 1_000 + i, id)
   }
   await probe.exec()
   const page = await store.listing.list(SCOPE, { statuses: ['queued'], after: undefined, limit: 2 })
@@ -29,11 +31,11 @@ t.test('a sparse filter over more runs than one read: found across reads, exact 
   t.equal(page.next, undefined, 'nothing follows')
   t.equal(await redis.probe.zcard('as:{p/a}:runs'), 2002, 'the 500 gone removed as they were met')
   const one = await store.listing.list(SCOPE, { statuses: ['queued'], after: undefined, limit: 1 })
-  t.same([one.records.map(r => r.run_id), one.next], [['q-1'], { createdAt: 1_001, runId: 'q-1' }])
-  const newest = await store.listing.list(SCOPE, { statuses: undefined, after: { createdAt: 2_000 + 2499, runId: 'done-2499' }, limit: 1000 })
+  t.same([one.records.map(r => r.run_id), one.next], [['q-1'], { createdAt: base + 1, runId: 'q-1' }])
+  const newest = await store.listing.list(SCOPE, { statuses: undefined, after: { createdAt: base + 1_000 + 2499, runId: 'done-2499' }, limit: 1000 })
   t.equal(newest.records.length, 1000)
   t.equal(newest.records[0]?.run_id, 'done-2498')
-  t.same(newest.next, { createdAt: 2_000 + 1249, runId: 'done-1249' }, '1000 of the 2000 kept, from after the newest (done-2498 to done-1249 but the gone fifth)')
+  t.same(newest.next, { createdAt: base + 1_000 + 1249, runId: 'done-1249' }, '1000 of the 2000 kept, from after the newest (done-2498 to done-1249 but the gone fifth)')
 })
 
 t.test('a purge over more entries than one step: every queued run canceled (a taken one included), the running one left', async t => {

@@ -25,7 +25,7 @@ function newRun (overrides: Partial<NewRun> = {}): NewRun {
 }
 
 function listener (overrides: Partial<RunStoreListener> = {}): RunStoreListener {
-  return { canceled: () => {}, lost: () => {}, availability: () => {}, ...overrides }
+  return { canceled: () => {}, lost: () => {}, expired: () => {}, availability: () => {}, ...overrides }
 }
 
 async function takeOne (store: RunStore, ms = 5000): Promise<TakenRun> {

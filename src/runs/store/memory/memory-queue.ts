@@ -1,5 +1,7 @@
 import { AsyncQueueFullError, BodyTooLargeError } from '../../../errors.ts'
-import { queuedRecord, startedRecord } from '../../run-record.ts'
+import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
+import { setLongTimeout } from '../../../shared/longest-timer.ts'
+import { expiredRecord, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import type { NewRun, RunView, TakenRun } from '../run-store.ts'
 import { keyOf, type MemoryRun, type MemoryRuns, scopeKeyOf, viewOf } from './memory-runs.ts'
@@ -38,6 +40,7 @@ export class MemoryQueue implements RunQueue {
     const queue = this.#queues.get(scopeKey)
     if (queue === undefined) this.#queues.set(scopeKey, [stored])
     else queue.push(stored)
+    this.#armExpiry(stored)
     this.#handOut()
     return viewOf(stored)
   }
@@ -66,6 +69,7 @@ export class MemoryQueue implements RunQueue {
     const run = this.#runs.live.get(keyOf(taken))
     if (run === undefined || run.record.status !== 'queued') return undefined
     run.record = startedRecord(run.record, taken.createdAt, startedAt)
+    run.expiry?.clear()
     this.#runs.uncountQueued(run)
     this.#runs.waiting.set(run.scopeKey, (this.#runs.waiting.get(run.scopeKey) ?? 1) - 1)
     return taken
@@ -105,6 +109,34 @@ export class MemoryQueue implements RunQueue {
       taker.reject(new Error('run store closed'))
     }
   }
+
+  /** A queued run fails at its time limit (not when a slot frees). */
+  #armExpiry (run: MemoryRun): void {
+    const { at } = queuedExpiry(run.submitted as NewRun, this.#ttlSeconds)
+    run.expiry = setLongTimeout(() => { this.#expire(run) }, at - Date.now(), true)
+  }
+
+  /** queued → failed (504): it never reaches the app (a taker holding it finds it no longer queued); its webhook is the listener's to send. */
+  #expire (run: MemoryRun): void {
+    const submitted = run.submitted
+    if (run.record.status !== 'queued' || submitted === undefined) return
+    const now = Date.now()
+    const { at, error } = queuedExpiry(submitted, this.#ttlSeconds)
+    if (at > now) {
+      this.#armExpiry(run) // the clocks of timers and of Date differ by a millisecond at times: not yet
+      return
+    }
+    const waiting = this.#runs.waiting
+    waiting.set(run.scopeKey, (waiting.get(run.scopeKey) ?? 1) - 1)
+    const expired = expiredRecord(run.record, now, error)
+    run.record = expired.record
+    run.resultJson = expired.resultJson
+    const taken: TakenRun = { ...submitted, webhook: run.webhook, entry: '' }
+    this.#runs.retire(run)
+    this.#runs.listener?.expired(taken, viewOf(run))
+  }
+
+  get #ttlSeconds (): number { return this.#runs.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS }
 
   /** The oldest queued run of the served scopes, taken off its queue. */
   #oldestQueued (): MemoryRun | undefined {

@@ -2,7 +2,7 @@ import { EventBeyondLastError, RunFinishedError, RunNotAsyncError, RunNotFoundEr
 import { canceledRecord, finishedRecord, isFinished, withWebhook } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
-import type { KeyAnswer, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
+import type { KeyAnswer, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
 import { changeOf, keyOf, type MemoryRun, type MemoryRuns, viewOf, wake } from './memory-runs.ts'
 
 /** The runs' records, events and results in this process's memory. */
@@ -33,6 +33,11 @@ export class MemoryRecords implements RunRecords {
     this.#runs.retire(run)
     if (wasRunning) this.#runs.listener?.canceled(scope, runId)
     return viewOf(run)
+  }
+
+  async open (run: TakenRun): Promise<void> {
+    this.#runs.refuseTaken(run)
+    this.#runs.add(run, run.running as RunRecord, false)
   }
 
   appendEvent (taken: TakenRun, n: number, data: string): void {

@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache'
+import type { LongTimer } from '../../../shared/longest-timer.ts'
 import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { RunIdTakenError, RunNotFoundError } from '../../../errors.ts'
 import type { NewRun, RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView } from '../run-store.ts'
@@ -31,6 +32,8 @@ export interface MemoryRun {
   queuedBytes: number
   /** Followers waiting for the next event or the end. */
   readonly waiters: Set<() => void>
+  /** A queued run's time limit (`Cancel-After`, ASYNC_QUEUE_TTL_SECONDS): cleared as it starts or ends. */
+  expiry: LongTimer | undefined
 }
 
 /** Finished runs kept for RUN_RETENTION_SECONDS, at most this many bytes of results and events (then the oldest go first). */
@@ -86,7 +89,7 @@ export class MemoryRuns {
     const key = `${scopeKey}/${run.runId}`
     const stored: MemoryRun = {
       key, scopeKey, submitted: run, seq: this.#seq++, record, resultJson: undefined,
-      webhook: run.webhook, taken: !async, async, events: [], dropped: 0, trimmed: 0, eventBytes: 0, queuedBytes: 0, waiters: new Set()
+      webhook: run.webhook, taken: !async, async, events: [], dropped: 0, trimmed: 0, eventBytes: 0, queuedBytes: 0, waiters: new Set(), expiry: undefined
     }
     this.live.set(key, stored)
     this.index.add(scopeKey, { createdAt: run.createdAt, runId: run.runId, key, seq: stored.seq })
@@ -134,6 +137,7 @@ export class MemoryRuns {
    */
   retire (run: MemoryRun): void {
     this.live.delete(run.key)
+    run.expiry?.clear()
     this.uncountQueued(run)
     run.submitted = undefined // nothing reads a finished run's request: its body would be kept for RUN_RETENTION_SECONDS, uncounted by the byte budget
     const first = this.firstKept(run)

@@ -41,6 +41,8 @@ export class ScopeKeys {
   events (runId: string): string { return `${this.#prefix}:events:${runId}` }
   /** The app's async runs started and not ended (a set of their run keys): the backlog is the queue less these. */
   get running (): string { return `${this.#prefix}:running` }
+  /** The app's queued runs by their time limit (a sorted set, epoch ms: `Cancel-After`, ASYNC_QUEUE_TTL_SECONDS), swept by every sidecar. */
+  get expiry (): string { return `${this.#prefix}:expiry` }
   /** Request-body bytes of the app's queued runs (ASYNC_QUEUE_MAX_BYTES). */
   get queuedBytes (): string { return `${this.#prefix}:queued-bytes` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
@@ -74,8 +76,12 @@ export function parseWebhook (json: string): WebhookTarget {
   return { url: new URL(url), secret }
 }
 
-/** The commands this store sends with `redis.call` (kept out of the auto-pipeline, see the constructor). */
-const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE']
+/**
+ * The commands this store sends with `redis.call`, kept out of the auto-pipeline (see the
+ * constructor): background ones among them (the probe, the expiry sweep) would otherwise hold the
+ * next auto-pipelined batch behind them while Redis does not answer (ioredis sends one batch at a time).
+ */
+const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE', 'ZRANGEBYSCORE']
 
 /** The ends of runs kept to write again after a failover: at most this many, this many bytes of results. */
 const ENDED_MAX = 10_000
@@ -253,9 +259,9 @@ export class RedisContext {
   }
 
   #transitionArgs (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): [string[], Array<string | number>] {
-    return [[keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running], [
+    return [[keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running, keys.expiry], [
       old, JSON.stringify(record), extra.result ?? '', extra.owner ?? '', extra.entry ?? '',
-      isFinished(record) ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : ''
+      isFinished(record) ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : '', runId
     ]]
   }
 

@@ -4,8 +4,8 @@ import type { KeptAnswer, KeyClaim, KeyEntry, RunScope, TakenRun } from '../run-
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { CLAIM_KEY, DROP_KEY, KEEP_ANSWER } from './redis-scripts.ts'
 
-/** How long a recorded sync run's record outlives RUN_RETENTION_SECONDS while it runs (a day). */
-const RECORDED_RUN_GRACE_SECONDS = 86_400
+/** How long a recorded sync run's record outlives RUN_RETENTION_SECONDS while it runs (a day): a key's, or a call whose Prefer: wait ran out. */
+export const RECORDED_RUN_GRACE_SECONDS = 86_400
 
 /** Idempotency-Key slots in Redis: a claim still running is a lease the heartbeat renews. */
 export class RedisKeyClaims implements KeyClaims {

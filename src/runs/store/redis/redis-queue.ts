@@ -4,6 +4,7 @@ import type { RunQueue } from '../run-queue.ts'
 import { type NewRun, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../run-store.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import { GROUP, RELEASE, START_READ, SUBMIT, WAITING } from './redis-scripts.ts'
+import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 
 /** The stored request, without its body (kept as raw bytes beside it). */
 interface RequestJson { method: string, path: string, headers: string[], hasBody: boolean }
@@ -56,9 +57,10 @@ export class RedisQueue implements RunQueue {
     const request: RequestJson = { method: run.request.method, path: run.request.path, headers: [...run.request.headers], hasBody: run.request.body !== null }
     const { queueDepth, queueMaxBytes } = this.#ctx.settings
     if ((run.request.body?.length ?? 0) > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
-    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.queuedBytes, keys.running, keys.runs], [
+    const expiry = queuedExpiry(run, this.#ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS).at
+    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.queuedBytes, keys.running, keys.expiry, keys.runs], [
       JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
-      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes, run.createdAt
+      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes, expiry, run.createdAt
     ]))
     if (outcome === -1) throw new RunIdTakenError()
     if (outcome === -2) throw new AsyncQueueFullError()
@@ -148,7 +150,7 @@ export class RedisQueue implements RunQueue {
       }
       const json = JSON.stringify(startedRecord(JSON.parse(old as string) as RunRecord, run.createdAt, startedAt))
       // its request and webhook read in the same step
-      const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.running], [old as string, json, ctx.consumer])) as [number, Buffer | null, Buffer | null, Buffer | null]
+      const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.running, keys.expiry], [old as string, json, ctx.consumer, run.runId])) as [number, Buffer | null, Buffer | null, Buffer | null]
       if (reply[0] !== 1) continue
       ctx.known.set(run.entry, json)
       const whole = wholeRun(run, reply[1], reply[2], reply[3])

@@ -1,4 +1,4 @@
-import { EventBeyondLastError, RunFinishedError, RunNotAsyncError, RunNotFoundError } from '../../../errors.ts'
+import { EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError } from '../../../errors.ts'
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
@@ -6,7 +6,8 @@ import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunRecord, RunSc
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { endDeliveryId, heldEndDelivery, holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
-import { FINISH_RECORDED, WEBHOOK_STATE } from './redis-scripts.ts'
+import { RECORDED_RUN_GRACE_SECONDS } from './redis-key-claims.ts'
+import { FINISH_RECORDED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
 
 /**
  * The runs' records in Redis: hashes written by compare-and-set (Lua script), events in a stream
@@ -41,6 +42,16 @@ export class RedisRecords implements RunRecords {
       if (view.record.status === 'running') await guard(this.#ctx.publish === 'SPUBLISH' ? this.#ctx.redis.spublish(keys.cancel, runId) : this.#ctx.redis.publish(keys.cancel, runId))
       return { record: canceled.record, resultJson: canceled.resultJson, async: true }
     }
+  }
+
+  async open (run: TakenRun): Promise<void> {
+    const ctx = this.#ctx
+    const keys = new ScopeKeys(run.scope)
+    const opened = await guard(OPEN_RUN.run(ctx.redis, [keys.run(run.runId), keys.runs], [
+      run.runningJson ?? JSON.stringify(run.running), ctx.consumer, run.webhook === undefined ? '' : JSON.stringify(run.webhook),
+      ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, run.runId, run.createdAt
+    ]))
+    if (opened === -1) throw new RunIdTakenError()
   }
 
   appendEvent (run: TakenRun, n: number, data: string): void {

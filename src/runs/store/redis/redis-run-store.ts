@@ -2,6 +2,7 @@ import type { RunStoreAddress } from '../../../config/run-store-address.ts'
 import type { RunStore, RunStoreListener } from '../run-store.ts'
 import { RedisContext, type RedisRunStoreOptions, type RedisStoreSettings } from './redis-context.ts'
 import { RedisDeliveries } from './redis-deliveries.ts'
+import { RedisExpiry, SWEEP_MS } from './redis-expiry.ts'
 import { RedisKeyClaims } from './redis-key-claims.ts'
 import { RedisListing } from './redis-listing.ts'
 import { checkPersistence, type PersistenceWarn } from './redis-persistence.ts'
@@ -31,6 +32,7 @@ export class RedisRunStore implements RunStore {
   readonly deliveries: RedisDeliveries
   readonly #ctx: RedisContext
   readonly #timer: NodeJS.Timeout
+  readonly #sweep: NodeJS.Timeout
 
   constructor (address: RunStoreAddress | string, settings: RedisStoreSettings, options: RedisRunStoreOptions = {}) {
     const ctx = new RedisContext(address, settings, options)
@@ -44,6 +46,9 @@ export class RedisRunStore implements RunStore {
     ctx.follow.onMessage(ctx.own.cancel, runId => { ctx.listener?.canceled(settings.scope, runId) })
     this.#timer = setInterval(() => { void reaper.keepAndReap() }, ctx.heartbeatMs)
     this.#timer.unref()
+    const expiry = new RedisExpiry(ctx)
+    this.#sweep = setInterval(() => { void expiry.sweep() }, SWEEP_MS)
+    this.#sweep.unref()
   }
 
   get available (): boolean { return this.#ctx.available }
@@ -69,6 +74,7 @@ export class RedisRunStore implements RunStore {
     const ctx = this.#ctx
     if (ctx.closed) return
     clearInterval(this.#timer)
+    clearInterval(this.#sweep)
     ctx.blocking.disconnect() // no read left to make this sidecar a consumer again
     if (ctx.available) {
       const leaving = forgetConsumers(ctx, ctx.consumer, 0).catch(() => {})

@@ -13,9 +13,11 @@ export const GROUP = 'runners'
  * the queue, nothing is counted (the count starts again from this body).
  * The queue entry names the run and carries its record as queued (its taker starts it against
  * that record without reading it first; an older sidecar reads only the run id).
- * The run joins the app's index (redis-run-index.ts).
- * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended), index.
- * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes, created_at ms.
+ * Its time limit (the sooner of `Cancel-After` and ASYNC_QUEUE_TTL_SECONDS) goes in the app's
+ * expiry set, which it leaves as it starts or ends (START_READ, TRANSITION); the run joins the
+ * app's index (redis-run-index.ts).
+ * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended), expiry, index.
+ * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes, expiry (epoch ms), created_at ms.
  */
 export const SUBMIT = new LuaScript(`${INDEX_RUN_LUA}
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
@@ -34,7 +36,8 @@ local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[6], 'record', ARGV[1])
 local fields = { 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes }
 if ARGV[4] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[4] end
 redis.call('HSET', KEYS[1], unpack(fields))
-indexRun(KEYS[5], KEYS[1], ARGV[6], ARGV[8])
+redis.call('ZADD', KEYS[5], ARGV[8], ARGV[6])
+indexRun(KEYS[6], KEYS[1], ARGV[6], ARGV[9])
 return 1
 `)
 
@@ -47,8 +50,9 @@ return 1
  * back to the app's queued-bytes; a finished one drops its request and its webhook (the secret:
  * its owner has it for the delivery, and nobody else will need it), and, if it was running, leaves
  * the app's running set (the backlog is the queue's entries less that set).
- * KEYS: run, queue, events, queued bytes, running. ARGV: old record, new record, result (''), owner
- * (''), entry (''), ttl seconds (0), live channel, message ('').
+ * A run that was queued leaves the app's expiry set.
+ * KEYS: run, queue, events, queued bytes, running, expiry. ARGV: old record, new record, result (''),
+ * owner (''), entry (''), ttl seconds (0), live channel, message (''), run id.
  */
 export const TRANSITION_LUA = `
 local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events')
@@ -57,7 +61,8 @@ local set = { 'record', ARGV[2] }
 if ARGV[3] ~= '' then set[#set + 1] = 'result'; set[#set + 1] = ARGV[3] end
 if ARGV[4] ~= '' then set[#set + 1] = 'owner'; set[#set + 1] = ARGV[4] end
 redis.call('HSET', KEYS[1], unpack(set))
-if string.find(ARGV[1], '"status":"running"', 1, true) then redis.call('SREM', KEYS[5], KEYS[1]) end
+if string.find(ARGV[1], '"status":"running"', 1, true) then redis.call('SREM', KEYS[5], KEYS[1])
+elseif string.find(ARGV[1], '"status":"queued"', 1, true) then redis.call('ZREM', KEYS[6], ARGV[9]) end
 if ARGV[5] ~= '' then
   redis.call('XACK', KEYS[2], '${GROUP}', ARGV[5])
   redis.call('XDEL', KEYS[2], ARGV[5])
@@ -84,16 +89,17 @@ export const TRANSITION = new LuaScript(TRANSITION_LUA)
  * A taken run starts: compare-and-set of its record (queued → running, owned
  * by the taker), and its request, body and webhook read in the same step ({0} when the record had
  * changed: a cancel, a takeover). It leaves the queue's bytes (its `queued_bytes` becomes 0, in the
- * record's HSET) and joins the running set; its
+ * record's HSET), joins the running set and leaves the expiry set; its
  * request and body stay until it ends (TRANSITION drops them then), so that a start tried again
  * after its reply was lost finds them.
- * KEYS: run, queued bytes, running. ARGV: old record, new record, owner.
+ * KEYS: run, queued bytes, running, expiry. ARGV: old record, new record, owner, run id.
  */
 export const START_READ = new LuaScript(`
 local fields = redis.call('HMGET', KEYS[1], 'record', 'request', 'body', 'webhook', 'queued_bytes')
 if fields[1] ~= ARGV[1] then return {0} end
 redis.call('HSET', KEYS[1], 'record', ARGV[2], 'owner', ARGV[3], 'queued_bytes', 0)
 redis.call('SADD', KEYS[3], KEYS[1])
+redis.call('ZREM', KEYS[4], ARGV[4])
 local queued = tonumber(fields[5] or '0')
 if queued > 0 and redis.call('DECRBY', KEYS[2], queued) < 0 then redis.call('SET', KEYS[2], 0) end
 return {1, fields[2], fields[3], fields[4]}
@@ -206,6 +212,22 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return false
 `
 export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 0, own: 3, args: 9, buffers: true })
+
+/**
+ * Records a sync call as a running run as it goes on (its `Prefer: wait` ran out), owned by its
+ * sidecar, unless the id is taken (-1); like a keyed call's record, without a key; it joins the
+ * app's index (redis-run-index.ts).
+ * KEYS: run, index. ARGV: record, owner, webhook ('' none), ttl seconds, run id, created_at ms.
+ */
+export const OPEN_RUN = new LuaScript(`${INDEX_RUN_LUA}
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local fields = { 'record', ARGV[1], 'async', '0', 'owner', ARGV[2] }
+if ARGV[3] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[3] end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+indexRun(KEYS[2], KEYS[1], ARGV[5], ARGV[6])
+return 1
+`)
 
 /**
  * Keeps the answer in the slot the run holds (compare and set on the run id), for the ttl again.
@@ -343,17 +365,17 @@ return lost
  * changed the record, HOLD_DELIVERY): a sidecar that dies right after the end leaves the delivery
  * to another, never a finished run with no delivery. Returns HOLD_DELIVERY's entry id, or false
  * when the record had changed (nothing written).
- * KEYS: TRANSITION's five, then HOLD_DELIVERY's two. ARGV: TRANSITION's eight, then HOLD_DELIVERY's nine.
+ * KEYS: TRANSITION's six, then HOLD_DELIVERY's two. ARGV: TRANSITION's nine, then HOLD_DELIVERY's nine.
  */
 export const END_AND_HOLD = new LuaScript(`
 local function transition (KEYS, ARGV)${TRANSITION_LUA}end
 local function hold (KEYS, ARGV)${HOLD_DELIVERY_LUA}end
-if transition({ KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5] }, { unpack(ARGV, 1, 8) }) ~= 1 then return false end
-return hold({ KEYS[6], KEYS[7] }, { unpack(ARGV, 9, 17) })
+if transition({ unpack(KEYS, 1, 6) }, { unpack(ARGV, 1, 9) }) ~= 1 then return false end
+return hold({ KEYS[7], KEYS[8] }, { unpack(ARGV, 10, 18) })
 `)
 
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
-  SUBMIT, TRANSITION, START_READ, APPEND_EVENT, RELEASE, WAITING, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
+  SUBMIT, TRANSITION, START_READ, APPEND_EVENT, RELEASE, WAITING, OPEN_RUN, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
   ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
 ]

@@ -1,0 +1,27 @@
+import { QueueExpiredError, RunDeadlinePassedError, type SidecarError } from '../errors.ts'
+import { storedCancelAfter } from '../shared/cancel-after.ts'
+import type { StoredRequest } from './store/run-store.ts'
+
+/** ASYNC_QUEUE_TTL_SECONDS's default (one day). */
+export const DEFAULT_QUEUE_TTL_SECONDS = 86_400
+
+/** What a run's time limits are read from: its submission and its request (whose `Cancel-After` was checked then). */
+interface Submitted {
+  readonly createdAt: number
+  readonly request: Pick<StoredRequest, 'headers'>
+}
+
+/** When a queued run fails if it has not started (epoch ms), and why: the sooner of its `Cancel-After` and ASYNC_QUEUE_TTL_SECONDS, both from its submission. */
+export function queuedExpiry (run: Submitted, ttlSeconds: number): { readonly at: number, readonly error: SidecarError } {
+  const ttlAt = run.createdAt + ttlSeconds * 1000
+  const deadlineAt = runDeadline(run)
+  return deadlineAt !== undefined && deadlineAt <= ttlAt
+    ? { at: deadlineAt, error: new RunDeadlinePassedError() }
+    : { at: ttlAt, error: new QueueExpiredError() }
+}
+
+/** When a run's `Cancel-After` passes (epoch ms, from its submission), queued or running; undefined without one. */
+export function runDeadline (run: Submitted): number | undefined {
+  const seconds = storedCancelAfter(run.request.headers)
+  return seconds === undefined ? undefined : run.createdAt + seconds * 1000
+}

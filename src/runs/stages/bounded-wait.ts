@@ -1,0 +1,131 @@
+import { performance } from 'node:perf_hooks'
+import type { Logger } from 'pino'
+import type { ConcurrencyGate } from '../../lifecycle/concurrency-gate.ts'
+import { queuedRecord, startedRecord } from '../run-record.ts'
+import type { NewRun, RunStatus, RunStore, TakenRun } from '../store/run-store.ts'
+import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
+import type { LabelledCounter } from '../../shared/metric-contracts.ts'
+import type { HttpCall } from '../../sidecar/call/http-call.ts'
+import { takeSlot } from '../../sidecar/call/take-slot.ts'
+import type { AppResponseRelay } from '../../sidecar/respond/app-response-relay.ts'
+import { unreadResponse } from '../../sidecar/respond/unread-response.ts'
+import type { WebhookTee } from '../../webhook/webhook-tee.ts'
+import { answerWaitRanOut } from './queued-answer.ts'
+import { RecordedRunTee } from './recorded-run.ts'
+
+/** RFC 7240's `wait` preference (its value may be quoted), among the others of `Prefer`. */
+const WAIT = /(?:^|,)\s*wait\s*=\s*("?)(\d{1,4})\1\s*(?=[,;]|$)/i
+const LONGEST_WAIT_SECONDS = 3600
+
+/**
+ * The bounded-wait stage: `Prefer: wait=<seconds>` (1 to 3600) of a sync call without an
+ * Idempotency-Key (a keyed call is a recorded run already: its retry gets its answer) arms the
+ * wait, counted from the call's arrival (`call.waitOver` aborts when it runs out). Any other value
+ * is ignored, as RFC 7240 says of a preference that cannot be honoured.
+ */
+export function startBoundedWait (call: HttpCall): void {
+  const prefer = call.req.headers.prefer
+  if (prefer === undefined || call.async || call.idempotencyKey !== undefined) return
+  const match = WAIT.exec(Array.isArray(prefer) ? prefer.join(',') : prefer)
+  const seconds = match === null ? 0 : Number(match[2])
+  if (seconds < 1 || seconds > LONGEST_WAIT_SECONDS) return
+  const over = new AbortController()
+  const timer = setTimeout(() => { over.abort(new Error('Prefer: wait ran out')) }, Math.max(0, seconds * 1000 - (performance.now() - call.arrivedAt)))
+  call.onClose(() => { clearTimeout(timer) })
+  call.waitSeconds = seconds
+  call.waitOver = over.signal
+}
+
+export interface BoundedWaitDeps {
+  readonly store: RunStore
+  /** The async stage: a call whose wait ran out before it had a slot is queued as an async run. */
+  readonly submitRun: (call: HttpCall, preferenceApplied?: number) => Promise<void>
+  /** The largest result a run keeps (ENVELOPE_MAX_BODY_BYTES). */
+  readonly maxResultBytes: number
+  readonly logger: Logger
+  readonly runsTotal: LabelledCounter<RunStatus>
+  readonly reportInternal: InternalErrorReporter
+}
+
+export interface BoundedWait {
+  /**
+   * The gate stage for a call with a bounded wait: a slot (false), or, when the wait runs out
+   * first, the call queued as an async run that any replica may take, answered 202 (true).
+   */
+  takeSlotWithin: (gate: ConcurrencyGate, call: HttpCall) => boolean | Promise<boolean>
+  /** The call went to the app (its relay and webhook tee): should its wait run out before the app answers, it goes on as a run, answered 202. */
+  watch: (call: HttpCall, relay: AppResponseRelay, webhookTee: WebhookTee | undefined) => void
+}
+
+/** SPEC: Runs → Bounded wait. A call answered within its wait is a plain call and costs nothing more. */
+export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
+  /** The wait ran out at the app before its response began: the call is recorded running, and its answer goes to the run. */
+  async function goOnAsRun (call: HttpCall, relay: AppResponseRelay, webhookTee: WebhookTee | undefined): Promise<void> {
+    if (call.settled || call.res.headersSent) return // answered, or its stream has begun: that goes on to the caller
+    const { route } = call
+    const createdAt = Math.round(performance.timeOrigin + call.arrivedAt)
+    const startedAt = Math.round(performance.timeOrigin + relay.forwardedAt)
+    const submitted: NewRun = {
+      scope: { projectId: route.projectId, appName: route.appName },
+      runId: call.runId,
+      // a sync run is never run again: its request is not kept
+      request: { method: call.req.method as string, path: route.appPath, headers: [], body: null },
+      webhook: call.webhook === undefined ? undefined : { url: call.webhook.url, secret: undefined },
+      createdAt
+    }
+    const running = startedRecord(queuedRecord(submitted), createdAt, startedAt)
+    const run: TakenRun = { ...submitted, entry: '', running, runningJson: JSON.stringify(running) }
+    const tee = new RecordedRunTee({ store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal },
+      webhookTee, deps.maxResultBytes, { forwardedAt: relay.forwardedAt, startedAt })
+    if (!relay.outliveAsRun(tee, unreadResponse(call.req))) return
+    call.outlive() // its slot and the drain's count are held until the app answers
+    // sent now, before anything the run appends (one connection, commands in order)
+    const opening = deps.store.records.open(run)
+    try {
+      await opening
+    } catch (error) {
+      // not recorded (the store down, the id taken): the caller is told; the app request goes on unrecorded
+      call.answer(error)
+      return
+    }
+    if (!call.settled) answerWaitRanOut(call.res, route, call.runId, 'running', call.waitSeconds as number)
+  }
+
+  async function queueAfterWait (gate: ConcurrencyGate, call: HttpCall, over: AbortSignal): Promise<boolean> {
+    // the wait ran out before the gate (a slow body, a store round trip): with a slot free it goes to
+    // the app (and on as a run at once); else it is queued (an aborted signal never ends a gate wait)
+    const free = over.aborted ? gate.tryAcquire() : undefined
+    free?.()
+    if (over.aborted && free === undefined) {
+      await deps.submitRun(call, call.waitSeconds)
+      return true
+    }
+    try {
+      await takeSlot(gate, call, AbortSignal.any([call.signal, over]))
+      return false
+    } catch (error) {
+      if (!over.aborted || call.signal.aborted) throw error
+      await deps.submitRun(call, call.waitSeconds)
+      return true
+    }
+  }
+
+  return {
+    takeSlotWithin (gate, call) {
+      if (call.waitOver === undefined) {
+        const slot = takeSlot(gate, call) // a plain call: no promise more than the gate's own
+        return slot instanceof Promise ? slot.then(() => false) : false
+      }
+      return queueAfterWait(gate, call, call.waitOver)
+    },
+    watch (call, relay, webhookTee) {
+      const over = call.waitOver
+      if (over === undefined) return
+      const ranOut = (): void => {
+        goOnAsRun(call, relay, webhookTee).catch((error: unknown) => { deps.reportInternal(error, { runId: call.runId }) })
+      }
+      if (over.aborted) ranOut() // between its slot and its forwarding
+      else over.addEventListener('abort', ranOut, { once: true })
+    }
+  }
+}

@@ -1,0 +1,66 @@
+import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
+import { expiredRecord } from '../../run-record.ts'
+import type { RunRecord, TakenRun } from '../run-store.ts'
+import { guard, parseWebhook, type RedisContext } from './redis-context.ts'
+
+/** How often every sidecar looks for queued runs past their time limit (the SPEC: failed within 1 s of it). */
+export const SWEEP_MS = 500
+/** Most runs one sweep fails; the rest are the next sweep's. */
+const SWEEP_BATCH = 64
+
+/**
+ * Fails the app's queued runs whose time limit passed (`Cancel-After`, ASYNC_QUEUE_TTL_SECONDS),
+ * whether or not a slot frees: every sidecar sweeps the app's expiry set (SUBMIT adds a run, its
+ * start or end removes it), and the compare-and-set of the record lets one of them fail each run.
+ * Its webhook is then this sidecar's to send (listener.expired), written down before its first
+ * attempt like any delivery; a sidecar that dies between the two loses that one webhook.
+ */
+export class RedisExpiry {
+  readonly #ctx: RedisContext
+  #sweeping = false
+
+  constructor (ctx: RedisContext) {
+    this.#ctx = ctx
+  }
+
+  async sweep (): Promise<void> {
+    const ctx = this.#ctx
+    if (this.#sweeping || !ctx.available) return
+    this.#sweeping = true
+    try {
+      // sent alone (SENT_WITH_CALL): a sweep waiting on a stalled Redis never delays a request's commands
+      const due = await guard(ctx.redis.call('ZRANGEBYSCORE', ctx.own.expiry, '-inf', Date.now(), 'LIMIT', 0, SWEEP_BATCH)) as string[]
+      for (const runId of due) await this.#expire(runId)
+    } catch {
+      // the store is down (availability says so) or a run could not be read: the next sweep tries again
+    } finally {
+      this.#sweeping = false
+    }
+  }
+
+  async #expire (runId: string): Promise<void> {
+    const ctx = this.#ctx
+    const keys = ctx.own
+    const [raw, request, webhook, entry] = await guard(ctx.redis.hmget(keys.run(runId), 'record', 'request', 'webhook', 'entry'))
+    const record = raw === null || raw === undefined ? undefined : JSON.parse(raw) as RunRecord
+    if (record === undefined || record.status !== 'queued') {
+      await guard(ctx.redis.zrem(keys.expiry, runId)) // gone, or it left the queue without leaving the set
+      return
+    }
+    const stored = request === null || request === undefined ? undefined : JSON.parse(request) as { method: string, path: string, headers: string[] }
+    const createdAt = Date.parse(record.created_at)
+    const submitted = { createdAt, request: { method: stored?.method ?? '', path: stored?.path ?? '', headers: stored?.headers ?? [], body: null } }
+    const now = Date.now()
+    const { at, error } = queuedExpiry(submitted, ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS)
+    if (at > now) {
+      await guard(ctx.redis.zadd(keys.expiry, at, runId)) // a sidecar with another ASYNC_QUEUE_TTL_SECONDS set it: this one's stands here
+      return
+    }
+    const expired = expiredRecord(record, now, error)
+    if (!await ctx.transition(keys, runId, raw as string, expired.record, { result: expired.resultJson, entry: entry ?? '', done: true })) return
+    const run: TakenRun = {
+      ...submitted, scope: ctx.settings.scope, runId, entry: '', webhook: webhook === null || webhook === undefined ? undefined : parseWebhook(webhook)
+    }
+    ctx.listener?.expired(run, { record: expired.record, resultJson: expired.resultJson, async: true })
+  }
+}
