@@ -10,13 +10,15 @@ import { SseWriter } from '../../stream/sse-writer.ts'
 import { createRunCancel, type RunCancelDeps } from './run-cancel.ts'
 import type { HttpCall } from '../../sidecar/call/http-call.ts'
 import type { CallRoute } from '../../sidecar/call/match-route.ts'
+import { createRunList } from './run-list-route.ts'
 
 /** A request for one of the sidecar's own `_runs` routes. */
 export interface RunRoute {
   readonly scope: RunScope
+  /** '' for `list` (the app's runs). */
   readonly runId: string
-  readonly action: 'record' | 'events' | 'cancel'
-  /** The query, for `?after=`. */
+  readonly action: 'record' | 'events' | 'cancel' | 'list'
+  /** The query, for `?after=` and the list's `?status=&limit=&cursor=`. */
   readonly query: string
 }
 
@@ -40,6 +42,8 @@ export function matchRunRoute (route: CallRoute): RunRoute | undefined {
   if (path.charCodeAt(1) !== UNDERSCORE) return undefined
   // app paths starting with `_` are reserved for the sidecar: only `_runs` is one of its routes yet
   if (!path.startsWith(RUNS_PREFIX) || (path.length > RUNS_PREFIX.length && path[RUNS_PREFIX.length] !== '/')) throw new RouteNotFoundError()
+  // `/_runs` and `/_runs/`: the app's runs
+  if (path.length <= RUNS_PREFIX.length + 1) return { scope: { projectId: route.projectId, appName: route.appName }, runId: '', action: 'list', query: route.forwardedQuery }
   const parts = path.slice(RUNS_PREFIX.length + 1).split('/')
   const runId = parts[0] as string
   if (runId === '' || parts.length > 2) throw new RouteNotFoundError()
@@ -61,7 +65,7 @@ export interface RunRoutesDeps extends RunCancelDeps {
   readonly runsTotal: LabelledCounter<RunStatus>
 }
 
-/** `GET …/_runs/{id}` (the record), `GET …/_runs/{id}/events` (SSE), `POST …/_runs/{id}/cancel`. */
+/** `GET …/_runs/{id}` (the record), `GET …/_runs/{id}/events` (SSE), `POST …/_runs/{id}/cancel`; `GET` and `DELETE …/_runs` (run-list-route.ts). */
 export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: RunRoute) => Promise<void> {
   const { store } = deps
 
@@ -108,8 +112,8 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
     writer.end()
   }
 
-  const METHODS = { record: ['GET', 'HEAD'], events: ['GET'], cancel: ['POST'] } as const
-  const serve = { record, events: boundedReaders(events, deps.maxReaders), cancel }
+  const METHODS = { record: ['GET', 'HEAD'], events: ['GET'], cancel: ['POST'], list: ['GET', 'HEAD', 'DELETE'] } as const
+  const serve = { record, events: boundedReaders(events, deps.maxReaders), cancel, list: createRunList(deps) }
 
   return async function serveRunRoute (call, route) {
     const allowed: readonly string[] = METHODS[route.action]

@@ -5,6 +5,7 @@ import type { TraceContext } from '../../shared/trace-contracts.ts'
 import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
 import type { DurableDeliveries } from './durable-deliveries.ts'
 import type { KeyClaims } from './key-claims.ts'
+import type { RunListing } from './run-listing.ts'
 import type { RunQueue } from './run-queue.ts'
 import type { RunRecords } from './run-records.ts'
 
@@ -217,6 +218,8 @@ export interface RunStore {
   readonly records: RunRecords
   /** Idempotency-Key slots. */
   readonly keys: KeyClaims
+  /** An app's runs as a whole: listed, its queued ones canceled. */
+  readonly listing: RunListing
   /** Durable webhook delivery: only a shared store writes deliveries down; undefined in memory, where nothing changes. */
   readonly deliveries: DurableDeliveries | undefined
   /**

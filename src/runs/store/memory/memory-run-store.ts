@@ -1,5 +1,6 @@
 import type { RunStore, RunStoreListener, RunStoreSettings } from '../run-store.ts'
 import { MemoryKeyClaims } from './memory-key-claims.ts'
+import { MemoryListing } from './memory-listing.ts'
 import { MemoryQueue } from './memory-queue.ts'
 import { MemoryRecords } from './memory-records.ts'
 import { MemoryRuns } from './memory-runs.ts'
@@ -15,6 +16,7 @@ export class MemoryRunStore implements RunStore {
   readonly queue: MemoryQueue
   readonly records: MemoryRecords
   readonly keys: MemoryKeyClaims
+  readonly listing: MemoryListing
   /** In memory, webhook delivery is as it always was: nothing is written down. */
   readonly deliveries = undefined
   readonly #runs: MemoryRuns
@@ -24,6 +26,7 @@ export class MemoryRunStore implements RunStore {
     this.queue = new MemoryQueue(this.#runs)
     this.keys = new MemoryKeyClaims(this.#runs)
     this.records = new MemoryRecords(this.#runs, this.keys)
+    this.listing = new MemoryListing(this.#runs, this.records)
   }
 
   /** In memory, this sidecar is the only one. */

@@ -3,6 +3,7 @@ import type { LongTimer } from '../../../shared/longest-timer.ts'
 import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { RunIdTakenError, RunNotFoundError } from '../../../errors.ts'
 import type { NewRun, RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView } from '../run-store.ts'
+import { MemoryRunIndex } from './memory-run-index.ts'
 
 /** One run as this process keeps it. */
 export interface MemoryRun {
@@ -58,6 +59,11 @@ export class MemoryRuns {
   readonly waiting = new Map<string, number>()
   /** Request-body bytes of queued runs not started, per scope (ASYNC_QUEUE_MAX_BYTES). */
   readonly waitingBytes = new Map<string, number>()
+  /** Each scope's runs in creation order (listing); a run expired or dropped is skipped, then swept. */
+  readonly index = new MemoryRunIndex<MemoryRun>(({ key, seq }) => {
+    const run = this.live.get(key) ?? this.finished.peek(key)
+    return run?.seq === seq ? run : undefined
+  })
   listener: RunStoreListener | undefined
   closed = false
   #seq = 0
@@ -86,6 +92,7 @@ export class MemoryRuns {
       webhook: run.webhook, taken: !async, async, events: [], dropped: 0, trimmed: 0, eventBytes: 0, queuedBytes: 0, waiters: new Set(), expiry: undefined
     }
     this.live.set(key, stored)
+    this.index.add(scopeKey, { createdAt: run.createdAt, runId: run.runId, key, seq: stored.seq })
     return stored
   }
 

@@ -46,6 +46,8 @@ export class ScopeKeys {
   /** Request-body bytes of the app's queued runs (ASYNC_QUEUE_MAX_BYTES). */
   get queuedBytes (): string { return `${this.#prefix}:queued-bytes` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
+  /** The app's recorded runs by created_at (redis-run-index.ts): the list of runs. */
+  get runs (): string { return `${this.#prefix}:runs` }
   /** Never written: the availability probe's write to the app's slot on a cluster. */
   get probe (): string { return `${this.#prefix}:probe` }
   /** The app's cancel channel: a running run's sidecar hears its cancel there. */

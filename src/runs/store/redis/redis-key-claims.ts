@@ -23,10 +23,10 @@ export class RedisKeyClaims implements KeyClaims {
     // die, the key is free again (a retry runs) once the lease runs out, not after RUN_RETENTION_SECONDS.
     // A sync run recorded with it is in no queue, so no other sidecar can tell its sidecar died:
     // should it, the record shows "running" until its TTL (its caller saw the connection drop)
-    const held = await guard(CLAIM_KEY.run(ctx.redis, [key, keys.run(run?.runId ?? claim.runId)], [
+    const held = await guard(CLAIM_KEY.run(ctx.redis, [key, keys.run(run?.runId ?? claim.runId), keys.runs], [
       claim.runId, claim.digest, claim.async ? '1' : '0', ctx.claimLeaseMs,
       run?.runningJson ?? '', ctx.consumer,
-      run?.webhook === undefined ? '' : JSON.stringify(run.webhook), ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS
+      run?.webhook === undefined ? '' : JSON.stringify(run.webhook), ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, run?.createdAt ?? 0
     ])) as Array<Buffer | null> | null | number
     if (held === -1) throw new RunIdTakenError()
     if (held === null) {

@@ -46,9 +46,10 @@ export class RedisRecords implements RunRecords {
 
   async open (run: TakenRun): Promise<void> {
     const ctx = this.#ctx
-    const opened = await guard(OPEN_RUN.run(ctx.redis, [new ScopeKeys(run.scope).run(run.runId)], [
+    const keys = new ScopeKeys(run.scope)
+    const opened = await guard(OPEN_RUN.run(ctx.redis, [keys.run(run.runId), keys.runs], [
       run.runningJson ?? JSON.stringify(run.running), ctx.consumer, run.webhook === undefined ? '' : JSON.stringify(run.webhook),
-      ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS
+      ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, run.runId, run.createdAt
     ]))
     if (opened === -1) throw new RunIdTakenError()
   }

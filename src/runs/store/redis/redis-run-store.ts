@@ -5,6 +5,7 @@ import { RedisContext, type RedisRunStoreOptions, type RedisStoreSettings } from
 import { RedisDeliveries } from './redis-deliveries.ts'
 import { RedisExpiry, SWEEP_MS } from './redis-expiry.ts'
 import { RedisKeyClaims } from './redis-key-claims.ts'
+import { RedisListing } from './redis-listing.ts'
 import { checkPersistence, type PersistenceWarn } from './redis-persistence.ts'
 import { RedisQueue } from './redis-queue.ts'
 import { forgetConsumers, RedisReaper } from './redis-reaper.ts'
@@ -28,6 +29,7 @@ export class RedisRunStore implements RunStore {
   readonly queue: RedisQueue
   readonly records: RedisRecords
   readonly keys: RedisKeyClaims
+  readonly listing: RedisListing
   readonly deliveries: RedisDeliveries
   readonly #ctx: RedisContext
   readonly #calls: RedisCallCancels
@@ -40,6 +42,7 @@ export class RedisRunStore implements RunStore {
     this.queue = new RedisQueue(ctx)
     this.keys = new RedisKeyClaims(ctx)
     this.records = new RedisRecords(ctx, this.keys)
+    this.listing = new RedisListing(ctx)
     this.deliveries = new RedisDeliveries(ctx)
     const reaper = new RedisReaper(ctx, this.queue, this.deliveries)
     const calls = new RedisCallCancels(ctx)

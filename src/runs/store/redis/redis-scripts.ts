@@ -1,5 +1,6 @@
 import { BatchedScript } from './redis-script-batch.ts'
 import { LuaScript } from './redis-lua-script.ts'
+import { INDEX_RUN_LUA } from './redis-run-index.ts'
 
 /** The consumer group every sidecar reads an app's queue in. */
 export const GROUP = 'runners'
@@ -13,11 +14,12 @@ export const GROUP = 'runners'
  * The queue entry names the run and carries its record as queued (its taker starts it against
  * that record without reading it first; an older sidecar reads only the run id).
  * Its time limit (the sooner of `Cancel-After` and ASYNC_QUEUE_TTL_SECONDS) goes in the app's
- * expiry set, which it leaves as it starts or ends (START_READ, TRANSITION).
- * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended), expiry.
- * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes, expiry (epoch ms).
+ * expiry set, which it leaves as it starts or ends (START_READ, TRANSITION); the run joins the
+ * app's index (redis-run-index.ts).
+ * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended), expiry, index.
+ * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes, expiry (epoch ms), created_at ms.
  */
-export const SUBMIT = new LuaScript(`
+export const SUBMIT = new LuaScript(`${INDEX_RUN_LUA}
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local entries = redis.call('XLEN', KEYS[2])
 local waiting = entries - redis.call('SCARD', KEYS[4])
@@ -35,6 +37,7 @@ local fields = { 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async'
 if ARGV[4] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[4] end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('ZADD', KEYS[5], ARGV[8], ARGV[6])
+indexRun(KEYS[6], KEYS[1], ARGV[6], ARGV[9])
 return 1
 `)
 
@@ -51,7 +54,7 @@ return 1
  * KEYS: run, queue, events, queued bytes, running, expiry. ARGV: old record, new record, result (''),
  * owner (''), entry (''), ttl seconds (0), live channel, message (''), run id.
  */
-const TRANSITION_LUA = `
+export const TRANSITION_LUA = `
 local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events')
 if current[1] ~= ARGV[1] then return 0 end
 local set = { 'record', ARGV[2] }
@@ -188,11 +191,11 @@ return redis.call('XLEN', KEYS[1]) - redis.call('SCARD', KEYS[2])
  * Claims an Idempotency-Key's slot unless a request holds it: nil when claimed, else what the slot
  * holds (run id, digest, async, then status, content type and body once answered). With a record
  * (a sync call), the run is recorded running in the same step, unless its id is taken (-1: the key
- * is not claimed then).
- * KEYS: slot, run. ARGV: run id, digest, async ('1' or '0'), lease ms, record ('' none), owner,
- * webhook ('' none), record ttl seconds.
+ * is not claimed then); a run recorded joins the app's index (redis-run-index.ts).
+ * KEYS: slot, run, index. ARGV: run id, digest, async ('1' or '0'), lease ms, record ('' none), owner,
+ * webhook ('' none), record ttl seconds, created_at ms.
  */
-const CLAIM_KEY_LUA = `
+const CLAIM_KEY_LUA = `${INDEX_RUN_LUA}
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HMGET', KEYS[1], 'run', 'digest', 'async', 'status', 'type', 'body')
 end
@@ -202,24 +205,27 @@ if ARGV[5] ~= '' then
   if ARGV[7] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[7] end
   redis.call('HSET', KEYS[2], unpack(fields))
   redis.call('EXPIRE', KEYS[2], ARGV[8])
+  indexRun(KEYS[3], KEYS[2], ARGV[1], ARGV[9])
 end
 redis.call('HSET', KEYS[1], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return false
 `
-export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 0, own: 2, args: 8, buffers: true })
+export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 0, own: 3, args: 9, buffers: true })
 
 /**
  * Records a sync call as a running run as it goes on (its `Prefer: wait` ran out), owned by its
- * sidecar, unless the id is taken (-1); like a keyed call's record, without a key.
- * KEYS: run. ARGV: record, owner, webhook ('' none), ttl seconds.
+ * sidecar, unless the id is taken (-1); like a keyed call's record, without a key; it joins the
+ * app's index (redis-run-index.ts).
+ * KEYS: run, index. ARGV: record, owner, webhook ('' none), ttl seconds, run id, created_at ms.
  */
-export const OPEN_RUN = new LuaScript(`
+export const OPEN_RUN = new LuaScript(`${INDEX_RUN_LUA}
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local fields = { 'record', ARGV[1], 'async', '0', 'owner', ARGV[2] }
 if ARGV[3] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[3] end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('EXPIRE', KEYS[1], ARGV[4])
+indexRun(KEYS[2], KEYS[1], ARGV[5], ARGV[6])
 return 1
 `)
 

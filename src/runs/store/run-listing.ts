@@ -1,0 +1,35 @@
+import type { RunRecord, RunScope, RunStatus } from './run-store.ts'
+
+/** A place in an app's list of runs (newest first: by `created_at` in ms, then by run id, both descending). */
+export interface ListPosition {
+  /** The run's `created_at`, epoch ms. */
+  readonly createdAt: number
+  readonly runId: string
+}
+
+/** One page asked of the list. */
+export interface ListRequest {
+  /** The statuses listed; undefined: all. */
+  readonly statuses: readonly RunStatus[] | undefined
+  /** The page starts after this run (the last of the page before); undefined: at the newest. */
+  readonly after: ListPosition | undefined
+  /** Most records in the page. */
+  readonly limit: number
+}
+
+/** One page of the list: records without their results, and where the next page starts (undefined: nothing follows). */
+export interface RunPage {
+  readonly records: readonly RunRecord[]
+  readonly next: ListPosition | undefined
+}
+
+/**
+ * An app's recorded runs as a whole: listed, and its queued ones canceled at once. Every method
+ * rejects with RunStoreUnavailableError while the backend cannot be reached.
+ */
+export interface RunListing {
+  /** The app's recorded runs (async and recorded sync calls), newest first; expired ones are gone. */
+  list: (scope: RunScope, request: ListRequest) => Promise<RunPage>
+  /** Cancels every queued async run of the app, each as a cancel would (never run, no webhook); resolves with how many. */
+  cancelQueued: (scope: RunScope) => Promise<number>
+}
