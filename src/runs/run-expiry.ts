@@ -1,5 +1,6 @@
 import { QueueExpiredError, RunDeadlinePassedError, type SidecarError } from '../errors.ts'
-import { storedCancelAfter } from '../shared/cancel-after.ts'
+import { cancelAfterSeconds } from '../shared/cancel-after.ts'
+import { storedHeader } from './stored-headers.ts'
 import type { StoredRequest } from './store/run-store.ts'
 
 /** ASYNC_QUEUE_TTL_SECONDS's default (one day). */
@@ -24,4 +25,13 @@ export function queuedExpiry (run: Submitted, ttlSeconds: number): { readonly at
 export function runDeadline (run: Submitted): number | undefined {
   const seconds = storedCancelAfter(run.request.headers)
   return seconds === undefined ? undefined : run.createdAt + seconds * 1000
+}
+
+/** `Cancel-After` as a stored request carries it (checked when the run was submitted: a value that no longer parses sets no limit). */
+function storedCancelAfter (headers: readonly string[]): number | undefined {
+  try {
+    return cancelAfterSeconds(storedHeader(headers, 'cancel-after'))
+  } catch {
+    return undefined
+  }
 }

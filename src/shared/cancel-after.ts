@@ -16,17 +16,3 @@ export function cancelAfterSeconds (value: string | string[] | undefined): numbe
   if (seconds < 1 || seconds > MAX_SECONDS) throw new MalformedRequestError('malformed Cancel-After: a whole number of seconds (or <n>s, <n>m, <n>h), 1 s to one year')
   return seconds
 }
-
-/** `Cancel-After` as a stored request's headers carry it (checked when the run was submitted), in seconds. */
-export function storedCancelAfter (headers: readonly string[]): number | undefined {
-  for (let i = 0; i < headers.length; i += 2) {
-    if ((headers[i] as string).length === 12 && (headers[i] as string).toLowerCase() === 'cancel-after') {
-      try {
-        return cancelAfterSeconds(headers[i + 1])
-      } catch {
-        return undefined
-      }
-    }
-  }
-  return undefined
-}

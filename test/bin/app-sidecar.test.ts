@@ -12,6 +12,9 @@ import { sleep } from '../helpers/timing.ts'
 
 const BASE_ENV = { PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1' }
 
+// about 20 processes started one after another (22 s alone; 64 s on a loaded machine passed the 60 s default)
+t.setTimeout(180_000)
+
 t.test('--help lists the variables and exits 0', async t => {
   const child = runBin('app-sidecar', {}, ['--help'])
   t.equal(await child.exited, 0)

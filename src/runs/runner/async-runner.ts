@@ -7,13 +7,14 @@ import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { HeldDelivery, NewDelivery, RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
 import type { CancelCause, LabelledCounter } from '../../shared/metric-contracts.ts'
-import type { TraceContext, Tracer } from '../../shared/trace-contracts.ts'
+import type { Tracer } from '../../shared/trace-contracts.ts'
 import { runWebhookBody } from '../../webhook/result-capture.ts'
 import type { WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
 import type { CancelAtApp } from '../../sidecar/call/app-cancel.ts'
 import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
 import { queuedExpiry, runDeadline } from '../run-expiry.ts'
+import { storedHeader, storedTrace } from '../stored-headers.ts'
 import { type LongTimer, setLongTimeout } from '../../shared/longest-timer.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 import { RunPrefetch } from './run-prefetch.ts'
@@ -288,7 +289,7 @@ export class AsyncRunner implements RunStoreListener {
     let broken = false
     const relay: RunRelay = new RunRelay({
       method: request.method,
-      accept: headerValue(request.headers, 'accept'),
+      accept: storedHeader(request.headers, 'accept'),
       maxResultBytes: this.#deps.maxResultBytes,
       maxEventBytes: this.#deps.maxEventBytes,
       appUrl: this.#deps.appUrl,
@@ -383,18 +384,5 @@ export class AsyncRunner implements RunStoreListener {
 }
 
 const runKey = (scope: RunScope, runId: string): string => `${scope.projectId}/${scope.appName}/${runId}`
-
-/** The trace context a stored request carries (its submitter's). */
-function storedTrace (headers: readonly string[]): TraceContext | undefined {
-  const traceparent = headerValue(headers, 'traceparent')
-  return traceparent === undefined ? undefined : { traceparent, tracestate: headerValue(headers, 'tracestate') }
-}
-
-function headerValue (headers: readonly string[], name: string): string | undefined {
-  for (let i = 0; i < headers.length; i += 2) {
-    if ((headers[i] as string).toLowerCase() === name) return headers[i + 1]
-  }
-  return undefined
-}
 
 const delay = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms).unref()) }
