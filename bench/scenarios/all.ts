@@ -1,5 +1,6 @@
 import type { Scenario } from '../scenario.ts'
 import { gateScenario } from './gate.ts'
+import { queueScenario } from './queue.ts'
 import { getBuildScenario } from './get-build.ts'
 import { jsonPostScenario } from './json-post.ts'
 import { largeBodyScenario } from './large-body.ts'
@@ -11,4 +12,4 @@ import { webhooksScenario } from './webhooks.ts'
 import { websocketScenario } from './websocket.ts'
 
 /** Every scenario, in the order a full run measures them. */
-export const SCENARIOS: Scenario[] = [jsonPostScenario, sseScenario, webhooksScenario, getBuildScenario, gateScenario, websocketScenario, largeBodyScenario, asyncScenario, recordedScenario, tracingScenario]
+export const SCENARIOS: Scenario[] = [jsonPostScenario, sseScenario, webhooksScenario, getBuildScenario, gateScenario, websocketScenario, largeBodyScenario, asyncScenario, recordedScenario, queueScenario, tracingScenario]
