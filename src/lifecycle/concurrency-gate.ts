@@ -1,4 +1,5 @@
 import { QueueFullError } from '../errors.ts'
+import { DEFAULT_URGENCY, FairQueue, URGENCY_LEVELS } from '../shared/fair-queue.ts'
 
 /** Frees the slot a call holds; calling it more than once does nothing. */
 export type Release = () => void
@@ -11,37 +12,70 @@ export interface GateObserver {
   queued: (delta: number) => void
 }
 
+/** The urgency of the queued run the async runner would take next; undefined: none, or not known (it yields to every call). */
+export type NextRunUrgency = () => number | undefined
+
 interface Waiter {
-  grant: (release: Release) => void
-  reject: (error: Error) => void
+  readonly grant: (release: Release) => void
+  readonly caller: string
   settled: boolean
 }
 
+/** A run of unknown urgency yields to every call (calls go first within an urgency). */
+export const LAST_URGENCY = URGENCY_LEVELS - 1
+
+const waiterLive = (waiter: Waiter): boolean => !waiter.settled
+
 /**
- * At most `limit` calls in flight to the app (0: no limit), the rest waiting first come, first
- * served in a queue of at most `queueDepth`; beyond it, 503 with Retry-After. The gate stays shut
- * until `open()` (the app's first readiness), so early calls wait instead of failing.
+ * At most `limit` calls in flight to the app (0: no limit), the rest waiting in a queue of at most
+ * `queueDepth` (beyond it, 503 with Retry-After), served by urgency (`Priority`), then round robin
+ * across callers, each caller's own in order. A caller holding `callerLimit` slots (0: no limit)
+ * waits until one of its calls ends while the others go ahead. The gate stays shut until `open()`
+ * (the app's first readiness), so early calls wait instead of failing.
  */
 export class ConcurrencyGate {
   readonly #limit: number
   readonly #queueDepth: number
+  readonly #callerLimit: number
   readonly #observer: GateObserver
-  readonly #queue: Waiter[] = []
-  #head = 0
+  /** Slots held per caller (callers with none are not kept). */
+  readonly #held = new Map<string, number>()
+  readonly #waiters: FairQueue<Waiter>
   #inflight = 0
   #waiting = 0
   #open = false
-  /** Waiting for a slot nobody queued for (async runs, which yield to every call). */
+  /** Waiting for a slot no call goes before (async runs, which yield to calls of the same urgency or more urgent). */
   #idleWatchers: Array<() => void> = []
+  #nextRun: NextRunUrgency | undefined
+  #callerFreed: ((caller: string) => void) | undefined
 
-  constructor (limit: number, queueDepth: number, observer: GateObserver) {
+  constructor (limit: number, queueDepth: number, observer: GateObserver, callerLimit = 0) {
     this.#limit = limit
     this.#queueDepth = queueDepth
+    this.#callerLimit = callerLimit
     this.#observer = observer
+    this.#waiters = new FairQueue(waiterLive, callerLimit > 0 ? caller => this.capped(caller) : undefined)
   }
 
   get inflight (): number { return this.#inflight }
   get waiting (): number { return this.#waiting }
+
+  /** The most slots one caller holds now (sidecar_busiest_caller_inflight); O(callers), for a scrape. */
+  get busiestCallerInflight (): number {
+    let most = 0
+    for (const held of this.#held.values()) if (held > most) most = held
+    return most
+  }
+
+  /** The caller holds CALLER_MAX_INFLIGHT slots: its next call waits. */
+  capped (caller: string | undefined): boolean {
+    return this.#callerLimit > 0 && caller !== undefined && (this.#held.get(caller) ?? 0) >= this.#callerLimit
+  }
+
+  /** Told when a capped caller's call ends (its runs set aside may go now). */
+  onCallerFreed (listener: (caller: string) => void): void {
+    this.#callerFreed = listener
+  }
 
   /** The app is ready: let waiting calls through. */
   open (): void {
@@ -50,17 +84,30 @@ export class ConcurrencyGate {
   }
 
   /** A slot at once when one is free and nobody waits (the fast path); else undefined. */
-  tryAcquire (): Release | undefined {
-    return this.#open && this.#waiting === 0 && this.#hasSlot() ? this.#take() : undefined
+  tryAcquire (caller?: string): Release | undefined {
+    return this.#open && this.#waiting === 0 && this.#hasSlot() && !this.capped(caller) ? this.#take(caller) : undefined
   }
 
   /**
-   * Resolves once the gate is open, a slot is free and no call waits for one: async runs take
-   * their slot then (with tryAcquire), so a call waiting for a slot always goes first.
+   * A slot for a queued async run of `urgency` when one is free, its caller is not capped and no
+   * waiting call of the same urgency or more urgent could have it; else undefined.
+   */
+  tryAcquireRun (urgency: number, caller: string | undefined): Release | undefined {
+    if (!this.#open || !this.#hasSlot()) return undefined
+    if (!this.capped(caller) && urgency < this.#waiters.nextUrgency()) return this.#take(caller)
+    this.#dispatch() // the slot the run leaves goes to the waiting call
+    return undefined
+  }
+
+  /**
+   * Resolves once the gate is open, a slot is free and no waiting call goes before the run the
+   * runner would take next (`nextRun`: calls of the same urgency or more urgent go first; unknown,
+   * every call does). Async runs take their slot then, with tryAcquireRun.
    * `signal` aborts the wait, rejecting with its reason.
    */
-  whenSlotFree (signal: AbortSignal): Promise<void> {
-    if (this.#slotFree()) return Promise.resolve()
+  whenSlotFree (signal: AbortSignal, nextRun?: NextRunUrgency): Promise<void> {
+    this.#nextRun = nextRun
+    if (this.#slotForRun()) return Promise.resolve()
     if (signal.aborted) return Promise.reject(signal.reason as Error)
     return new Promise<void>((resolve, reject) => {
       const abandon = (): void => {
@@ -76,81 +123,94 @@ export class ConcurrencyGate {
     })
   }
 
+  /** Serves waiting calls again (the run the gate kept a slot for is gone). */
+  reconsider (): void {
+    this.#dispatch()
+  }
+
   /**
-   * Waits for a slot, first come first served. `signal` aborts the wait (deadline, caller gone),
-   * rejecting with its reason. Throws QueueFullError at once when the queue is full.
+   * Waits for a slot, by `urgency` (0–7), then round robin across callers. `signal` aborts the
+   * wait (deadline, caller gone), rejecting with its reason. Throws QueueFullError at once when the
+   * queue is full.
    */
-  acquire (signal: AbortSignal): Promise<Release> {
-    const ready = this.tryAcquire()
+  acquire (signal: AbortSignal, urgency = DEFAULT_URGENCY, caller = ''): Promise<Release> {
+    const ready = this.tryAcquire(caller)
     if (ready !== undefined) return Promise.resolve(ready)
     if (this.#waiting >= this.#queueDepth) throw new QueueFullError(1)
     return new Promise<Release>((resolve, reject) => {
-      const waiter: Waiter = { grant: resolve, reject, settled: false }
-      this.#queue.push(waiter)
+      const waiter: Waiter = { grant: resolve, caller, settled: false }
+      this.#waiters.push(urgency, caller, waiter)
       this.#waiting++
       this.#observer.queued(1)
       signal.addEventListener('abort', () => {
         if (waiter.settled) return
-        waiter.settled = true
+        waiter.settled = true // dropped from the queue when met
         this.#waiting--
         this.#observer.queued(-1)
         reject(signal.reason as Error)
-        this.#compact()
         this.#wakeIdleWatchers()
       }, { once: true })
+      // the waiters before it may all be capped callers
+      if (this.#open && this.#hasSlot()) this.#dispatch()
     })
   }
 
-  #slotFree (): boolean {
-    return this.#open && this.#waiting === 0 && this.#hasSlot()
+  #slotForRun (): boolean {
+    return this.#open && this.#hasSlot() && this.#runUrgency() < this.#waiters.nextUrgency()
+  }
+
+  /** The next run's urgency, as it competes with calls (a call of the same urgency goes first): an unknown one, after every call. */
+  #runUrgency (): number {
+    return this.#nextRun?.() ?? LAST_URGENCY
   }
 
   #hasSlot (): boolean {
     return this.#limit === 0 || this.#inflight < this.#limit
   }
 
-  #take (): Release {
+  #take (caller: string | undefined): Release {
     this.#inflight++
     this.#observer.inflight(1)
+    if (caller !== undefined) this.#held.set(caller, (this.#held.get(caller) ?? 0) + 1)
     let released = false
     return () => {
       if (released) return
       released = true
       this.#inflight--
       this.#observer.inflight(-1)
+      if (caller !== undefined) this.#free(caller)
       this.#dispatch()
     }
   }
 
+  #free (caller: string): void {
+    const left = (this.#held.get(caller) ?? 1) - 1
+    if (left === 0) this.#held.delete(caller)
+    else this.#held.set(caller, left)
+    if (left !== this.#callerLimit - 1) return
+    this.#waiters.unpark(caller)
+    this.#callerFreed?.(caller)
+  }
+
   #dispatch (): void {
-    while (this.#open && this.#head < this.#queue.length && this.#hasSlot()) {
-      const waiter = this.#queue[this.#head++] as Waiter
-      if (waiter.settled) continue
+    while (this.#open && this.#hasSlot()) {
+      const urgency = this.#waiters.nextUrgency()
+      if (urgency === URGENCY_LEVELS) break
+      // a queued run more urgent goes first (only while the runner waits to take it)
+      if (this.#idleWatchers.length > 0 && this.#runUrgency() < urgency) break
+      const waiter = this.#waiters.shift() as Waiter
       waiter.settled = true
       this.#waiting--
       this.#observer.queued(-1)
-      waiter.grant(this.#take())
+      waiter.grant(this.#take(waiter.caller))
     }
-    this.#compact()
     this.#wakeIdleWatchers()
   }
 
   #wakeIdleWatchers (): void {
-    if (this.#idleWatchers.length === 0 || !this.#slotFree()) return
+    if (this.#idleWatchers.length === 0 || !this.#slotForRun()) return
     const watchers = this.#idleWatchers
     this.#idleWatchers = []
     for (const wake of watchers) wake()
-  }
-
-  /** Drops settled waiters from the front so the queue array does not grow without bound. */
-  #compact (): void {
-    while (this.#head < this.#queue.length && (this.#queue[this.#head] as Waiter).settled) this.#head++
-    if (this.#head > 1024 && this.#head * 2 > this.#queue.length) {
-      this.#queue.splice(0, this.#head)
-      this.#head = 0
-    } else if (this.#head === this.#queue.length) {
-      this.#queue.length = 0
-      this.#head = 0
-    }
   }
 }
