@@ -45,6 +45,12 @@ export class RunPrefetch {
     }
   }
 
+  /** The urgency of the run next() would give now; undefined: none, or not known. */
+  nextUrgency (): number | undefined {
+    const held = this.#held[0]
+    return held === undefined ? this.#queue.nextUrgency?.() : held.run.urgency
+  }
+
   /** A run is at the app now: one more may be taken ahead. */
   started (signal: AbortSignal): void {
     this.#busy++
@@ -58,8 +64,12 @@ export class RunPrefetch {
     this.#fill(signal)
   }
 
-  /** A run that could not get its slot after all (a call took it): first again. */
+  /** A run that could not get its slot after all (a call took it): first again; in memory, back at its place in the queue (a more urgent run may come first). */
   putBack (run: TakenRun): void {
+    if (!this.#queue.shared) {
+      void this.#queue.release(run).catch(() => {})
+      return
+    }
     this.#held.unshift({ run, since: Date.now() })
     this.#notify()
   }
