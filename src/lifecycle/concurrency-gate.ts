@@ -24,6 +24,12 @@ interface Waiter {
 /** A run of unknown urgency yields to every call (calls go first within an urgency). */
 export const LAST_URGENCY = URGENCY_LEVELS - 1
 
+/** Slots one caller holds (kept while it holds none, until a sweep). */
+interface CallerCount { held: number }
+
+/** The callers' map is swept of idle callers once it holds this many, then each time it doubles. */
+const SWEEP_MIN = 1024
+
 const waiterLive = (waiter: Waiter): boolean => !waiter.settled
 
 /**
@@ -38,8 +44,9 @@ export class ConcurrencyGate {
   readonly #queueDepth: number
   readonly #callerLimit: number
   readonly #observer: GateObserver
-  /** Slots held per caller (callers with none are not kept). */
-  readonly #held = new Map<string, number>()
+  /** Slots held per caller; callers holding none are swept out as the map doubles (not at each release: the fast path does one lookup). */
+  readonly #held = new Map<string, CallerCount>()
+  #sweepAt = SWEEP_MIN
   readonly #waiters: FairQueue<Waiter>
   #inflight = 0
   #waiting = 0
@@ -63,13 +70,13 @@ export class ConcurrencyGate {
   /** The most slots one caller holds now (sidecar_busiest_caller_inflight); O(callers), for a scrape. */
   get busiestCallerInflight (): number {
     let most = 0
-    for (const held of this.#held.values()) if (held > most) most = held
+    for (const count of this.#held.values()) if (count.held > most) most = count.held
     return most
   }
 
   /** The caller holds CALLER_MAX_INFLIGHT slots: its next call waits. */
   capped (caller: string | undefined): boolean {
-    return this.#callerLimit > 0 && caller !== undefined && (this.#held.get(caller) ?? 0) >= this.#callerLimit
+    return this.#callerLimit > 0 && caller !== undefined && (this.#held.get(caller)?.held ?? 0) >= this.#callerLimit
   }
 
   /** Told when a capped caller's call ends (its runs set aside may go now). */
@@ -171,29 +178,43 @@ export class ConcurrencyGate {
   #take (caller: string | undefined): Release {
     this.#inflight++
     this.#observer.inflight(1)
-    if (caller !== undefined) this.#held.set(caller, (this.#held.get(caller) ?? 0) + 1)
+    const count = caller === undefined ? undefined : this.#countOf(caller)
+    if (count !== undefined) count.held++
     let released = false
     return () => {
       if (released) return
       released = true
       this.#inflight--
       this.#observer.inflight(-1)
-      if (caller !== undefined) this.#free(caller)
+      if (count !== undefined && --count.held === this.#callerLimit - 1) this.#unpark(caller as string)
       this.#dispatch()
     }
   }
 
-  #free (caller: string): void {
-    const left = (this.#held.get(caller) ?? 1) - 1
-    if (left === 0) this.#held.delete(caller)
-    else this.#held.set(caller, left)
-    if (left !== this.#callerLimit - 1) return
+  #countOf (caller: string): CallerCount {
+    let count = this.#held.get(caller)
+    if (count === undefined) {
+      if (this.#held.size >= this.#sweepAt) this.#sweep()
+      count = { held: 0 }
+      this.#held.set(caller, count)
+    }
+    return count
+  }
+
+  /** Forgets the callers holding no slot; the next sweep when the map has doubled again (amortised O(1)). */
+  #sweep (): void {
+    for (const [caller, count] of this.#held) if (count.held === 0) this.#held.delete(caller)
+    this.#sweepAt = Math.max(SWEEP_MIN, 2 * this.#held.size)
+  }
+
+  /** A capped caller's call ended: its waiting calls and runs are served again. */
+  #unpark (caller: string): void {
     this.#waiters.unpark(caller)
     this.#callerFreed?.(caller)
   }
 
   #dispatch (): void {
-    while (this.#open && this.#hasSlot()) {
+    while (this.#waiting > 0 && this.#open && this.#hasSlot()) {
       const urgency = this.#waiters.nextUrgency()
       if (urgency === URGENCY_LEVELS) break
       // a queued run more urgent goes first (only while the runner waits to take it)

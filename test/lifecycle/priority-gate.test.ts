@@ -187,3 +187,19 @@ t.test('O(1) per operation: 100,000 waiters cost about 10 times 10,000 (a scan p
   const large = await queueAndServe(100_000)
   t.ok(large < small * 30, `10,000 waiters in ${Math.round(small)} ms, 100,000 in ${Math.round(large)} ms`)
 })
+
+t.test('callers holding no slot are forgotten in sweeps; a caller holding slots is still counted and capped after them', async t => {
+  const gate = openGate(0, 2)
+  const a = [gate.tryAcquire('a') as Release, gate.tryAcquire('a') as Release]
+  for (let i = 0; i < 5000; i++) (gate.tryAcquire(`c${i}`) as Release)()
+  t.equal(gate.busiestCallerInflight, 2)
+  t.equal(gate.capped('a'), true)
+  t.equal(gate.tryAcquire('a'), undefined)
+  const order: string[] = []
+  const a3 = wait(gate, order, 'a3')
+  ;(a[0] as Release)()
+  ;(await a3)()
+  t.same(order, ['a3'])
+  ;(a[1] as Release)()
+  t.equal(gate.busiestCallerInflight, 0)
+})
