@@ -2,6 +2,7 @@ import t from 'tap'
 import type { OutgoingHttpHeaders } from 'node:http'
 import { send, type SentResponse } from '../../helpers/http-client.ts'
 import { type RunsApp, type RunsClient, runsClient, startRunsApp } from '../../helpers/runs-client.ts'
+import { privateRunStore } from '../../helpers/redis-server.ts'
 import { eventually, type Harness, startHarness } from '../../helpers/sidecar-harness.ts'
 
 // Priority and fair share through a real sidecar (REPLICA_CONCURRENCY=1, auth off): callers told
@@ -100,4 +101,20 @@ t.test('CALLER_MAX_INFLIGHT=1: a caller\'s second call and its run wait (not ref
   t.equal((await a2).status, 200)
   t.equal((await client.finished('run-a')).record.status, 'succeeded')
   t.same(arrivals(app), ['/hold/a1', '/hold/b1', '/hold/a2', '/json/b-run', '/json/a-run'])
+})
+
+t.test('redis: CALLER_MAX_INFLIGHT counts a caller\'s async runs too (the entry carries its urgency and caller); runs are still taken oldest first', async t => {
+  const store = await privateRunStore(t)
+  const { app, client } = await setUp(t, { REPLICA_CONCURRENCY: '2', CALLER_MAX_INFLIGHT: '1', ...store.env })
+  const a1 = client.call('/hold/a1', { headers: from('a') })
+  const heldA1 = await app.waitForHeld(1)
+  t.equal((await client.submit('/json/a-run', 'run-a', { headers: from('a', 'u=0') })).status, 202)
+  t.equal((await client.submit('/json/b-run', 'run-b', { headers: from('b', 'u=6') })).status, 202)
+  t.equal((await client.finished('run-b')).record.status, 'succeeded', 'B\'s run goes, though submitted after A\'s')
+  t.equal((await client.read('run-a')).record.status, 'queued', 'A\'s run waits while A\'s call holds its one slot')
+  t.same(await store.probe.hmget('as:{p/a}:run:run-a', 'urgency', 'caller'), ['0', 'a'])
+  heldA1.res.end('a1 done')
+  t.equal((await a1).status, 200)
+  t.equal((await client.finished('run-a')).record.status, 'succeeded')
+  t.same(arrivals(app), ['/hold/a1', '/json/b-run', '/json/a-run'])
 })
