@@ -90,9 +90,9 @@ export class ConcurrencyGate {
     this.#dispatch()
   }
 
-  /** A slot at once when one is free and nobody waits (the fast path); else undefined. */
+  /** A slot at once when one is free and nobody waits but capped callers (the fast path); else undefined. */
   tryAcquire (caller?: string): Release | undefined {
-    return this.#open && this.#waiting === 0 && this.#hasSlot() && !this.capped(caller) ? this.#take(caller) : undefined
+    return this.#open && this.#hasSlot() && (this.#waiting === 0 || this.#onlyCappedWait()) && !this.capped(caller) ? this.#take(caller) : undefined
   }
 
   /**
@@ -160,6 +160,11 @@ export class ConcurrencyGate {
       // the waiters before it may all be capped callers
       if (this.#open && this.#hasSlot()) this.#dispatch()
     })
+  }
+
+  /** Every waiting call is a capped caller's: a call of another caller need not queue behind them. */
+  #onlyCappedWait (): boolean {
+    return this.#callerLimit > 0 && this.#waiters.nextUrgency() === URGENCY_LEVELS
   }
 
   #slotForRun (): boolean {
