@@ -37,8 +37,8 @@ class Fifo<T> {
 interface Line<T> {
   readonly key: string
   readonly items: Fifo<T>
-  /** In its level's ring (else parked: empty, or its key capped). */
-  inRing: boolean
+  /** Its entries in its level's ring: 0 parked (empty, or its key capped); 2 when put first while in the round (the later entry is then dropped). */
+  turns: number
 }
 
 interface Level<T> {
@@ -70,7 +70,7 @@ export class FairQueue<T> {
     this.#enter(urgency, line, false)
   }
 
-  /** Puts `item` back first among `key`'s at `urgency`, its key first in the round (it was just taken). */
+  /** Puts `item` back first among `key`'s at `urgency`, its key first in the round: where it was before shift() took it. */
   putFirst (urgency: number, key: string, item: T): void {
     const line = this.#lineOf(urgency, key)
     line.items.unshift(item)
@@ -94,8 +94,10 @@ export class FairQueue<T> {
     if (urgency === URGENCY_LEVELS) return undefined
     const level = this.#levels[urgency] as Level<T>
     const line = level.ring.shift() as Line<T>
+    line.turns--
     const item = line.items.shift()
-    if (line.items.size > 0) level.ring.push(line)
+    if (line.turns > 0) return item // put first while in the round: its later entry is its next turn
+    if (line.items.size > 0) this.#enter(urgency, line, false)
     else this.#drop(level, line)
     return item
   }
@@ -112,23 +114,28 @@ export class FairQueue<T> {
     const level = this.#levels[urgency] as Level<T>
     let line = level.lines.get(key)
     if (line === undefined) {
-      line = { key, items: new Fifo(), inRing: false }
+      line = { key, items: new Fifo(), turns: 0 }
       level.lines.set(key, line)
     }
     return line
   }
 
   #enter (urgency: number, line: Line<T>, first: boolean): void {
-    if (line.inRing || line.items.size === 0) return
-    line.inRing = true
+    if (line.items.size === 0) return
     const ring = (this.#levels[urgency] as Level<T>).ring
-    if (first) ring.unshift(line)
-    else ring.push(line)
+    if (first) {
+      // at the head of the round even when its key is in it further on: shift() gave it that turn
+      line.turns++
+      ring.unshift(line)
+    } else if (line.turns === 0) {
+      line.turns++
+      ring.push(line)
+    }
   }
 
+  /** An empty line out of the round is forgotten (a later item makes a new one). */
   #drop (level: Level<T>, line: Line<T>): void {
-    line.inRing = false
-    level.lines.delete(line.key)
+    if (line.turns === 0 && line.items.size === 0) level.lines.delete(line.key)
   }
 
   /** The most urgent level whose ring's head line has a live item of an uncapped key (dead items and capped lines leave on the way). */
@@ -139,10 +146,11 @@ export class FairQueue<T> {
         while (line.items.size > 0 && !this.#live(line.items.peek() as T)) line.items.shift()
         if (line.items.size === 0) {
           level.ring.shift()
+          line.turns--
           this.#drop(level, line)
         } else if (this.#capped?.(line.key) === true) {
           level.ring.shift()
-          line.inRing = false // parked, items kept, until unpark(key)
+          line.turns-- // at 0, parked (items kept) until unpark(key)
         } else {
           return u
         }

@@ -35,6 +35,14 @@ t.test('dead items are dropped when met; putFirst gives an item back its place',
   t.same(drain(queue), ['a1', 'a2'])
 })
 
+t.test('putFirst restores the round as it was before the shift: the item first again, then the others in turn', async t => {
+  const queue = new FairQueue<Item>(live)
+  for (const [key, name] of [['a', 'a1'], ['a', 'a2'], ['b', 'b1'], ['b', 'b2']] as const) queue.push(3, key, item(name))
+  const first = queue.shift() as Item
+  queue.putFirst(3, 'a', first)
+  t.same(drain(queue), ['a1', 'b1', 'a2', 'b2'])
+})
+
 t.test('a capped key is passed over, its items kept in order, until unpark', async t => {
   const capped = new Set(['a'])
   const queue = new FairQueue<Item>(live, key => capped.has(key))
