@@ -30,6 +30,8 @@ export interface SidecarConfig {
   authJwksUrl: URL
   replicaConcurrency: number
   queueDepth: number
+  /** CALLER_MAX_INFLIGHT: most calls one caller has at this replica's app at once (0: no limit); the rest wait. */
+  callerMaxInflight: number
   maxBodyBytes: number
   envelopeMaxBodyBytes: number
   deadlineSeconds: number
@@ -101,6 +103,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'AUTH_JWKS_URL', key: 'authJwksUrl', defaultText: '$STORE_URL/.well-known/jwks.json', meaning: 'token-verification keys', parse: parseHttpUrl, fallback: p => underUrl(p.storeUrl ?? DEFAULT_STORE_URL, '.well-known/jwks.json') }),
   variable({ name: 'REPLICA_CONCURRENCY', key: 'replicaConcurrency', defaultText: '0', meaning: 'most requests in flight to the app; 0 = no limit', parse: integerIn(0, 1_000_000), fallback: fixed(0) }),
   variable({ name: 'QUEUE_DEPTH', key: 'queueDepth', defaultText: '10 x concurrency, or 1000', meaning: 'requests allowed to wait; beyond it 503', parse: integerIn(0, 10_000_000), fallback: p => p.replicaConcurrency !== undefined && p.replicaConcurrency > 0 ? 10 * p.replicaConcurrency : 1000 }),
+  variable({ name: 'CALLER_MAX_INFLIGHT', key: 'callerMaxInflight', defaultText: '0', meaning: 'most calls one caller may have at the app at once; the rest wait; 0 = no limit', parse: integerIn(0, 1_000_000), fallback: fixed(0) }),
   variable({ name: 'MAX_BODY_BYTES', key: 'maxBodyBytes', defaultText: '67108864', meaning: 'largest request body; beyond it 413', parse: integerIn(0, 64 * GIB), fallback: fixed(67_108_864) }),
   variable({ name: 'ENVELOPE_MAX_BODY_BYTES', key: 'envelopeMaxBodyBytes', defaultText: '33554432', meaning: 'largest 2xx app body the cortex envelope wraps; beyond it 502', parse: integerIn(0, GIB), fallback: fixed(33_554_432) }),
   variable({ name: 'DEADLINE_SECONDS', key: 'deadlineSeconds', defaultText: '0', meaning: 'longest a request may run; 0 = none', parse: numberUpTo(MAX_SECONDS), fallback: fixed(0) }),

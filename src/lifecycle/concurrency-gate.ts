@@ -1,4 +1,5 @@
 import { QueueFullError } from '../errors.ts'
+import { DEFAULT_URGENCY, FairQueue, URGENCY_LEVELS } from '../shared/fair-queue.ts'
 
 /** Frees the slot a call holds; calling it more than once does nothing. */
 export type Release = () => void
@@ -11,37 +12,77 @@ export interface GateObserver {
   queued: (delta: number) => void
 }
 
+/** The urgency of the queued run the async runner would take next; undefined: none, or not known (it yields to every call). */
+export type NextRunUrgency = () => number | undefined
+
 interface Waiter {
-  grant: (release: Release) => void
-  reject: (error: Error) => void
+  readonly grant: (release: Release) => void
+  readonly caller: string
   settled: boolean
 }
 
+/** A run of unknown urgency yields to every call (calls go first within an urgency). */
+export const LAST_URGENCY = URGENCY_LEVELS - 1
+
+/** Slots one caller holds (kept while it holds none, until a sweep). */
+interface CallerCount { held: number }
+
+/** The callers' map is swept of idle callers once it holds this many, then each time it doubles. */
+const SWEEP_MIN = 1024
+
+const waiterLive = (waiter: Waiter): boolean => !waiter.settled
+
 /**
- * At most `limit` calls in flight to the app (0: no limit), the rest waiting first come, first
- * served in a queue of at most `queueDepth`; beyond it, 503 with Retry-After. The gate stays shut
- * until `open()` (the app's first readiness), so early calls wait instead of failing.
+ * At most `limit` calls in flight to the app (0: no limit), the rest waiting in a queue of at most
+ * `queueDepth` (beyond it, 503 with Retry-After), served by urgency (`Priority`), then round robin
+ * across callers, each caller's own in order. A caller holding `callerLimit` slots (0: no limit)
+ * waits until one of its calls ends while the others go ahead. The gate stays shut until `open()`
+ * (the app's first readiness), so early calls wait instead of failing.
  */
 export class ConcurrencyGate {
   readonly #limit: number
   readonly #queueDepth: number
+  readonly #callerLimit: number
   readonly #observer: GateObserver
-  readonly #queue: Waiter[] = []
-  #head = 0
+  /** Slots held per caller; callers holding none are swept out as the map doubles (not at each release: the fast path does one lookup). */
+  readonly #held = new Map<string, CallerCount>()
+  #sweepAt = SWEEP_MIN
+  readonly #waiters: FairQueue<Waiter>
   #inflight = 0
   #waiting = 0
   #open = false
-  /** Waiting for a slot nobody queued for (async runs, which yield to every call). */
+  /** Waiting for a slot no call goes before (async runs, which yield to calls of the same urgency or more urgent). */
   #idleWatchers: Array<() => void> = []
+  #nextRun: NextRunUrgency | undefined
+  #callerFreed: ((caller: string) => void) | undefined
 
-  constructor (limit: number, queueDepth: number, observer: GateObserver) {
+  constructor (limit: number, queueDepth: number, observer: GateObserver, callerLimit = 0) {
     this.#limit = limit
     this.#queueDepth = queueDepth
+    this.#callerLimit = callerLimit
     this.#observer = observer
+    this.#waiters = new FairQueue(waiterLive, callerLimit > 0 ? caller => this.capped(caller) : undefined)
   }
 
   get inflight (): number { return this.#inflight }
   get waiting (): number { return this.#waiting }
+
+  /** The most slots one caller holds now (sidecar_busiest_caller_inflight); O(callers), for a scrape. */
+  get busiestCallerInflight (): number {
+    let most = 0
+    for (const count of this.#held.values()) if (count.held > most) most = count.held
+    return most
+  }
+
+  /** The caller holds CALLER_MAX_INFLIGHT slots: its next call waits. */
+  capped (caller: string | undefined): boolean {
+    return this.#callerLimit > 0 && caller !== undefined && (this.#held.get(caller)?.held ?? 0) >= this.#callerLimit
+  }
+
+  /** Told when a capped caller's call ends (its runs set aside may go now). */
+  onCallerFreed (listener: (caller: string) => void): void {
+    this.#callerFreed = listener
+  }
 
   /** The app is ready: let waiting calls through. */
   open (): void {
@@ -49,18 +90,31 @@ export class ConcurrencyGate {
     this.#dispatch()
   }
 
-  /** A slot at once when one is free and nobody waits (the fast path); else undefined. */
-  tryAcquire (): Release | undefined {
-    return this.#open && this.#waiting === 0 && this.#hasSlot() ? this.#take() : undefined
+  /** A slot at once when one is free and nobody waits but capped callers (the fast path); else undefined. */
+  tryAcquire (caller?: string): Release | undefined {
+    return this.#open && this.#hasSlot() && (this.#waiting === 0 || this.#onlyCappedWait()) && !this.capped(caller) ? this.#take(caller) : undefined
   }
 
   /**
-   * Resolves once the gate is open, a slot is free and no call waits for one: async runs take
-   * their slot then (with tryAcquire), so a call waiting for a slot always goes first.
+   * A slot for a queued async run of `urgency` when one is free, its caller is not capped and no
+   * waiting call of the same urgency or more urgent could have it; else undefined.
+   */
+  tryAcquireRun (urgency: number, caller: string | undefined): Release | undefined {
+    if (!this.#open || !this.#hasSlot()) return undefined
+    if (!this.capped(caller) && urgency < this.#waiters.nextUrgency()) return this.#take(caller)
+    this.#dispatch() // the slot the run leaves goes to the waiting call
+    return undefined
+  }
+
+  /**
+   * Resolves once the gate is open, a slot is free and no waiting call goes before the run the
+   * runner would take next (`nextRun`: calls of the same urgency or more urgent go first; unknown,
+   * every call does). Async runs take their slot then, with tryAcquireRun.
    * `signal` aborts the wait, rejecting with its reason.
    */
-  whenSlotFree (signal: AbortSignal): Promise<void> {
-    if (this.#slotFree()) return Promise.resolve()
+  whenSlotFree (signal: AbortSignal, nextRun?: NextRunUrgency): Promise<void> {
+    this.#nextRun = nextRun
+    if (this.#slotForRun()) return Promise.resolve()
     if (signal.aborted) return Promise.reject(signal.reason as Error)
     return new Promise<void>((resolve, reject) => {
       const abandon = (): void => {
@@ -76,81 +130,113 @@ export class ConcurrencyGate {
     })
   }
 
+  /** Serves waiting calls again (the run the gate kept a slot for is gone). */
+  reconsider (): void {
+    this.#dispatch()
+  }
+
   /**
-   * Waits for a slot, first come first served. `signal` aborts the wait (deadline, caller gone),
-   * rejecting with its reason. Throws QueueFullError at once when the queue is full.
+   * Waits for a slot, by `urgency` (0–7), then round robin across callers. `signal` aborts the
+   * wait (deadline, caller gone), rejecting with its reason. Throws QueueFullError at once when the
+   * queue is full.
    */
-  acquire (signal: AbortSignal): Promise<Release> {
-    const ready = this.tryAcquire()
+  acquire (signal: AbortSignal, urgency = DEFAULT_URGENCY, caller = ''): Promise<Release> {
+    const ready = this.tryAcquire(caller)
     if (ready !== undefined) return Promise.resolve(ready)
     if (this.#waiting >= this.#queueDepth) throw new QueueFullError(1)
     return new Promise<Release>((resolve, reject) => {
-      const waiter: Waiter = { grant: resolve, reject, settled: false }
-      this.#queue.push(waiter)
+      const waiter: Waiter = { grant: resolve, caller, settled: false }
+      this.#waiters.push(urgency, caller, waiter)
       this.#waiting++
       this.#observer.queued(1)
       signal.addEventListener('abort', () => {
         if (waiter.settled) return
-        waiter.settled = true
+        waiter.settled = true // dropped from the queue when met
         this.#waiting--
         this.#observer.queued(-1)
         reject(signal.reason as Error)
-        this.#compact()
         this.#wakeIdleWatchers()
       }, { once: true })
+      // the waiters before it may all be capped callers
+      if (this.#open && this.#hasSlot()) this.#dispatch()
     })
   }
 
-  #slotFree (): boolean {
-    return this.#open && this.#waiting === 0 && this.#hasSlot()
+  /** Every waiting call is a capped caller's: a call of another caller need not queue behind them. */
+  #onlyCappedWait (): boolean {
+    return this.#callerLimit > 0 && this.#waiters.nextUrgency() === URGENCY_LEVELS
+  }
+
+  #slotForRun (): boolean {
+    return this.#open && this.#hasSlot() && this.#runUrgency() < this.#waiters.nextUrgency()
+  }
+
+  /** The next run's urgency, as it competes with calls (a call of the same urgency goes first): an unknown one, after every call. */
+  #runUrgency (): number {
+    return this.#nextRun?.() ?? LAST_URGENCY
   }
 
   #hasSlot (): boolean {
     return this.#limit === 0 || this.#inflight < this.#limit
   }
 
-  #take (): Release {
+  #take (caller: string | undefined): Release {
     this.#inflight++
     this.#observer.inflight(1)
+    const count = caller === undefined ? undefined : this.#countOf(caller)
+    if (count !== undefined) count.held++
     let released = false
     return () => {
       if (released) return
       released = true
       this.#inflight--
       this.#observer.inflight(-1)
+      if (count !== undefined && --count.held === this.#callerLimit - 1) this.#unpark(caller as string)
       this.#dispatch()
     }
   }
 
+  #countOf (caller: string): CallerCount {
+    let count = this.#held.get(caller)
+    if (count === undefined) {
+      if (this.#held.size >= this.#sweepAt) this.#sweep()
+      count = { held: 0 }
+      this.#held.set(caller, count)
+    }
+    return count
+  }
+
+  /** Forgets the callers holding no slot; the next sweep when the map has doubled again (amortised O(1)). */
+  #sweep (): void {
+    for (const [caller, count] of this.#held) if (count.held === 0) this.#held.delete(caller)
+    this.#sweepAt = Math.max(SWEEP_MIN, 2 * this.#held.size)
+  }
+
+  /** A capped caller's call ended: its waiting calls and runs are served again. */
+  #unpark (caller: string): void {
+    this.#waiters.unpark(caller)
+    this.#callerFreed?.(caller)
+  }
+
   #dispatch (): void {
-    while (this.#open && this.#head < this.#queue.length && this.#hasSlot()) {
-      const waiter = this.#queue[this.#head++] as Waiter
-      if (waiter.settled) continue
+    while (this.#waiting > 0 && this.#open && this.#hasSlot()) {
+      const urgency = this.#waiters.nextUrgency()
+      if (urgency === URGENCY_LEVELS) break
+      // a queued run more urgent goes first (only while the runner waits to take it)
+      if (this.#idleWatchers.length > 0 && this.#runUrgency() < urgency) break
+      const waiter = this.#waiters.shift() as Waiter
       waiter.settled = true
       this.#waiting--
       this.#observer.queued(-1)
-      waiter.grant(this.#take())
+      waiter.grant(this.#take(waiter.caller))
     }
-    this.#compact()
     this.#wakeIdleWatchers()
   }
 
   #wakeIdleWatchers (): void {
-    if (this.#idleWatchers.length === 0 || !this.#slotFree()) return
+    if (this.#idleWatchers.length === 0 || !this.#slotForRun()) return
     const watchers = this.#idleWatchers
     this.#idleWatchers = []
     for (const wake of watchers) wake()
-  }
-
-  /** Drops settled waiters from the front so the queue array does not grow without bound. */
-  #compact (): void {
-    while (this.#head < this.#queue.length && (this.#queue[this.#head] as Waiter).settled) this.#head++
-    if (this.#head > 1024 && this.#head * 2 > this.#queue.length) {
-      this.#queue.splice(0, this.#head)
-      this.#head = 0
-    } else if (this.#head === this.#queue.length) {
-      this.#queue.length = 0
-      this.#head = 0
-    }
   }
 }

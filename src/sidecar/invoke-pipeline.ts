@@ -26,6 +26,7 @@ import { answerFinishedStream } from './call/finished-stream.ts'
 import { HttpCall } from './call/http-call.ts'
 import { matchRoute } from './call/match-route.ts'
 import { readRequestBody } from './call/request-body.ts'
+import { readPriority } from './call/call-priority.ts'
 import { takeSlot } from './call/take-slot.ts'
 import { UpgradeCall } from './call/upgrade-call.ts'
 import { webhookTarget } from './call/webhook-target.ts'
@@ -93,6 +94,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     if (runRoute !== undefined) return await serveRunRoute(call, runRoute) // 404 no such run, 409, 503 run store unavailable
     call.webhook = webhookTarget(call)                                     // 400 malformed webhookEndpoint
     call.idempotencyKey = idempotencyKeyOf(call)                           // 400 malformed Idempotency-Key (POSTs)
+    readPriority(call)                                                     // Priority: u=<0-7> (else 3); the caller waits are shared fairly by
     call.async = wantsAsync(call)                                          // ?async=true, Prefer: respond-async
     startCancelAfter(call, config.deadlineSeconds)                         // 400 malformed Cancel-After; a sync call's own deadline (504)
     startBoundedWait(call)                                                 // Prefer: wait=N (1–3600; else ignored): a sync call's wait
@@ -126,6 +128,7 @@ export function createUpgradeHandler (deps: Omit<InvokeDeps, 'app' | 'webhooks' 
     call.route = matchRoute(call, config)                                  // 404 unknown route, project or app
     await authorizeCall(call, verifier)                                    // 401 bad token, 403 another project
     if (matchRunRoute(call.route) !== undefined) throw new RouteNotFoundError() // 404: `_` paths are the sidecar's, never upgraded
+    readPriority(call)                                                     // Priority: u=<0-7> (else 3); the caller waits are shared fairly by
     const slot = await takeSlot(gate, call)                                // 503 queue full; held until the socket closes
     forward.toApp(call, slot, caller.stop(head))                           // 502; the app's 101 or its refusal
   }

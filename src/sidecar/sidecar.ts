@@ -108,7 +108,8 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const gate = new ConcurrencyGate(config.replicaConcurrency, config.queueDepth, {
     inflight: delta => { metrics.changeInflight(delta); stats.change(delta) },
     queued: delta => { metrics.changeQueued(delta) }
-  })
+  }, config.callerMaxInflight)
+  metrics.watchCallers(() => gate.busiestCallerInflight)
   // passed() also resolves when the probe stops (shutdown): only a real pass opens the gate
   void readiness.passed().then(() => { if (readiness.passing) gate.open() })
   // calls waiting for an app that never gets ready would otherwise wait in silence

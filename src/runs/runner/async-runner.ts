@@ -2,7 +2,7 @@ import pRetry from 'p-retry'
 import type { Logger } from 'pino'
 import type { Pool } from 'undici'
 import { DeadlineExceededError, QueueExpiredError, ReplicaStoppedError, RunCanceledError, RunDeadlinePassedError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
-import type { ConcurrencyGate, Release } from '../../lifecycle/concurrency-gate.ts'
+import { type ConcurrencyGate, LAST_URGENCY, type Release } from '../../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { HeldDelivery, NewDelivery, RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
@@ -17,6 +17,7 @@ import { queuedExpiry, runDeadline } from '../run-expiry.ts'
 import { storedHeader, storedTrace } from '../stored-headers.ts'
 import { type LongTimer, setLongTimeout } from '../../shared/longest-timer.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
+import { CappedRuns } from './capped-runs.ts'
 import { RunPrefetch } from './run-prefetch.ts'
 import { RunRelay } from './run-relay.ts'
 import { whileUnavailable } from '../while-unavailable.ts'
@@ -67,9 +68,9 @@ const CUT_SETTLE_MS = 5000
 const QUEUE_EXPIRED = new QueueExpiredError().message
 
 /**
- * Runs queued async runs: takes the oldest one from the run store whenever this sidecar has a
- * slot nobody waits for (calls waiting for a slot go first), sends the stored request to the app,
- * records its events and result, and sends its webhook. Acts on cancels, lost runs and the
+ * Runs queued async runs: takes the next one (by urgency, fair across callers, where the store
+ * keeps them) whenever a slot is free that no waiting call goes before, sends its request to the
+ * app, records its events and result, and sends its webhook. Acts on cancels, lost runs and the
  * store's outages as the store reports them.
  */
 export class AsyncRunner implements RunStoreListener {
@@ -85,11 +86,20 @@ export class AsyncRunner implements RunStoreListener {
   readonly #loop = new AbortController()
   #wake: Array<() => void> = []
   #stopped: Promise<void> | undefined
+  readonly #capped = new CappedRuns()
+  readonly #nextUrgency = (): number | undefined => this.#prefetch.nextUrgency()
 
   constructor (deps: AsyncRunnerDeps) {
     this.#deps = deps
     this.#maxParallel = deps.replicaConcurrency > 0 ? deps.replicaConcurrency : UNLIMITED_PARALLEL
     this.#prefetch = new RunPrefetch(deps.store.queue)
+    const { queue } = deps.store
+    queue.capCallers?.(caller => deps.gate.capped(caller))
+    deps.gate.onCallerFreed(caller => {
+      queue.callerFreed?.(caller)
+      const run = this.#capped.next(caller) // first for the next slot (canceled since: it frees that slot at once, and the next follows)
+      if (run !== undefined) this.#prefetch.putBack(run)
+    })
   }
 
   /** Runs taken and not yet ended. */
@@ -155,6 +165,7 @@ export class AsyncRunner implements RunStoreListener {
     if (this.#loop.signal.aborted) return
     this.#loop.abort(new Error('sidecar stopping'))
     void this.#prefetch.releaseAll()
+    for (const run of this.#capped.takeAll()) void this.#deps.store.queue.release(run).catch(() => {})
   }
 
   async #takeLoop (signal: AbortSignal): Promise<void> {
@@ -163,7 +174,9 @@ export class AsyncRunner implements RunStoreListener {
     while (!signal.aborted) {
       try {
         while (this.#atApp >= this.#maxParallel) await this.#change(signal)
-        await gate.whenSlotFree(signal)
+        await gate.whenSlotFree(signal, this.#nextUrgency)
+        // the slot kept for a queued run that is gone since (canceled, expired) goes to the waiting calls
+        if (this.#nextUrgency() === undefined) gate.reconsider()
         const run = await this.#prefetch.next(signal)
         failing = false
         void this.#execute(run)
@@ -178,11 +191,10 @@ export class AsyncRunner implements RunStoreListener {
 
   async #execute (taken: TakenRun): Promise<void> {
     const { store, logger, inflight, gate } = this.#deps
-    let release: Release | undefined = gate.tryAcquire()
+    let release: Release | undefined = gate.tryAcquireRun(taken.urgency ?? LAST_URGENCY, taken.caller)
     if (release === undefined) {
-      // a call took the slot while the run was being taken: the call goes first; the run is first
-      // for the next slot (held ahead: given back to the queue should it wait long)
-      this.#prefetch.putBack(taken)
+      if (gate.capped(taken.caller)) this.#capped.park(taken)
+      else this.#prefetch.putBack(taken) // a call took the slot meanwhile, or goes first: the run is first for the next (held ahead)
       return
     }
     /** The run as taken, then as started (a shared store may read its request only as it starts). */

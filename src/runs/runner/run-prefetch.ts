@@ -18,6 +18,8 @@ export class RunPrefetch {
   readonly #queue: RunQueue
   readonly #held: Held[] = []
   #taking: Promise<void> | undefined
+  /** Why next()'s own take failed: thrown by next(). */
+  #failure: unknown
   #busy = 0
   #ahead = true
   #wake: Array<() => void> = []
@@ -40,9 +42,22 @@ export class RunPrefetch {
     for (;;) {
       const held = this.#held.shift()
       if (held !== undefined) return held.run
-      if (this.#taking === undefined) return await this.#queue.take(signal)
-      await this.#changed(signal) // a take ahead is under way: it brings the next run
+      if (this.#taking === undefined) {
+        if (!this.#queue.shared) return await this.#queue.take(signal)
+        // a shared store's take blocks on a read: a run put back meanwhile (its caller no longer capped) must not wait behind it
+        this.#take(signal, true)
+      }
+      await this.#changed(signal) // a take is under way: it brings the next run
+      const failure = this.#failure
+      this.#failure = undefined
+      if (failure !== undefined) throw failure
     }
+  }
+
+  /** The urgency of the run next() would give now; undefined: none, or not known. */
+  nextUrgency (): number | undefined {
+    const held = this.#held[0]
+    return held === undefined ? this.#queue.nextUrgency?.() : held.run.urgency
   }
 
   /** A run is at the app now: one more may be taken ahead. */
@@ -58,8 +73,12 @@ export class RunPrefetch {
     this.#fill(signal)
   }
 
-  /** A run that could not get its slot after all (a call took it): first again. */
+  /** A run that could not get its slot after all (a call took it): first again; in memory, back at its place in the queue (a more urgent run may come first). */
   putBack (run: TakenRun): void {
+    if (!this.#queue.shared) {
+      void this.#queue.release(run).catch(() => {})
+      return
+    }
     this.#held.unshift({ run, since: Date.now() })
     this.#notify()
   }
@@ -74,9 +93,17 @@ export class RunPrefetch {
   #fill (signal: AbortSignal): void {
     // in memory a take costs nothing: nothing to win by taking ahead
     if (!this.#queue.shared || !this.#ahead || this.#taking !== undefined || signal.aborted || this.#held.length >= this.#busy) return
+    this.#take(signal, false)
+  }
+
+  /** A take in the background, its run held; one for next() (`wanted`) reports its failure to it, one ahead stops taking ahead. */
+  #take (signal: AbortSignal, wanted: boolean): void {
     this.#taking = this.#queue.take(signal).then(run => {
       this.#held.push({ run, since: Date.now() })
-    }, () => { this.#ahead = false }).finally(() => {
+    }, (error: unknown) => {
+      if (wanted) this.#failure = error
+      else this.#ahead = false
+    }).finally(() => {
       this.#taking = undefined
       this.#notify()
       this.#fill(signal)

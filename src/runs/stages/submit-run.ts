@@ -44,7 +44,9 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, waitRanO
       runId: call.runId,
       request,
       webhook,
-      createdAt: Date.now()
+      createdAt: Date.now(),
+      urgency: call.urgency,
+      caller: call.fairCaller
     })
     // with an Idempotency-Key, the 202 is kept for repeats before the caller has it; a refused run frees the key
     await (call.keySlot === undefined ? submitted : keepAsyncAnswer(deps.store, call, submitted))

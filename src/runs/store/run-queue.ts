@@ -9,7 +9,7 @@ export interface RunQueue {
   readonly shared: boolean
   /** Records a queued async run and queues it. Rejects with AsyncQueueFullError, RunIdTakenError. */
   submit: (run: NewRun) => Promise<RunView>
-  /** The oldest queued run of the served scope(s), once there is one; rejects with `signal.reason` when aborted. */
+  /** The next queued run of the served scope(s) (by urgency, then round robin across callers, where the store keeps them; else the oldest), once there is one; rejects with `signal.reason` when aborted. */
   take: (signal: AbortSignal) => Promise<TakenRun>
   /**
    * queued → running: the run as it goes to the app (`run`, or, taken `unread`, with its request
@@ -18,6 +18,14 @@ export interface RunQueue {
   start: (run: TakenRun, startedAt: number) => Promise<TakenRun | undefined>
   /** Gives a taken run that has not started back to the queue (SIGTERM), for other sidecars. */
   release: (run: TakenRun) => Promise<void>
+  /** The urgency of the run take() would give now; undefined when none waits or the queue cannot tell at once (a shared store). */
+  nextUrgency?: () => number | undefined
+  /** Runs of callers `capped` (CALLER_MAX_INFLIGHT) are passed over, in their place, until callerFreed (where the store can). */
+  capCallers?: (capped: (caller: string) => boolean) => void
+  /** A capped caller's call ended: its runs may be taken again. */
+  callerFreed?: (caller: string) => void
+  /** Async runs waiting in this process by urgency, index 0–7 (sidecar_async_queued_runs_by_urgency; memory only). */
+  queuedByUrgency?: () => readonly number[]
   /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
   queuedCount: () => Promise<number>
   /** Async runs taken and not ended in the served scope(s), on any replica sharing the store (sidecar_async_running_runs). */

@@ -70,6 +70,10 @@ export interface NewRun {
   readonly webhook: WebhookTarget | undefined
   /** When it was submitted (epoch ms): `created_at`, and the start of `queue_time_ms`. */
   readonly createdAt: number
+  /** Its `Priority` urgency (0–7; undefined: not known, as a shared store's queue may not keep it). */
+  readonly urgency?: number
+  /** Who submitted it, as waits are shared fairly and CALLER_MAX_INFLIGHT counts (undefined: not known). */
+  readonly caller?: string
 }
 
 /** A queued run this sidecar took from the queue: no other sidecar takes it unless this one is lost. */

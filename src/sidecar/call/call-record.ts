@@ -8,6 +8,7 @@ import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { RouteLabel, SidecarMetrics } from '../metrics/metrics.ts'
 import type { CallRoute } from './match-route.ts'
 import { runIdFor } from './run-id.ts'
+import { DEFAULT_URGENCY } from '../../shared/fair-queue.ts'
 
 /** What every finished request leaves behind: one log line, its metrics, and its drain slot freed. */
 export interface CallRecorder {
@@ -50,6 +51,10 @@ export abstract class CallRecord {
   route!: CallRoute
   /** Who calls, as an Idempotency-Key is scoped: the verified token's `sub` ('' with auth off, or for a token without one). */
   caller = ''
+  /** Its `Priority` urgency (0 most urgent … 7; 3 by default): the order of its wait for a slot. */
+  urgency = DEFAULT_URGENCY
+  /** Who calls, as waits are shared fairly and CALLER_MAX_INFLIGHT counts: `caller`, else its address. */
+  fairCaller = ''
   /** The app has the request: its relay answers from now on. */
   forwarded = false
   /** How long it waited for its slot, in ms (Server-Timing's `queue`): 0 when one was free. */

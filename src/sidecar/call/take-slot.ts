@@ -5,19 +5,19 @@ import type { CallRecord } from './call-record.ts'
 
 /**
  * The gate stage (503 queue full): a concurrency slot, at once when one is free, else after a
- * wait that the call's abort (caller gone, deadline; or `signal`) ends; the call is told how long it waited
- * (Server-Timing, sidecar_queue_duration_seconds). The slot is freed when the call closes; the
+ * wait (by urgency, fair across callers) that the call's abort (caller gone, deadline; or `signal`)
+ * ends; the call is told how long it waited (Server-Timing, sidecar_queue_duration_seconds). The slot is freed when the call closes; the
  * release is returned for a caller that can free it sooner.
  */
 export function takeSlot (gate: ConcurrencyGate, call: CallRecord, signal: AbortSignal = call.signal): Release | Promise<Release> {
   if (call.settled) throw call.signal.reason ?? new Error('call already answered')
-  const free = gate.tryAcquire() // the fast path allocates no promise
+  const free = gate.tryAcquire(call.fairCaller) // the fast path allocates no promise
   if (free !== undefined) {
     call.waited(0)
     return hold(call, free)
   }
   const since = performance.now()
-  return gate.acquire(signal).then(release => {
+  return gate.acquire(signal, call.urgency, call.fairCaller).then(release => {
     call.waited(roundedMs(performance.now() - since))
     return hold(call, release)
   })

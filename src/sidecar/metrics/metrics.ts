@@ -174,6 +174,30 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     })
   }
 
+  /** Feeds sidecar_busiest_caller_inflight from the gate at each scrape. */
+  watchCallers (busiest: () => number): void {
+    new Gauge({
+      name: 'sidecar_busiest_caller_inflight',
+      help: 'Calls at the app (sync, streams, async runs, WebSockets) of the caller with the most, at this replica',
+      registers: [this.registry],
+      collect () { this.set(busiest()) }
+    })
+  }
+
+  /** Feeds sidecar_async_queued_runs_by_urgency from the memory queue's counts (index: urgency 0–7) at each scrape. */
+  watchQueuedByUrgency (byUrgency: () => readonly number[]): void {
+    new Gauge({
+      name: 'sidecar_async_queued_runs_by_urgency',
+      help: 'Async runs waiting in this sidecar\'s memory queue, by Priority urgency (0 most urgent to 7)',
+      labelNames: ['urgency'] as const,
+      registers: [this.registry],
+      collect () {
+        const counts = byUrgency()
+        for (let urgency = 0; urgency < counts.length; urgency++) this.set({ urgency: String(urgency) }, counts[urgency] as number)
+      }
+    })
+  }
+
   /** Feeds the autoscaling gauges from `stats`; `limit` is REPLICA_CONCURRENCY (0: none). */
   watchConcurrency (stats: { averageConcurrency: () => number, requestsPerSecond: () => number }, limit: number): void {
     new Gauge({

@@ -1,10 +1,14 @@
 import { AsyncQueueFullError, BodyTooLargeError } from '../../../errors.ts'
+import { FairQueue } from '../../../shared/fair-queue.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 import { setLongTimeout } from '../../../shared/longest-timer.ts'
 import { expiredRecord, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import type { NewRun, RunView, TakenRun } from '../run-store.ts'
 import { keyOf, type MemoryRun, type MemoryRuns, scopeKeyOf, viewOf } from './memory-runs.ts'
+
+/** Still waiting in the queue: not canceled or expired (dropped when met), nor taken. */
+const waitsInQueue = (run: MemoryRun): boolean => run.record.status === 'queued' && !run.taken
 
 interface Taker {
   resolve: (run: TakenRun) => void
@@ -17,9 +21,11 @@ interface Taker {
 export class MemoryQueue implements RunQueue {
   readonly shared = false
   readonly #runs: MemoryRuns
-  /** Queued (not taken) runs per scope, in submission order; canceled ones are skipped when met. */
-  readonly #queues = new Map<string, MemoryRun[]>()
+  /** Queued (not taken) runs per scope, by urgency then round robin across callers; canceled and expired ones are dropped when met. */
+  readonly #queues = new Map<string, FairQueue<MemoryRun>>()
   #takers: Taker[] = []
+  #capped: ((caller: string) => boolean) | undefined
+  readonly #isCapped = (caller: string): boolean => this.#capped?.(caller) === true
 
   constructor (runs: MemoryRuns) {
     this.#runs = runs
@@ -31,15 +37,12 @@ export class MemoryQueue implements RunQueue {
     const { queueDepth, queueMaxBytes } = this.#runs.settings
     const bytes = run.request.body?.length ?? 0
     if (bytes > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
-    const waiting = this.#runs.waiting.get(scopeKey) ?? 0
-    if (waiting >= queueDepth) throw new AsyncQueueFullError()
+    if ((this.#runs.waiting.get(scopeKey) ?? 0) >= queueDepth) throw new AsyncQueueFullError()
     if ((this.#runs.waitingBytes.get(scopeKey) ?? 0) + bytes > queueMaxBytes) throw new AsyncQueueFullError('ASYNC_QUEUE_MAX_BYTES')
     const stored = this.#runs.add(run, queuedRecord(run), true)
-    this.#runs.waiting.set(scopeKey, waiting + 1)
+    this.#runs.countWaiting(stored, 1)
     this.#runs.countQueued(stored, bytes)
-    const queue = this.#queues.get(scopeKey)
-    if (queue === undefined) this.#queues.set(scopeKey, [stored])
-    else queue.push(stored)
+    this.#queueOf(scopeKey).push(stored.urgency, stored.caller, stored)
     this.#armExpiry(stored)
     this.#handOut()
     return viewOf(stored)
@@ -47,7 +50,7 @@ export class MemoryQueue implements RunQueue {
 
   async take (signal: AbortSignal): Promise<TakenRun> {
     if (signal.aborted) throw signal.reason
-    const ready = this.#oldestQueued()
+    const ready = this.#nextQueued()
     if (ready !== undefined) return this.#give(ready)
     if (this.#runs.closed) throw new Error('run store closed')
     return await new Promise<TakenRun>((resolve, reject) => {
@@ -71,7 +74,7 @@ export class MemoryQueue implements RunQueue {
     run.record = startedRecord(run.record, taken.createdAt, startedAt)
     run.expiry?.clear()
     this.#runs.uncountQueued(run)
-    this.#runs.waiting.set(run.scopeKey, (this.#runs.waiting.get(run.scopeKey) ?? 1) - 1)
+    this.#runs.countWaiting(run, -1)
     return taken
   }
 
@@ -79,9 +82,26 @@ export class MemoryQueue implements RunQueue {
     const run = this.#runs.live.get(keyOf(taken))
     if (run === undefined || !run.taken || run.record.status !== 'queued') return
     run.taken = false
-    const queue = this.#queues.get(run.scopeKey) as MemoryRun[]
-    queue.unshift(run) // it was the oldest when it was taken: it keeps its place
+    // it was the next when it was taken: it keeps its place
+    this.#queueOf(run.scopeKey).putFirst(run.urgency, run.caller, run)
     this.#handOut()
+  }
+
+  nextUrgency (): number | undefined {
+    return this.#next(false)?.urgency
+  }
+
+  capCallers (capped: (caller: string) => boolean): void {
+    this.#capped = capped
+  }
+
+  callerFreed (caller: string): void {
+    for (const queue of this.#queues.values()) queue.unpark(caller)
+    this.#handOut()
+  }
+
+  queuedByUrgency (): readonly number[] {
+    return this.#runs.waitingByUrgency
   }
 
   async queuedCount (): Promise<number> {
@@ -126,8 +146,7 @@ export class MemoryQueue implements RunQueue {
       this.#armExpiry(run) // the clocks of timers and of Date differ by a millisecond at times: not yet
       return
     }
-    const waiting = this.#runs.waiting
-    waiting.set(run.scopeKey, (waiting.get(run.scopeKey) ?? 1) - 1)
+    this.#runs.countWaiting(run, -1)
     const expired = expiredRecord(run.record, now, error)
     run.record = expired.record
     run.resultJson = expired.resultJson
@@ -138,35 +157,49 @@ export class MemoryQueue implements RunQueue {
 
   get #ttlSeconds (): number { return this.#runs.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS }
 
-  /** The oldest queued run of the served scopes, taken off its queue. */
-  #oldestQueued (): MemoryRun | undefined {
+  #queueOf (scopeKey: string): FairQueue<MemoryRun> {
+    let queue = this.#queues.get(scopeKey)
+    if (queue === undefined) {
+      queue = new FairQueue(waitsInQueue, this.#isCapped)
+      this.#queues.set(scopeKey, queue)
+    }
+    return queue
+  }
+
+  /** The next queued run of the served scopes, taken off its queue. */
+  #nextQueued (): MemoryRun | undefined {
+    return this.#next(true)
+  }
+
+  /** The next queued run of the served scopes (the most urgent head; the oldest of equals), taken off its queue when `take`. */
+  #next (take: boolean): MemoryRun | undefined {
     const served = this.#runs.settings.scope
-    let oldest: MemoryRun | undefined
-    let from: MemoryRun[] | undefined
-    const consider = (queue: MemoryRun[] | undefined): void => {
-      if (queue === undefined) return
-      while (queue.length > 0 && (queue[0] as MemoryRun).record.status !== 'queued') queue.shift() // canceled while queued
-      const head = queue[0]
-      if (head !== undefined && (oldest === undefined || head.seq < oldest.seq)) {
-        oldest = head
+    if (served !== undefined) {
+      const queue = this.#queues.get(scopeKeyOf(served))
+      return take ? queue?.shift() : queue?.peek()
+    }
+    let next: MemoryRun | undefined
+    let from: FairQueue<MemoryRun> | undefined
+    for (const queue of this.#queues.values()) {
+      const head = queue.peek()
+      if (head !== undefined && (next === undefined || head.urgency < next.urgency || (head.urgency === next.urgency && head.seq < next.seq))) {
+        next = head
         from = queue
       }
     }
-    if (served !== undefined) consider(this.#queues.get(scopeKeyOf(served)))
-    else for (const queue of this.#queues.values()) consider(queue)
-    from?.shift()
-    return oldest
+    if (take) from?.shift()
+    return next
   }
 
   #give (run: MemoryRun): TakenRun {
     run.taken = true // it still waits (counted in the backlog) until it starts
-    return { ...run.submitted as NewRun, webhook: run.webhook, entry: '' }
+    return { ...run.submitted as NewRun, urgency: run.urgency, caller: run.caller, webhook: run.webhook, entry: '' }
   }
 
-  /** Hands queued runs to waiting takers, oldest first. */
+  /** Hands queued runs to waiting takers, in queue order. */
   #handOut (): void {
     while (this.#takers.length > 0) {
-      const run = this.#oldestQueued()
+      const run = this.#nextQueued()
       if (run === undefined) return
       const taker = this.#takers.shift() as Taker
       taker.signal.removeEventListener('abort', taker.abandon)

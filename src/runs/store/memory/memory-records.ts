@@ -25,8 +25,7 @@ export class MemoryRecords implements RunRecords {
     if (!run.async) throw new RunNotAsyncError()
     if (isFinished(run.record)) throw new RunFinishedError()
     const wasRunning = run.record.status === 'running'
-    const waiting = this.#runs.waiting
-    if (!wasRunning) waiting.set(run.scopeKey, (waiting.get(run.scopeKey) ?? 1) - 1) // taken or not, it waited
+    if (!wasRunning) this.#runs.countWaiting(run, -1) // taken or not, it waited
     const canceled = canceledRecord(run.record, Date.now())
     run.record = canceled.record
     run.resultJson = canceled.resultJson

@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache'
+import { DEFAULT_URGENCY, URGENCY_LEVELS } from '../../../shared/fair-queue.ts'
 import type { LongTimer } from '../../../shared/longest-timer.ts'
 import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { RunIdTakenError, RunNotFoundError } from '../../../errors.ts'
@@ -13,6 +14,9 @@ export interface MemoryRun {
   submitted: NewRun | undefined
   /** Order of submission across scopes (oldest first). */
   readonly seq: number
+  /** Its `Priority` urgency (0–7) and caller: its place in the queue. */
+  readonly urgency: number
+  readonly caller: string
   record: RunRecord
   resultJson: string | undefined
   webhook: WebhookTarget | undefined
@@ -57,6 +61,8 @@ export class MemoryRuns {
   readonly finished: LRUCache<string, MemoryRun>
   /** Queued runs not taken, per scope (ASYNC_QUEUE_DEPTH, sidecar_async_queued_runs). */
   readonly waiting = new Map<string, number>()
+  /** Queued runs not started, by urgency (sidecar_async_queued_runs_by_urgency). */
+  readonly waitingByUrgency: number[] = new Array<number>(URGENCY_LEVELS).fill(0)
   /** Request-body bytes of queued runs not started, per scope (ASYNC_QUEUE_MAX_BYTES). */
   readonly waitingBytes = new Map<string, number>()
   /** Each scope's runs in creation order (listing); a run expired or dropped is skipped, then swept. */
@@ -88,12 +94,18 @@ export class MemoryRuns {
     const scopeKey = scopeKeyOf(run.scope)
     const key = `${scopeKey}/${run.runId}`
     const stored: MemoryRun = {
-      key, scopeKey, submitted: run, seq: this.#seq++, record, resultJson: undefined,
+      key, scopeKey, submitted: run, seq: this.#seq++, urgency: run.urgency ?? DEFAULT_URGENCY, caller: run.caller ?? '', record, resultJson: undefined,
       webhook: run.webhook, taken: !async, async, events: [], dropped: 0, trimmed: 0, eventBytes: 0, queuedBytes: 0, waiters: new Set(), expiry: undefined
     }
     this.live.set(key, stored)
     this.index.add(scopeKey, { createdAt: run.createdAt, runId: run.runId, key, seq: stored.seq })
     return stored
+  }
+
+  /** One more queued run waits (`delta` 1: submitted), or one fewer (-1: started, canceled, expired). */
+  countWaiting (run: MemoryRun, delta: 1 | -1): void {
+    this.waiting.set(run.scopeKey, (this.waiting.get(run.scopeKey) ?? 0) + delta)
+    this.waitingByUrgency[run.urgency] = (this.waitingByUrgency[run.urgency] ?? 0) + delta
   }
 
   /** A queued run's body counts in its scope's ASYNC_QUEUE_MAX_BYTES until it starts or is canceled. */

@@ -9,8 +9,11 @@ import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 /** The stored request, without its body (kept as raw bytes beside it). */
 interface RequestJson { method: string, path: string, headers: string[], hasBody: boolean }
 
-/** A queue entry as read: the queue's key, the entry's id, the run it names and (written by SUBMIT or RELEASE of this version) its record as queued. */
-interface QueueEntry { queue: string, id: string, runId: string, record?: string | undefined }
+/**
+ * A queue entry as read: the queue's key, the entry's id, the run it names and (written by SUBMIT
+ * or RELEASE of this version) its record as queued, and its urgency and caller (when submitted with them).
+ */
+interface QueueEntry { queue: string, id: string, runId: string, record?: string | undefined, urgency?: number, caller?: string }
 
 /** A run taken (`unread`), with its request, body and webhook as stored; undefined when its request is gone. */
 function wholeRun (run: TakenRun, request: Buffer | null, body: Buffer | null, webhook: Buffer | null): TakenRun | undefined {
@@ -60,7 +63,8 @@ export class RedisQueue implements RunQueue {
     const expiry = queuedExpiry(run, this.#ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS).at
     const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.queuedBytes, keys.running, keys.expiry, keys.runs], [
       JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
-      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes, expiry, run.createdAt
+      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes, expiry, run.createdAt,
+      run.urgency ?? '', run.caller ?? ''
     ]))
     if (outcome === -1) throw new RunIdTakenError()
     if (outcome === -2) throw new AsyncQueueFullError()
@@ -213,8 +217,11 @@ export class RedisQueue implements RunQueue {
     const list = reply as unknown[]
     const [, entries] = (typeof list[0] === 'string' ? list : list[0]) as [string, Array<[string, string[]]>]
     const [id, fields] = entries[0] as [string, string[]]
-    // ['run', <id>, 'record', <record as queued>] (an older sidecar's entry: the run id alone)
-    return { queue, id, runId: fields[1] as string, record: fields[2] === 'record' ? fields[3] : undefined }
+    // ['run', <id>, 'record', <record as queued>, 'urgency', <u>, 'caller', <c>] (an older sidecar's entry: less)
+    const entry: QueueEntry = { queue, id, runId: fields[1] as string, record: fields[2] === 'record' ? fields[3] : undefined }
+    const urgency = Number(fields[5])
+    if (fields[4] !== 'urgency' || !Number.isInteger(urgency) || urgency < 0 || urgency > 7) return entry
+    return { ...entry, urgency, caller: fields[7] ?? '' }
   }
 
   /**
@@ -233,7 +240,8 @@ export class RedisQueue implements RunQueue {
     }
     this.#ctx.held.set(entry.id, entry.queue)
     this.#ctx.known.set(entry.id, record as string)
-    return { scope, runId: entry.runId, entry: entry.id, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true }
+    const priority = entry.urgency === undefined ? {} : { urgency: entry.urgency, caller: entry.caller }
+    return { scope, runId: entry.runId, entry: entry.id, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true, ...priority }
   }
 
   /** An entry read after its take was abandoned: queued again, for whoever takes next. */

@@ -16,8 +16,10 @@ export const GROUP = 'runners'
  * Its time limit (the sooner of `Cancel-After` and ASYNC_QUEUE_TTL_SECONDS) goes in the app's
  * expiry set, which it leaves as it starts or ends (START_READ, TRANSITION); the run joins the
  * app's index (redis-run-index.ts).
+ * Its `Priority` urgency and caller, when given, go in the entry (the taker's gate weighs it against
+ * waiting calls, and CALLER_MAX_INFLIGHT counts it) and the record (RELEASE queues them again).
  * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended), expiry, index.
- * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes, expiry (epoch ms), created_at ms.
+ * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes, expiry (epoch ms), created_at ms, urgency ('' none), caller.
  */
 export const SUBMIT = new LuaScript(`${INDEX_RUN_LUA}
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
@@ -32,9 +34,12 @@ elseif bytes > 0 and redis.call('INCRBY', KEYS[3], bytes) > tonumber(ARGV[7]) th
   redis.call('DECRBY', KEYS[3], bytes)
   return -3
 end
-local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[6], 'record', ARGV[1])
+local entry = { 'run', ARGV[6], 'record', ARGV[1] }
+if ARGV[10] ~= '' then entry[5] = 'urgency'; entry[6] = ARGV[10]; entry[7] = 'caller'; entry[8] = ARGV[11] end
+local id = redis.call('XADD', KEYS[2], '*', unpack(entry))
 local fields = { 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes }
 if ARGV[4] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[4] end
+if ARGV[10] ~= '' then fields[#fields + 1] = 'urgency'; fields[#fields + 1] = ARGV[10]; fields[#fields + 1] = 'caller'; fields[#fields + 1] = ARGV[11] end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('ZADD', KEYS[5], ARGV[8], ARGV[6])
 indexRun(KEYS[6], KEYS[1], ARGV[6], ARGV[9])
@@ -170,13 +175,16 @@ return 1
 
 /**
  * Gives a taken run back: its entry is acknowledged and deleted and a new one queued (for a run
- * still recorded), with its record as SUBMIT's. KEYS: run, queue. ARGV: entry, run id.
+ * still recorded), with its record, urgency and caller as SUBMIT's. KEYS: run, queue. ARGV: entry, run id.
  */
 export const RELEASE = new LuaScript(`
 redis.call('XACK', KEYS[2], '${GROUP}', ARGV[1])
 redis.call('XDEL', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[2], 'record', redis.call('HGET', KEYS[1], 'record'))
+local entry = { 'run', ARGV[2], 'record', redis.call('HGET', KEYS[1], 'record') }
+local priority = redis.call('HMGET', KEYS[1], 'urgency', 'caller')
+if priority[1] then entry[5] = 'urgency'; entry[6] = priority[1]; entry[7] = 'caller'; entry[8] = priority[2] or '' end
+local id = redis.call('XADD', KEYS[2], '*', unpack(entry))
 redis.call('HSET', KEYS[1], 'entry', id)
 redis.call('HDEL', KEYS[1], 'owner')
 return 1

@@ -1,0 +1,71 @@
+import t from 'tap'
+import { FairQueue, URGENCY_LEVELS } from '../../src/shared/fair-queue.ts'
+
+interface Item { readonly name: string, dead: boolean }
+
+const item = (name: string): Item => ({ name, dead: false })
+const live = (it: Item): boolean => !it.dead
+
+function drain (queue: FairQueue<Item>): string[] {
+  const out: string[] = []
+  for (let next = queue.shift(); next !== undefined; next = queue.shift()) out.push(next.name)
+  return out
+}
+
+t.test('by urgency, then round robin across keys, each key\'s own in order', async t => {
+  const queue = new FairQueue<Item>(live)
+  for (const [u, key, name] of [[3, 'a', 'a1'], [3, 'a', 'a2'], [3, 'a', 'a3'], [3, 'b', 'b1'], [0, 'c', 'c1'], [7, 'a', 'a4'], [3, 'b', 'b2']] as const) queue.push(u, key, item(name))
+  t.equal(queue.nextUrgency(), 0)
+  t.equal(queue.peek()?.name, 'c1')
+  t.same(drain(queue), ['c1', 'a1', 'b1', 'a2', 'b2', 'a3', 'a4'])
+  t.equal(queue.nextUrgency(), URGENCY_LEVELS, 'empty')
+})
+
+t.test('dead items are dropped when met; putFirst gives an item back its place', async t => {
+  const queue = new FairQueue<Item>(live)
+  const a1 = item('a1')
+  const b1 = item('b1')
+  queue.push(3, 'a', a1)
+  queue.push(3, 'a', item('a2'))
+  queue.push(3, 'b', b1)
+  b1.dead = true
+  const first = queue.shift() as Item
+  t.equal(first.name, 'a1')
+  queue.putFirst(3, 'a', first)
+  t.same(drain(queue), ['a1', 'a2'])
+})
+
+t.test('putFirst restores the round as it was before the shift: the item first again, then the others in turn', async t => {
+  const queue = new FairQueue<Item>(live)
+  for (const [key, name] of [['a', 'a1'], ['a', 'a2'], ['b', 'b1'], ['b', 'b2']] as const) queue.push(3, key, item(name))
+  const first = queue.shift() as Item
+  queue.putFirst(3, 'a', first)
+  t.same(drain(queue), ['a1', 'b1', 'a2', 'b2'])
+})
+
+t.test('a capped key is passed over, its items kept in order, until unpark', async t => {
+  const capped = new Set(['a'])
+  const queue = new FairQueue<Item>(live, key => capped.has(key))
+  queue.push(1, 'a', item('a1'))
+  queue.push(1, 'a', item('a2'))
+  queue.push(5, 'b', item('b1'))
+  t.equal(queue.shift()?.name, 'b1')
+  t.equal(queue.shift(), undefined, 'only a capped key waits')
+  capped.delete('a')
+  queue.unpark('a')
+  t.same(drain(queue), ['a1', 'a2'])
+})
+
+t.test('O(1): 100,000 items across 1,000 keys and 8 urgencies go in and out in well under a second', async t => {
+  const n = 100_000
+  const queue = new FairQueue<Item>(live)
+  const items = Array.from({ length: n }, (_, i) => item(String(i)))
+  for (let i = 0; i < n; i += 10) (items[i] as Item).dead = true // some canceled
+  const started = performance.now()
+  for (let i = 0; i < n; i++) queue.push(i % 8, `k${i % 1000}`, items[i] as Item)
+  let served = 0
+  while (queue.shift() !== undefined) served++
+  const ms = performance.now() - started
+  t.equal(served, n - n / 10)
+  t.ok(ms < 1000, `${n} items in ${Math.round(ms)} ms`)
+})
