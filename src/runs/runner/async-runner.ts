@@ -1,7 +1,7 @@
 import pRetry from 'p-retry'
 import type { Logger } from 'pino'
 import type { Pool } from 'undici'
-import { DeadlineExceededError, QueueExpiredError, ReplicaStoppedError, RunCanceledError, RunDeadlinePassedError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
+import { QueueExpiredError, ReplicaStoppedError, RunCanceledError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
 import { type ConcurrencyGate, LAST_URGENCY, type Release } from '../../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { HeldDelivery, NewDelivery, RunOutcome, RunScope, RunStatus, RunStore, RunStoreListener, RunView, TakenRun } from '../store/run-store.ts'
@@ -13,13 +13,12 @@ import type { WebhookJob, WebhookSubmitter } from '../../webhook/webhook-deliver
 import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
 import type { CancelAtApp } from '../../sidecar/call/app-cancel.ts'
 import { withTraceContext } from '../../sidecar/call/forward-headers.ts'
-import { queuedExpiry, runDeadline } from '../run-expiry.ts'
 import { storedHeader, storedTrace } from '../stored-headers.ts'
-import { type LongTimer, setLongTimeout } from '../../shared/longest-timer.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 import { CappedRuns } from './capped-runs.ts'
 import { RunPrefetch } from './run-prefetch.ts'
 import { RunRelay } from './run-relay.ts'
+import { armRunDeadline, expiredAtStart } from './run-time-limits.ts'
 import { whileUnavailable } from '../while-unavailable.ts'
 
 export interface AsyncRunnerDeps {
@@ -223,7 +222,7 @@ export class AsyncRunner implements RunStoreListener {
       }
       if (started === undefined) return // canceled or expired while it waited
       run = started
-      const outcome = this.#expiredAtStart(run) ?? await this.#dispatch(run)
+      const outcome = expiredAtStart(run, this.#deps.queueTtlSeconds) ?? await this.#dispatch(run)
       leaveApp() // the next run starts while this one's end is written
       let view: RunView
       try {
@@ -283,18 +282,6 @@ export class AsyncRunner implements RunStoreListener {
     void Promise.resolve().then(async () => await store.records.finish(run, outcome)).then(view => { this.#ended(run, view) }, () => {}) // the store itself is what failed: the run stays as it can be read
   }
 
-  /**
-   * A run whose time limit passed before its start could be written (taken just before the limit,
-   * or its request read only with the start): it does not go to the app; it fails as it would
-   * have in the queue. Undefined for a run within its limits.
-   */
-  #expiredAtStart (run: TakenRun): RunOutcome | undefined {
-    const now = Date.now()
-    const { at, error } = queuedExpiry(run, this.#deps.queueTtlSeconds)
-    if (at > now) return undefined
-    return { status: 'failed', statusCode: error.status, resultJson: JSON.stringify({ message: error.message }), runTimeMs: 0, error: error.message, completedAt: now }
-  }
-
   async #dispatch (run: TakenRun): Promise<RunOutcome> {
     const { store, app, reportInternal, cancelAtApp } = this.#deps
     const { request } = run
@@ -320,7 +307,10 @@ export class AsyncRunner implements RunStoreListener {
     })
     const key = runKey(run.scope, run.runId)
     this.#running.set(key, relay)
-    const deadline = this.#armDeadline(relay, runDeadline(run))
+    const deadline = armRunDeadline(run, this.#deps.deadlineSeconds, reason => {
+      this.#deps.cancels.labels('deadline').inc()
+      relay.abort(reason)
+    })
     const span = this.#deps.tracer?.startClient(request.method, storedTrace(request.headers), {
       'http.request.method': request.method, run_id: run.runId
     })
@@ -333,22 +323,6 @@ export class AsyncRunner implements RunStoreListener {
       deadline?.clear()
       this.#running.delete(key)
     }
-  }
-
-  /**
-   * Both time limits of a running run: DEADLINE_SECONDS from its start at the app, `Cancel-After`
-   * (`cancelAt`, epoch ms) from its submission; the sooner cuts the app request (504).
-   */
-  #armDeadline (relay: RunRelay, cancelAt: number | undefined): LongTimer | undefined {
-    const { deadlineSeconds } = this.#deps
-    const deadlineMs = deadlineSeconds > 0 ? deadlineSeconds * 1000 : Infinity
-    const cancelMs = cancelAt === undefined ? Infinity : Math.max(0, cancelAt - Date.now())
-    if (deadlineMs === Infinity && cancelMs === Infinity) return undefined
-    const reason = cancelMs < deadlineMs ? new RunDeadlinePassedError() : new DeadlineExceededError(deadlineSeconds)
-    return setLongTimeout(() => {
-      this.#deps.cancels.labels('deadline').inc()
-      relay.abort(reason)
-    }, Math.min(deadlineMs, cancelMs))
   }
 
   /** The run's webhook for its final record (written down with the end, when the store holds deliveries). */
