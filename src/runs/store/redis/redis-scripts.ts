@@ -196,6 +196,23 @@ return redis.call('XLEN', KEYS[1]) - redis.call('SCARD', KEYS[2])
 `)
 
 /**
+ * Lua, prepended to a script: recordSyncRun(run key, index key, record, owner, webhook ('' none),
+ * ttl seconds, run id, created_at ms) records a sync call running (a keyed call as it claims its key,
+ * a call whose Prefer: wait ran out), owned by its sidecar and in the app's index; false when the id is taken.
+ */
+const RECORD_SYNC_RUN_LUA = `${INDEX_RUN_LUA}
+local function recordSyncRun (runKey, index, record, owner, webhook, ttl, runId, createdAt)
+  if redis.call('EXISTS', runKey) == 1 then return false end
+  local fields = { 'record', record, 'async', '0', 'owner', owner }
+  if webhook ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = webhook end
+  redis.call('HSET', runKey, unpack(fields))
+  redis.call('EXPIRE', runKey, ttl)
+  indexRun(index, runKey, runId, createdAt)
+  return true
+end
+`
+
+/**
  * Claims an Idempotency-Key's slot unless a request holds it: nil when claimed, else what the slot
  * holds (run id, digest, async, then status, content type and body once answered). With a record
  * (a sync call), the run is recorded running in the same step, unless its id is taken (-1: the key
@@ -203,18 +220,11 @@ return redis.call('XLEN', KEYS[1]) - redis.call('SCARD', KEYS[2])
  * KEYS: slot, run, index. ARGV: run id, digest, async ('1' or '0'), lease ms, record ('' none), owner,
  * webhook ('' none), record ttl seconds, created_at ms.
  */
-const CLAIM_KEY_LUA = `${INDEX_RUN_LUA}
+const CLAIM_KEY_LUA = `${RECORD_SYNC_RUN_LUA}
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HMGET', KEYS[1], 'run', 'digest', 'async', 'status', 'type', 'body')
 end
-if ARGV[5] ~= '' then
-  if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
-  local fields = { 'record', ARGV[5], 'async', '0', 'owner', ARGV[6] }
-  if ARGV[7] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[7] end
-  redis.call('HSET', KEYS[2], unpack(fields))
-  redis.call('EXPIRE', KEYS[2], ARGV[8])
-  indexRun(KEYS[3], KEYS[2], ARGV[1], ARGV[9])
-end
+if ARGV[5] ~= '' and not recordSyncRun(KEYS[2], KEYS[3], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[1], ARGV[9]) then return -1 end
 redis.call('HSET', KEYS[1], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return false
@@ -227,13 +237,8 @@ export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 0, own: 3, a
  * app's index (redis-run-index.ts).
  * KEYS: run, index. ARGV: record, owner, webhook ('' none), ttl seconds, run id, created_at ms.
  */
-export const OPEN_RUN = new LuaScript(`${INDEX_RUN_LUA}
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-local fields = { 'record', ARGV[1], 'async', '0', 'owner', ARGV[2] }
-if ARGV[3] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[3] end
-redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-indexRun(KEYS[2], KEYS[1], ARGV[5], ARGV[6])
+export const OPEN_RUN = new LuaScript(`${RECORD_SYNC_RUN_LUA}
+if not recordSyncRun(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) then return -1 end
 return 1
 `)
 
