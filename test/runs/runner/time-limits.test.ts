@@ -1,42 +1,18 @@
 import { performance } from 'node:perf_hooks'
-import t, { type Test } from 'tap'
-import { receiverFor, runsAppFor, runsClient, runsSidecarFor, type RunsApp, type RunsClient } from '../../helpers/runs-client.ts'
-import { privateRunStore } from '../../helpers/redis-server.ts'
-import type { Harness } from '../../helpers/sidecar-harness.ts'
-import type { WebhookReceiver } from '../../helpers/webhook-receiver.ts'
+import t from 'tap'
+import { runsSetup, type RunsSetup } from '../../helpers/runs-setup.ts'
 
 // SPEC Runs → Time limits: Cancel-After per call (queue included), ASYNC_QUEUE_TTL_SECONDS for queued async runs
 
-interface Setup {
-  readonly app: RunsApp
-  readonly h: Harness
-  readonly client: RunsClient
-  readonly receiver: WebhookReceiver
-  readonly hook: string
-  /** The Redis store's keys of app p/a (Redis only). */
-  readonly keys?: () => Promise<string[]>
-}
-
-type Backend = 'memory' | 'redis'
-
-async function setup (t: Test, backend: Backend, env: Record<string, string> = {}): Promise<Setup> {
-  const app = await runsAppFor(t)
-  const receiver = await receiverFor(t)
-  const store = backend === 'redis' ? await privateRunStore(t) : undefined
-  const h = await runsSidecarFor(t, app.url, { DISABLE_AUTH: 'true', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', PROJECT_ID: 'p', APP_NAME: 'a', ...store?.env, ...env })
-  const keys = store === undefined ? undefined : async () => (await store.probe.keys('as:{p/a}:*')).sort()
-  return { app, h, client: runsClient({ base: h.base }), receiver, hook: `webhookEndpoint=${encodeURIComponent(receiver.url + '/hook')}`, ...(keys === undefined ? {} : { keys }) }
-}
-
 /** Holds the one slot (REPLICA_CONCURRENCY=1) with a sync call the app keeps: the async runs behind it wait in the queue. */
-async function holdSlot (s: Setup): Promise<{ free: () => void }> {
+async function holdSlot (s: RunsSetup): Promise<{ free: () => void }> {
   const call = s.client.call('/hold/slot', { headers: { 'x-request-id': 'slot' } })
   const held = await s.app.waitForHeld(1)
   return { free: () => { held.res.writeHead(200, { 'content-type': 'application/json' }).end('{}'); void call } }
 }
 
 t.test('Cancel-After: malformed values are 400 before anything is read or run; valid forms pass', async t => {
-  const s = await setup(t, 'memory')
+  const s = await runsSetup(t, 'memory')
   const malformed = ['', 'abc', '0', '0s', '1.5', '2d', '-1', '1 s', '31536001', '525601m', 'h', '9999999999']
   for (const value of malformed) {
     const answer = await s.client.call('/json/x', { headers: { 'cancel-after': value } })
@@ -55,7 +31,7 @@ t.test('Cancel-After: malformed values are 400 before anything is read or run; v
 
 for (const backend of ['memory', 'redis'] as const) {
   t.test(`${backend}: a sync call past its Cancel-After is answered 504 and its app request cut; the smaller of it and DEADLINE_SECONDS applies`, async t => {
-    const s = await setup(t, backend, { DEADLINE_SECONDS: '30' })
+    const s = await runsSetup(t, backend, { DEADLINE_SECONDS: '30' })
     const started = performance.now()
     const call = s.client.call('/hold/sync', { headers: { 'cancel-after': '1' } })
     const held = await s.app.waitForHeld(1)
@@ -72,7 +48,7 @@ for (const backend of ['memory', 'redis'] as const) {
   })
 
   t.test(`${backend}: an async run whose Cancel-After passes while queued fails 504 "deadline passed" within 1 s, never reaches the app, and its webhook says so`, async t => {
-    const s = await setup(t, backend, { REPLICA_CONCURRENCY: '1' })
+    const s = await runsSetup(t, backend, { REPLICA_CONCURRENCY: '1' })
     const slot = await holdSlot(s)
     const submittedAt = Date.now()
     const submitted = await s.client.submit(`/json/queued?${s.hook}`, 'late', { headers: { 'cancel-after': '1s' } })
@@ -107,7 +83,7 @@ for (const backend of ['memory', 'redis'] as const) {
   })
 
   t.test(`${backend}: an async run whose Cancel-After passes while it runs: its app request is cut, 504 "deadline passed"`, async t => {
-    const s = await setup(t, backend)
+    const s = await runsSetup(t, backend)
     t.equal((await s.client.submit(`/hold/running?${s.hook}`, 'running', { headers: { 'cancel-after': '1' } })).status, 202)
     const held = await s.app.waitForHeld(1)
     t.equal(held.req.headers['cancel-after'], '1', 'the app sees the limit it runs under')
@@ -123,7 +99,7 @@ for (const backend of ['memory', 'redis'] as const) {
   })
 
   t.test(`${backend}: ASYNC_QUEUE_TTL_SECONDS fails a run still queued "expired in the queue", with its webhook; a later Cancel-After does not save it`, async t => {
-    const s = await setup(t, backend, { REPLICA_CONCURRENCY: '1', ASYNC_QUEUE_TTL_SECONDS: '1' })
+    const s = await runsSetup(t, backend, { REPLICA_CONCURRENCY: '1', ASYNC_QUEUE_TTL_SECONDS: '1' })
     const slot = await holdSlot(s)
     const submittedAt = Date.now()
     t.equal((await s.client.submit(`/json/stale?${s.hook}`, 'stale', { headers: { 'cancel-after': '1h' } })).status, 202)

@@ -1,38 +1,15 @@
 import { performance } from 'node:perf_hooks'
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { send } from '../../helpers/http-client.ts'
-import { receiverFor, runsAppFor, runsClient, runsSidecarFor, type RunsApp, type RunsClient } from '../../helpers/runs-client.ts'
-import { privateRunStore } from '../../helpers/redis-server.ts'
+import { runsClient } from '../../helpers/runs-client.ts'
+import { runsSetup } from '../../helpers/runs-setup.ts'
 import { eventually, type Harness } from '../../helpers/sidecar-harness.ts'
-import type { WebhookReceiver } from '../../helpers/webhook-receiver.ts'
 import { openStream } from '../../stream/sse-test-kit.ts'
 
 // SPEC Runs → Bounded wait: Prefer: wait=N answers as usual within N s, else 202 and the call goes on as a run
 
-type Backend = 'memory' | 'redis'
-
-interface Setup {
-  readonly app: RunsApp
-  readonly h: Harness
-  readonly client: RunsClient
-  readonly receiver: WebhookReceiver
-  readonly hook: string
-  /** Another sidecar on the same store (Redis only). */
-  readonly other?: Harness
-}
-
-async function setup (t: Test, backend: Backend, env: Record<string, string> = {}, twoReplicas = false): Promise<Setup> {
-  const app = await runsAppFor(t)
-  const receiver = await receiverFor(t)
-  const store = backend === 'redis' ? await privateRunStore(t) : undefined
-  const all = { DISABLE_AUTH: 'true', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', PROJECT_ID: 'p', APP_NAME: 'a', ...store?.env, ...env }
-  const h = await runsSidecarFor(t, app.url, all)
-  const other = twoReplicas ? await runsSidecarFor(t, app.url, all) : undefined
-  return { app, h, client: runsClient({ base: h.base }), receiver, hook: `webhookEndpoint=${encodeURIComponent(receiver.url + '/hook')}`, ...(other === undefined ? {} : { other }) }
-}
-
 t.test('answered within its wait: a plain call (no record, no Preference-Applied); a wait outside 1–3600 or malformed is ignored', async t => {
-  const s = await setup(t, 'memory')
+  const s = await runsSetup(t, 'memory')
   for (const prefer of ['wait=5', 'wait=0', 'wait=abc', 'wait=3601', 'wait=-1', 'wait=1.5', 'handling=lenient, wait=10']) {
     const answer = await s.client.call('/json/quick', { headers: { prefer, 'x-request-id': 'quick' } })
     t.equal(answer.status, 200, prefer)
@@ -50,7 +27,7 @@ t.test('answered within its wait: a plain call (no record, no Preference-Applied
 
 for (const backend of ['memory', 'redis'] as const) {
   t.test(`${backend}: the wait runs out at the app: 202 running, and the app's answer becomes the run's result, its webhook sent`, async t => {
-    const s = await setup(t, backend)
+    const s = await runsSetup(t, backend)
     const started = performance.now()
     const call = s.client.call(`/hold/slow?${s.hook}`, { headers: { prefer: 'wait=1', 'x-request-id': 'slow' }, body: '{"n":1}' })
     const held = await s.app.waitForHeld(1)
@@ -81,7 +58,7 @@ for (const backend of ['memory', 'redis'] as const) {
   })
 
   t.test(`${backend}: a stream that began within the wait goes on to the caller; one that begins after the 202 is recorded as the run's events`, async t => {
-    const s = await setup(t, backend)
+    const s = await runsSetup(t, backend)
     const early = await openStream(`${s.h.base}/v4/p/a/ndjson/early`, { prefer: 'wait=1', 'x-request-id': 'early' }, 'POST')
     const first = await s.app.waitForHeld(1)
     first.res.write('{"n":0}\n')
@@ -108,7 +85,7 @@ for (const backend of ['memory', 'redis'] as const) {
   })
 
   t.test(`${backend}: the wait runs out while the call waits for a slot: 202 queued, it runs once as an async run${backend === 'redis' ? ', on whichever replica has a slot' : ''}`, async t => {
-    const s = await setup(t, backend, { REPLICA_CONCURRENCY: '1' })
+    const s = await runsSetup(t, backend, { REPLICA_CONCURRENCY: '1' })
     const blocker = s.client.call('/hold/blocker', { headers: { 'x-request-id': 'blocker' } })
     const blocking = await s.app.waitForHeld(1)
     const answer = await s.client.call('/json/waited', { headers: { prefer: 'wait=1', 'x-request-id': 'waited' }, body: 'the body' })
@@ -127,7 +104,7 @@ for (const backend of ['memory', 'redis'] as const) {
 }
 
 t.test('redis: a run whose wait ran out in the queue is taken by another replica with a free slot', async t => {
-  const s = await setup(t, 'redis', { REPLICA_CONCURRENCY: '1' }, true)
+  const s = await runsSetup(t, 'redis', { REPLICA_CONCURRENCY: '1' }, true)
   const other = s.other as Harness
   // both replicas busy: the waiting call's wait runs out in the first one's gate
   const blockers = [s.client.call('/hold/b1'), runsClient({ base: other.base }).call('/hold/b2')]
