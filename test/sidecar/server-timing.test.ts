@@ -52,7 +52,8 @@ t.test('a queued call: its wait for the slot, in the header and the histogram', 
   t.equal(sampleValue(metrics, 'sidecar_queue_duration_seconds_count'), 2)
   t.ok(Math.abs((sampleValue(metrics, 'sidecar_queue_duration_seconds_sum') as number) - ms / 1000) < 1e-9, 'the sum is the one wait')
   t.equal(sampleValue(metrics, 'sidecar_queue_duration_seconds_bucket', { le: '0.05' }), 1, 'the wait is over 50 ms')
-  t.equal(sampleValue(metrics, 'sidecar_queue_duration_seconds_bucket', { le: '0.1' }), 2)
+  // the wait counts from the second call's arrival, the gauges' polling included: on a loaded machine past 100 ms
+  t.equal(sampleValue(metrics, 'sidecar_queue_duration_seconds_bucket', { le: '0.1' }), ms <= 100 ? 2 : 1, 'the 0.1 s bucket holds the wait when it was that short')
 })
 
 t.test('passthrough keeps the app\'s own Server-Timing first; a stream gets queue too', async t => {
