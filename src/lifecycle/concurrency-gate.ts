@@ -143,6 +143,8 @@ export class ConcurrencyGate {
   acquire (signal: AbortSignal, urgency = DEFAULT_URGENCY, caller = ''): Promise<Release> {
     const ready = this.tryAcquire(caller)
     if (ready !== undefined) return Promise.resolve(ready)
+    // an abort that came first ends the wait at once (its listener would never fire)
+    if (signal.aborted) return Promise.reject(signal.reason as Error)
     if (this.#waiting >= this.#queueDepth) throw new QueueFullError(1)
     return new Promise<Release>((resolve, reject) => {
       const waiter: Waiter = { grant: resolve, caller, settled: false }

@@ -91,6 +91,19 @@ t.test('an aborted wait leaves the queue at once and frees its place', async t =
   t.equal(queued(), 0)
 })
 
+t.test('a wait whose signal aborted before it began is refused at once with its reason; a free slot is still taken', async t => {
+  const g = gate(1, 10)
+  g.gate.open()
+  const aborted = new AbortController()
+  aborted.abort(new Error('given up already'))
+  const held = await g.gate.acquire(aborted.signal)
+  t.equal(g.inflight(), 1, 'a free slot: taken on the fast path, whatever the signal')
+  await t.rejects(g.gate.acquire(aborted.signal), { message: 'given up already' })
+  t.equal(g.queued(), 0, 'never queued')
+  held()
+  t.equal(g.inflight(), 0)
+})
+
 t.test('many waiters: every one served once, in order, the queue array compacts', async t => {
   const { gate: g, inflight } = gate(3, 5000)
   g.open()

@@ -92,14 +92,8 @@ export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
   }
 
   async function queueAfterWait (gate: ConcurrencyGate, call: HttpCall, over: AbortSignal): Promise<boolean> {
-    // the wait ran out before the gate (a slow body, a store round trip): with a slot free it goes to
-    // the app (and on as a run at once); else it is queued (an aborted signal never ends a gate wait)
-    const free = over.aborted ? gate.tryAcquire() : undefined
-    free?.()
-    if (over.aborted && free === undefined) {
-      await deps.submitRun(call, call.waitSeconds)
-      return true
-    }
+    // a wait that ran out before the gate (a slow body, a store round trip) still takes a free slot
+    // (the call goes on as a run at once); else the gate refuses at once and the call is queued
     try {
       await takeSlot(gate, call, AbortSignal.any([call.signal, over]))
       return false
