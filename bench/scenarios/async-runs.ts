@@ -66,8 +66,8 @@ export interface Fleet {
   readonly submit: LoadRequest
 }
 
-/** Submits `runs` async runs to `request`'s sidecar, 20 at a time; their latencies (202s only) and status codes. */
-async function submitAll (request: LoadRequest, runs: number): Promise<{ latencies: Latencies, statusCodes: Record<string, number> }> {
+/** Submits `runs` async runs to `request`'s sidecar, 20 at a time (each `body()`, else the request's); their latencies (202s only) and status codes. */
+export async function submitAll (request: LoadRequest, runs: number, body?: () => string): Promise<{ latencies: Latencies, statusCodes: Record<string, number> }> {
   const latencies = new Latencies()
   const statusCodes: Record<string, number> = {}
   const agent = new http.Agent({ keepAlive: true, maxSockets: 20 })
@@ -83,13 +83,13 @@ async function submitAll (request: LoadRequest, runs: number): Promise<{ latenci
           res.once('end', () => { resolve(res.statusCode ?? 0) })
         })
         req.once('error', () => { resolve(0) })
-        req.end(request.body ?? GREETING_BODY)
+        req.end(body?.() ?? request.body ?? GREETING_BODY)
       })
       statusCodes[status] = (statusCodes[status] ?? 0) + 1
       if (status === 202) latencies.push(performance.now() - sentAt)
     }
   }
-  await Promise.all(Array.from({ length: 20 }, submitOne))
+  await Promise.all(Array.from({ length: Math.min(20, runs) }, submitOne))
   agent.destroy()
   return { latencies, statusCodes }
 }

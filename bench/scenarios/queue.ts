@@ -1,10 +1,9 @@
-import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { builds, ownFigure, roundsOf, thresholdCheck } from '../checks.ts'
 import { Latencies, type LoadRequest, type Measurement, summarize } from '../load.ts'
 import type { BenchContext, Evaluation, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import { APP_NAME, PROJECT_ID, shareServers, startBenchServer, startSidecarProcess, type StartedServer } from '../targets.ts'
-import { appStats, nowUs, resetApp, type Sidecar } from './async-runs.ts'
+import { appStats, nowUs, resetApp, type Sidecar, submitAll } from './async-runs.ts'
 import { benchRedis } from './bench-redis.ts'
 
 /**
@@ -29,32 +28,11 @@ const DEPTH_TOLERANCE = 0.1
 const TIMED_SUBMISSIONS = 2000
 const COMPLETION_SECONDS = 3
 
-/** POSTs `count` async runs as `caller` (20 at a time); the 202s' latencies and the other statuses. */
+/** POSTs `count` async runs as `caller` (20 at a time): the 202s' latencies, and how many were refused. */
 async function submitRuns (origin: string, caller: string, count: number, body: () => string): Promise<{ latencies: Latencies, refused: number }> {
-  const latencies = new Latencies()
-  let refused = 0
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 20 })
-  const url = new URL(`${origin}/v4/${PROJECT_ID}/${APP_NAME}/run?async=true`)
-  let next = 0
-  const one = async (): Promise<void> => {
-    while (next < count) {
-      next++
-      const sentAt = performance.now()
-      const status = await new Promise<number>(resolve => {
-        const req = http.request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method: 'POST', agent, headers: { 'x-forwarded-for': caller, 'content-type': 'application/json' } }, res => {
-          res.resume()
-          res.once('end', () => { resolve(res.statusCode ?? 0) })
-        })
-        req.once('error', () => { resolve(0) })
-        req.end(body())
-      })
-      if (status === 202) latencies.push(performance.now() - sentAt)
-      else refused++
-    }
-  }
-  await Promise.all(Array.from({ length: Math.min(20, count) }, one))
-  agent.destroy()
-  return { latencies, refused }
+  const request: LoadRequest = { url: `${origin}/v4/${PROJECT_ID}/${APP_NAME}/run?async=true`, method: 'POST', headers: { 'x-forwarded-for': caller, 'content-type': 'application/json' } }
+  const { latencies, statusCodes } = await submitAll(request, count, body)
+  return { latencies, refused: count - (statusCodes[202] ?? 0) }
 }
 
 /** Cancels every queued run of the app (DELETE …/_runs?status=queued): the next phase starts from an empty queue. */
