@@ -59,8 +59,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
   }, { consumer: config.replicaName, lostAfterMs: config.runLostAfterSeconds * 1000 }, (fields, message) => { logger.warn(fields, message) })
   metrics.watchAsyncQueue(async () => await store.queue.queuedCount(), async () => await store.queue.runningCount(), () => store.available)
-  const byUrgency = store.queue.queuedByUrgency?.bind(store.queue)
-  if (byUrgency !== undefined) metrics.watchQueuedByUrgency(byUrgency)
+  metrics.watchQueuedByUrgency(async () => await store.queue.queuedByUrgency(), () => store.available)
   const webhooks = new DurableWebhooks(store, deps.sender, logger)
   const runner = new AsyncRunner({
     store,

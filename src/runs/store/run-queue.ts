@@ -9,7 +9,7 @@ export interface RunQueue {
   readonly shared: boolean
   /** Records a queued async run and queues it. Rejects with AsyncQueueFullError, RunIdTakenError. */
   submit: (run: NewRun) => Promise<RunView>
-  /** The next queued run of the served scope(s) (by urgency, then round robin across callers, where the store keeps them; else the oldest), once there is one; rejects with `signal.reason` when aborted. */
+  /** The next queued run of the served scope(s) (by urgency, then fairly across callers), once there is one; rejects with `signal.reason` when aborted. */
   take: (signal: AbortSignal) => Promise<TakenRun>
   /**
    * queued → running: the run as it goes to the app (`run`, or, taken `unread`, with its request
@@ -24,8 +24,8 @@ export interface RunQueue {
   capCallers?: (capped: (caller: string) => boolean) => void
   /** A capped caller's call ended: its runs may be taken again. */
   callerFreed?: (caller: string) => void
-  /** Async runs waiting in this process by urgency, index 0–7 (sidecar_async_queued_runs_by_urgency; memory only). */
-  queuedByUrgency?: () => readonly number[]
+  /** Async runs waiting for their turn in the served scope(s) by urgency, index 0–7 (sidecar_async_queued_runs_by_urgency). */
+  queuedByUrgency: () => Promise<readonly number[]>
   /** Async runs waiting in the served scope(s) (sidecar_async_queued_runs). */
   queuedCount: () => Promise<number>
   /** Async runs taken and not ended in the served scope(s), on any replica sharing the store (sidecar_async_running_runs). */

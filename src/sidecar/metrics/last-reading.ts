@@ -6,16 +6,17 @@ const FRESH_WAIT_MS = 250
  * FRESH_WAIT_MS, else the last one, so a store that does not answer never holds /metrics. One
  * read at a time: a scrape during a slow read waits on that one.
  */
-export class LastReading {
-  readonly #read: () => Promise<number>
-  #value = 0
+export class LastReading<T = number> {
+  readonly #read: () => Promise<T>
+  #value: T
   #reading: Promise<void> | undefined
 
-  constructor (read: () => Promise<number>) {
+  constructor (read: () => Promise<T>, initial: T) {
     this.#read = read
+    this.#value = initial
   }
 
-  async value (): Promise<number> {
+  async value (): Promise<T> {
     this.#reading ??= this.#read().then(value => { this.#value = value }, () => {}).finally(() => { this.#reading = undefined })
     let timer: NodeJS.Timeout | undefined
     await Promise.race([this.#reading, new Promise(resolve => { timer = setTimeout(resolve, FRESH_WAIT_MS) })])

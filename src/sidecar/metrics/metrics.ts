@@ -152,8 +152,8 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
    * down, or slower than LastReading's wait, the last counts stay.
    */
   watchAsyncQueue (queued: () => Promise<number>, running: () => Promise<number>, up: () => boolean = () => true): void {
-    const waiting = new LastReading(queued)
-    const inProgress = new LastReading(running)
+    const waiting = new LastReading(queued, 0)
+    const inProgress = new LastReading(running, 0)
     new Gauge({
       name: 'sidecar_async_queued_runs',
       help: 'Async runs waiting in the run store for this app, not running (every replica sharing it)',
@@ -185,14 +185,16 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
   }
 
   /** Feeds sidecar_async_queued_runs_by_urgency from the memory queue's counts (index: urgency 0–7) at each scrape. */
-  watchQueuedByUrgency (byUrgency: () => readonly number[]): void {
+  watchQueuedByUrgency (byUrgency: () => Promise<readonly number[]>, up: () => boolean): void {
+    const reading = new LastReading(byUrgency, [])
     new Gauge({
       name: 'sidecar_async_queued_runs_by_urgency',
-      help: 'Async runs waiting in this sidecar\'s memory queue, by Priority urgency (0 most urgent to 7)',
+      help: 'Async runs waiting for their turn in the run store, by Priority urgency (0 most urgent to 7)',
       labelNames: ['urgency'] as const,
       registers: [this.registry],
-      collect () {
-        const counts = byUrgency()
+      async collect () {
+        if (!up()) return
+        const counts = await reading.value()
         for (let urgency = 0; urgency < counts.length; urgency++) this.set({ urgency: String(urgency) }, counts[urgency] as number)
       }
     })

@@ -103,7 +103,7 @@ t.test('CALLER_MAX_INFLIGHT=1: a caller\'s second call and its run wait (not ref
   t.same(arrivals(app), ['/hold/a1', '/hold/b1', '/hold/a2', '/json/b-run', '/json/a-run'])
 })
 
-t.test('redis: CALLER_MAX_INFLIGHT counts a caller\'s async runs too (the entry carries its urgency and caller); runs are still taken oldest first', async t => {
+t.test('redis: CALLER_MAX_INFLIGHT counts a caller\'s async runs too (taken with their urgency and caller)', async t => {
   const store = await privateRunStore(t)
   const { app, client } = await setUp(t, { REPLICA_CONCURRENCY: '2', CALLER_MAX_INFLIGHT: '1', ...store.env })
   const a1 = client.call('/hold/a1', { headers: from('a') })
@@ -117,4 +117,38 @@ t.test('redis: CALLER_MAX_INFLIGHT counts a caller\'s async runs too (the entry 
   t.equal((await a1).status, 200)
   t.equal((await client.finished('run-a')).record.status, 'succeeded')
   t.same(arrivals(app), ['/hold/a1', '/json/b-run', '/json/a-run'])
+})
+
+t.test('redis, two replicas: queued runs are taken by urgency, then fairly across callers, whichever replica takes', async t => {
+  const store = await privateRunStore(t)
+  const app = await startRunsApp()
+  t.teardown(() => app.close())
+  const replicas: Harness[] = []
+  for (let i = 0; i < 2; i++) {
+    const h = await startHarness(app.url, { DISABLE_AUTH: 'true', REPLICA_CONCURRENCY: '1', ...store.env })
+    t.teardown(() => h.close())
+    replicas.push(h)
+  }
+  const [one, two] = replicas.map(h => runsClient({ base: h.base })) as [RunsClient, RunsClient]
+  // both slots held by sync calls while the runs queue
+  const blockers = [one.call('/hold/blocker-1', { headers: from('z') }), two.call('/hold/blocker-2', { headers: from('z') })]
+  const held = [await app.waitForHeld(1), await app.waitForHeld(2)]
+  for (let i = 1; i <= 20; i++) t.equal((await one.submit(`/json/a${i}`, `run-a${i}`, { headers: from('a', 'u=3') })).status, 202)
+  // each replica takes one run ahead for its busy slot (a1, a2): the rest wait for their turn
+  await eventually(async () => await gauge(replicas[1] as Harness, 'sidecar_async_queued_runs_by_urgency{urgency="3"}') === 18)
+  t.equal((await two.submit('/json/b1', 'run-b1', { headers: from('b', 'u=3') })).status, 202)
+  t.equal((await two.submit('/json/c1', 'run-c1', { headers: from('c', 'u=0') })).status, 202)
+  t.equal(await gauge(replicas[0] as Harness, 'sidecar_async_queued_runs_by_urgency{urgency="3"}'), 19, 'by urgency, from the shared store')
+  t.equal(await gauge(replicas[0] as Harness, 'sidecar_async_queued_runs_by_urgency{urgency="0"}'), 1)
+  for (const h of held) h.res.end('done')
+  t.same((await Promise.all(blockers)).map(r => r.status), [200, 200])
+  for (let i = 1; i <= 20; i++) await one.finished(`run-a${i}`)
+  t.equal((await two.finished('run-b1')).record.status, 'succeeded')
+  t.equal((await one.finished('run-c1')).record.status, 'succeeded')
+  const order = arrivals(app).filter(url => url.startsWith('/json/'))
+  // a1 and a2 held ahead, then taken c1, b1, a3, …: two replicas start them two at a time, so neighbours may arrive swapped
+  t.same(order.slice(0, 2).sort(), ['/json/a1', '/json/a2'], 'the runs held ahead first')
+  t.ok(order.indexOf('/json/c1') <= 3, `then the urgent run (${order.slice(0, 5).join(' ')})`)
+  t.ok(order.indexOf('/json/b1') <= 4, `B's one run within two of A's backlog (${order.slice(0, 5).join(' ')})`)
+  t.equal(order.length, 22, 'each run once')
 })

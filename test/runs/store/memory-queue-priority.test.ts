@@ -27,7 +27,7 @@ t.test('by urgency, then round robin across callers; no urgency: 3', async t => 
   t.teardown(() => store.close())
   for (const [id, u] of [['a1', 3], ['a2', 3], ['a3', 3], ['b1', 3], ['c1', 6], ['d1', 0], ['b2', undefined]] as const) await store.queue.submit(run(id, u))
   t.equal(store.queue.nextUrgency?.(), 0)
-  t.same(store.queue.queuedByUrgency?.(), [1, 0, 0, 5, 0, 0, 1, 0])
+  t.same(await store.queue.queuedByUrgency(), [1, 0, 0, 5, 0, 0, 1, 0])
   t.same(await takeAll(store, 7), ['d1', 'a1', 'b1', 'a2', 'b2', 'a3', 'c1'])
   t.equal(store.queue.nextUrgency?.(), undefined)
 })
@@ -40,12 +40,12 @@ t.test('a run given back keeps its place; a canceled one is passed over; counts 
   t.equal(first.runId, 'a1')
   await store.queue.release(first)
   await store.records.cancel(scope, 'b1')
-  t.same(store.queue.queuedByUrgency?.()[2], 3, 'b1 left the count')
+  t.same((await store.queue.queuedByUrgency())[2], 3, 'b1 left the count')
   const taken: TakenRun[] = []
   for (let i = 0; i < 3; i++) taken.push(await store.queue.take(never))
   t.same(taken.map(r => r.runId), ['a1', 'b2', 'a2'])
   for (const r of taken) await store.queue.start(r, Date.now())
-  t.same(store.queue.queuedByUrgency?.()[2], 0)
+  t.same((await store.queue.queuedByUrgency())[2], 0)
 })
 
 t.test('a capped caller\'s runs are passed over, in their place, until callerFreed', async t => {

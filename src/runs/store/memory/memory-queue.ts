@@ -100,7 +100,7 @@ export class MemoryQueue implements RunQueue {
     this.#handOut()
   }
 
-  queuedByUrgency (): readonly number[] {
+  async queuedByUrgency (): Promise<readonly number[]> {
     return this.#runs.waitingByUrgency
   }
 

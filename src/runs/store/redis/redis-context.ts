@@ -10,7 +10,8 @@ import { channelsOf, type Channels } from './redis-channels.ts'
 import { connectRedis, isCluster, type RedisClient, runStoreAddress } from './redis-connect.ts'
 import { RedisFollow } from './redis-follow.ts'
 import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
-import { END_AND_HOLD, GROUP, SCRIPTS, TRANSITION } from './redis-scripts.ts'
+import { GROUP, QUEUE_SCRIPTS } from './redis-queue-scripts.ts'
+import { END_AND_HOLD, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 
 type Redis = RedisClient
 
@@ -43,6 +44,11 @@ export class ScopeKeys {
   get running (): string { return `${this.#prefix}:running` }
   /** The app's queued runs by their time limit (a sorted set, epoch ms: `Cancel-After`, ASYNC_QUEUE_TTL_SECONDS), swept by every sidecar. */
   get expiry (): string { return `${this.#prefix}:expiry` }
+  /** The app's queued runs in the order they are taken (a sorted set: redis-queue-scripts.ts), with what orders them: callers' finish tags, the urgencies' virtual time, and a wake-up list. */
+  get turns (): string { return `${this.#prefix}:turns` }
+  get fair (): string { return `${this.#prefix}:fair` }
+  get clock (): string { return `${this.#prefix}:clock` }
+  get wake (): string { return `${this.#prefix}:wake` }
   /** Request-body bytes of the app's queued runs (ASYNC_QUEUE_MAX_BYTES). */
   get queuedBytes (): string { return `${this.#prefix}:queued-bytes` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
@@ -107,7 +113,7 @@ export class RedisContext {
   readonly lostAfterMs: number
   /** Requests: fail fast while Redis is down (503), never queue behind an outage. */
   readonly redis: Redis
-  /** The blocking queue reads (a blocking command needs a connection of its own). */
+  /** The blocking wait for a queued run's wake-up (a blocking command needs a connection of its own). */
   readonly blocking: Redis
   readonly follow: RedisFollow
   /** The app's channels (cancels, followed runs), on the request connection. */
@@ -128,7 +134,7 @@ export class RedisContext {
    * meanwhile makes it fail, and the record is read then).
    */
   readonly known = new LRUCache<string, string>({ max: ENDED_MAX })
-  /** The blocking read's connection was cut: an entry it was handed may never have arrived (the heartbeat looks). */
+  /** A take's answer was lost (a timeout, a cut connection): the run it took may be pending here unknown (the heartbeat looks). */
   readCut = false
   /** Idempotency-Key slots this store claimed whose answer is not kept yet, with their run ids: their lease is renewed with the heartbeat. */
   readonly claims = new Map<string, string>()
@@ -185,11 +191,10 @@ export class RedisContext {
     this.redis.on('ready', () => {
       // a server restarted or failed over knows no script: loaded before the first EVALSHA (a NOSCRIPT still
       // falls back to EVAL); on a cluster, SCRIPT LOAD reaches any node: the app's node loads them on first use
-      if (!isCluster(this.redis)) for (const script of SCRIPTS) script.load(this.redis).catch(() => {})
+      if (!isCluster(this.redis)) for (const script of [...SCRIPTS, ...QUEUE_SCRIPTS]) script.load(this.redis).catch(() => {})
       this.#setAvailable(true)
     })
     this.redis.on('close', () => { this.#setAvailable(false) })
-    this.blocking.on('close', () => { this.readCut = true })
     // a connection can stay open to a Redis that no longer answers, or that is no primary any more
     this.#probe = setInterval(() => { void this.#answers().then(up => { this.#setAvailable(up) }) }, PROBE_MS)
     this.#probe.unref()
@@ -259,7 +264,7 @@ export class RedisContext {
   }
 
   #transitionArgs (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): [string[], Array<string | number>] {
-    return [[keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running, keys.expiry], [
+    return [[keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running, keys.expiry, keys.turns], [
       old, JSON.stringify(record), extra.result ?? '', extra.owner ?? '', extra.entry ?? '',
       isFinished(record) ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : '', runId
     ]]

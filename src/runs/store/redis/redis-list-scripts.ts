@@ -67,7 +67,7 @@ return out
  * one step: a run a sidecar starts meanwhile is either canceled before (its start fails) or
  * running (left alone). Its record: the queued one with status canceled, completed_at and error.
  * Returns: how many were canceled, and the last entry read ('' none: the queue's end).
- * KEYS: queue, queued bytes, running, expiry. ARGV: run key prefix, events key prefix, live channel
+ * KEYS: queue, queued bytes, running, expiry, turns. ARGV: run key prefix, events key prefix, live channel
  * prefix, from ('-' the first, else an entry id, excluded), count, what the canceled record adds
  * (`,"completed_at":…,"error":…`), ttl seconds.
  */
@@ -86,7 +86,7 @@ for _, entry in ipairs(entries) do
   if old and string.find(old, '"status":"queued"', 1, true) then
     local new = string.gsub(old, '"status":"queued"', '"status":"canceled"', 1)
     new = string.sub(new, 1, -2) .. ARGV[6] .. '}'
-    canceled = canceled + transition({ run, KEYS[1], ARGV[2] .. id, KEYS[2], KEYS[3], KEYS[4] },
+    canceled = canceled + transition({ run, KEYS[1], ARGV[2] .. id, KEYS[2], KEYS[3], KEYS[4], KEYS[5] },
       { old, new, '', '', fields[2] or last, ARGV[7], ARGV[3] .. id, 'done', id })
   end
 end

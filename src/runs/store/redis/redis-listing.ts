@@ -46,7 +46,7 @@ export class RedisListing implements RunListing {
     let canceled = 0
     let from = '-'
     for (;;) {
-      const [count, last] = await guard(CANCEL_QUEUED.run(this.#ctx.redis, [keys.queue, keys.queuedBytes, keys.running, keys.expiry], [
+      const [count, last] = await guard(CANCEL_QUEUED.run(this.#ctx.redis, [keys.queue, keys.queuedBytes, keys.running, keys.expiry, keys.turns], [
         keys.run(''), keys.events(''), keys.live(''), from, CANCEL_BATCH, ends, this.#ctx.settings.retentionSeconds
       ])) as [number, string]
       canceled += Number(count)

@@ -1,19 +1,16 @@
-import { AsyncQueueFullError, BodyTooLargeError, RunIdTakenError } from '../../../errors.ts'
+import { AsyncQueueFullError, BodyTooLargeError, RunIdTakenError, RunStoreUnavailableError } from '../../../errors.ts'
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import { type NewRun, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../run-store.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
-import { GROUP, RELEASE, START_READ, SUBMIT, WAITING } from './redis-scripts.ts'
+import { GROUP, RELEASE, START_READ, SUBMIT, TAKE, TURNS_BY_URGENCY, WAITING } from './redis-queue-scripts.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 
 /** The stored request, without its body (kept as raw bytes beside it). */
 interface RequestJson { method: string, path: string, headers: string[], hasBody: boolean }
 
-/**
- * A queue entry as read: the queue's key, the entry's id, the run it names and (written by SUBMIT
- * or RELEASE of this version) its record as queued, and its urgency and caller (when submitted with them).
- */
-interface QueueEntry { queue: string, id: string, runId: string, record?: string | undefined, urgency?: number, caller?: string }
+/** A queue entry: the queue's key, the entry's id and the run it names (what the reaper hands back). */
+interface QueueEntry { queue: string, id: string, runId: string }
 
 /** A run taken (`unread`), with its request, body and webhook as stored; undefined when its request is gone. */
 function wholeRun (run: TakenRun, request: Buffer | null, body: Buffer | null, webhook: Buffer | null): TakenRun | undefined {
@@ -28,25 +25,26 @@ function wholeRun (run: TakenRun, request: Buffer | null, body: Buffer | null, w
 }
 
 /**
- * How long one blocking read of the queue waits before asking again: an idle sidecar's cost. A
- * stop does not wait for it (the read is abandoned, its connection closed).
+ * How long one blocking wait for a wake-up lasts before the queue is asked again: an idle
+ * sidecar's cost, and the longest a run waits should its wake-up be lost (a taker that died
+ * holding it). A stop does not wait for it (the wait is abandoned, its connection closed).
  */
-const BLOCK_MS = 10_000
+const BLOCK_SECONDS = 10
 
 /**
- * The queue of async runs in Redis: a stream per app with a consumer group. A run handed to a
- * sidecar stays in its pending list until it ends (the reaper gives a lost sidecar's to another).
+ * The queue of async runs in Redis: a stream per app with a consumer group, and the runs' turn
+ * order (redis-queue-scripts.ts: by urgency, fair across callers). TAKE hands a sidecar the next
+ * run's entry, in its pending list until the run ends (the reaper gives a lost sidecar's to
+ * another). A sidecar with nothing to take waits on the app's wake list (one wake-up per run queued).
  */
 export class RedisQueue implements RunQueue {
   readonly shared = true
   readonly #ctx: RedisContext
   /** Runs taken over from a lost sidecar before they started: handed out by take() first. */
   readonly #reclaimed: TakenRun[] = []
-  /** Entries the shared read brought, for the takes waiting. */
-  readonly #arrived: QueueEntry[] = []
-  /** The blocking read under way, shared by the takes waiting. */
+  /** The blocking wait for a wake-up under way, shared by the takes waiting. */
   #read: Promise<void> | undefined
-  /** Takes waiting: woken when the read ends or a run is taken over. */
+  /** Takes waiting: woken when the wait ends or a run is taken over. */
   readonly #wakers = new Set<() => void>()
   #waiting = 0
 
@@ -61,7 +59,9 @@ export class RedisQueue implements RunQueue {
     const { queueDepth, queueMaxBytes } = this.#ctx.settings
     if ((run.request.body?.length ?? 0) > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
     const expiry = queuedExpiry(run, this.#ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS).at
-    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.queuedBytes, keys.running, keys.expiry, keys.runs], [
+    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [
+      keys.run(run.runId), keys.queue, keys.queuedBytes, keys.running, keys.expiry, keys.runs, keys.turns, keys.fair, keys.clock, keys.wake
+    ], [
       JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
       run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes, expiry, run.createdAt,
       run.urgency ?? '', run.caller ?? ''
@@ -73,10 +73,10 @@ export class RedisQueue implements RunQueue {
   }
 
   /**
-   * The next run to run here: one taken over from a lost sidecar first, else the oldest queued.
-   * The takes waiting share one blocking read of the queue (on its own connection, where they
-   * would run one after another anyway): an entry it brings goes to one of them, and a run taken
-   * over meanwhile wakes them without waiting for the read's end.
+   * The next run to run here: one taken over from a lost sidecar first, else the next in the turn
+   * order. With none queued, the takes waiting share one blocking wait for a wake-up (on its own
+   * connection, where they would wait one after another anyway), each asks again once it ends; a
+   * run taken over meanwhile wakes them without waiting for it.
    */
   async take (signal: AbortSignal): Promise<TakenRun> {
     this.#waiting++
@@ -84,14 +84,25 @@ export class RedisQueue implements RunQueue {
       while (!signal.aborted && !this.#ctx.closed) {
         const reclaimed = this.#reclaimed.shift()
         if (reclaimed !== undefined) return reclaimed
-        const entry = this.#arrived.shift()
-        if (entry !== undefined) {
-          const run = await this.#taken(entry)
-          if (run !== undefined) return run
+        const taken = await this.#takeNext().catch((error: unknown): typeof UNREACHABLE => {
+          if (error instanceof RunStoreUnavailableError) return UNREACHABLE
+          throw error
+        })
+        if (taken === STALE) continue
+        if (taken === UNREACHABLE) {
+          // as a blocking read would: the take waits through the outage, asking again now and then
+          if (await abortable(new Promise(resolve => setTimeout(resolve, RETRY_MS)), signal) === ABORTED) break
           continue
         }
+        if (taken !== undefined) {
+          const run = this.#taken(taken)
+          // the take was abandoned meanwhile (a stop): not lost, queued again
+          if (signal.aborted || this.#ctx.closed) await this.release(run).catch(() => {})
+          else return run
+          break
+        }
         if (this.#read === undefined) {
-          this.#read = this.#readOnce()
+          this.#read = this.#awaitWakeUp()
           this.#read.catch(() => {}) // each take waiting on it sees the failure; none waiting, nothing to tell
         }
         const woken = new Promise<void>(resolve => { this.#wakers.add(resolve) })
@@ -100,25 +111,47 @@ export class RedisQueue implements RunQueue {
       }
     } finally {
       this.#waiting--
-      // the last take gone (a stop): what the read brought for it goes back to the queue
-      if (this.#waiting === 0) for (const entry of this.#arrived.splice(0)) void this.#giveBack(entry)
     }
     throw signal.reason ?? new Error('run store closed')
   }
 
-  /** One blocking read; what it brings is left for a waiting take (or, none waiting any more, given back to the queue). */
-  async #readOnce (): Promise<void> {
+  /** The next run in the turn order, held here; undefined none queued; STALE turns passed over, ask again. */
+  async #takeNext (): Promise<TakeReply | typeof STALE | undefined> {
+    const ctx = this.#ctx
+    await this.#ensureGroup()
+    let reply: unknown
+    try {
+      reply = await guard(TAKE.run(ctx.redis, [ctx.own.turns, ctx.own.fair, ctx.own.clock, ctx.own.wake, ctx.own.queue], [ctx.consumer, ctx.own.run('')]))
+    } catch (error) {
+      // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; the heartbeat finds it
+      ctx.readCut = true
+      throw error
+    }
+    if (reply === 0) return STALE
+    if (reply === null) return undefined
+    return reply as TakeReply
+  }
+
+  /** The app's consumer group exists (the reaper and the takeover read it), made once per connection. */
+  async #ensureGroup (): Promise<void> {
+    const { redis, groups, own } = this.#ctx
+    if (groups.has(own.queue)) return
+    await guard(redis.xgroup('CREATE', own.queue, GROUP, '0', 'MKSTREAM')).catch((error: Error) => {
+      if (!error.message.startsWith('BUSYGROUP')) throw error
+    })
+    groups.add(own.queue)
+  }
+
+  /** One blocking wait for a wake-up (a run queued, or given back), at most BLOCK_SECONDS. */
+  async #awaitWakeUp (): Promise<void> {
     let failed = true
     try {
-      const entry = await this.#readQueue(this.#ctx.own.queue)
+      await this.#ctx.blocking.blpop(this.#ctx.own.wake, BLOCK_SECONDS)
       failed = false
-      if (entry === undefined) return
-      if (this.#waiting > 0 && !this.#ctx.closed) this.#arrived.push(entry)
-      else await this.#giveBack(entry) // the takes left (a stop) while it was blocked: not lost, queued again
     } finally {
       this.#read = undefined
-      // a failed read is not a wake-up: the takes waiting get its error (and wait before trying
-      // again); woken instead, they would read again at once, in a loop as fast as the failure
+      // a failed wait is not a wake-up: the takes waiting get its error (and wait before trying
+      // again); woken instead, they would ask again at once, in a loop as fast as the failure
       // (a connection ioredis gave up rejects at once: a loop that never yields to I/O)
       if (!failed) this.#wake()
     }
@@ -172,7 +205,7 @@ export class RedisQueue implements RunQueue {
   async release (run: TakenRun): Promise<void> {
     const keys = new ScopeKeys(run.scope)
     try {
-      await guard(RELEASE.run(this.#ctx.redis, [keys.run(run.runId), keys.queue], [run.entry, run.runId]))
+      await guard(RELEASE.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.turns, keys.fair, keys.clock, keys.wake], [run.entry, run.runId]))
     } finally {
       // not given back (the store is down): no longer kept claimed either, so once the store is
       // back a reaper (this one or another replica's) takes it over as a lost sidecar's queued run
@@ -188,69 +221,41 @@ export class RedisQueue implements RunQueue {
     return await guard(this.#ctx.redis.scard(this.#ctx.own.running))
   }
 
+  async queuedByUrgency (): Promise<readonly number[]> {
+    return await guard(TURNS_BY_URGENCY.run(this.#ctx.redis, [this.#ctx.own.turns], [])) as number[]
+  }
+
   /** A lost sidecar's entry whose run had not started (the reaper claimed it): held here, handed out by take() first. */
   async reclaim (entry: QueueEntry): Promise<void> {
-    const run = await this.#taken(entry)
-    if (run === undefined) return
-    this.#reclaimed.push(run)
+    const keys = new ScopeKeys(scopeOfQueue(entry.queue))
+    const [record, urgency, caller] = await guard(this.#ctx.redis.hmget(keys.run(entry.runId), 'record', 'urgency', 'caller'))
+    if (record === null || record === undefined || (JSON.parse(record) as RunRecord).status !== 'queued') {
+      await this.#ctx.forget(keys, entry.id)
+      return
+    }
+    this.#reclaimed.push(this.#taken([entry.runId, entry.id, record, urgency ?? '', caller ?? '']))
     this.#wake()
   }
 
-  /** One entry from the oldest end of the app's queue, or undefined after BLOCK_MS. */
-  async #readQueue (queue: string): Promise<QueueEntry | undefined> {
-    const { blocking, groups } = this.#ctx
-    if (!groups.has(queue)) {
-      await blocking.xgroup('CREATE', queue, GROUP, '0', 'MKSTREAM').catch((error: Error) => {
-        if (!error.message.startsWith('BUSYGROUP')) throw error
-      })
-      groups.add(queue)
-    }
-    let reply: unknown
-    try {
-      reply = await blocking.call('XREADGROUP', 'GROUP', GROUP, this.#ctx.consumer, 'COUNT', 1, 'BLOCK', BLOCK_MS, 'STREAMS', queue, '>')
-    } catch (error) {
-      if (String((error as Error).message).startsWith('NOGROUP')) groups.clear()
-      throw error
-    }
-    if (reply === null) return undefined
-    // [[key, entries], …] (RESP2) or [key, entries, …] (ioredis 6 reads the RESP3 map flat)
-    const list = reply as unknown[]
-    const [, entries] = (typeof list[0] === 'string' ? list : list[0]) as [string, Array<[string, string[]]>]
-    const [id, fields] = entries[0] as [string, string[]]
-    // ['run', <id>, 'record', <record as queued>, 'urgency', <u>, 'caller', <c>] (an older sidecar's entry: less)
-    const entry: QueueEntry = { queue, id, runId: fields[1] as string, record: fields[2] === 'record' ? fields[3] : undefined }
-    const urgency = Number(fields[5])
-    if (fields[4] !== 'urgency' || !Number.isInteger(urgency) || urgency < 0 || urgency > 7) return entry
-    return { ...entry, urgency, caller: fields[7] ?? '' }
-  }
-
-  /**
-   * The run an entry names, held by this store, taken `unread` (its request comes with the start);
-   * undefined (the entry dropped) when it is no longer queued.
-   */
-  async #taken (entry: QueueEntry): Promise<TakenRun | undefined> {
-    const scope = scopeOfQueue(entry.queue)
-    const keys = new ScopeKeys(scope)
-    // the record as queued: carried by the entry, or read (an entry of the version before, a run taken over)
-    const record = entry.record ?? await guard(this.#ctx.redis.hget(keys.run(entry.runId), 'record'))
-    const queued = record === null ? undefined : JSON.parse(record) as RunRecord
-    if (queued === undefined || queued.status !== 'queued') {
-      await this.#ctx.forget(keys, entry.id)
-      return undefined
-    }
-    this.#ctx.held.set(entry.id, entry.queue)
-    this.#ctx.known.set(entry.id, record as string)
-    const priority = entry.urgency === undefined ? {} : { urgency: entry.urgency, caller: entry.caller }
-    return { scope, runId: entry.runId, entry: entry.id, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true, ...priority }
-  }
-
-  /** An entry read after its take was abandoned: queued again, for whoever takes next. */
-  async #giveBack (entry: QueueEntry): Promise<void> {
-    const keys = new ScopeKeys(scopeOfQueue(entry.queue))
-    await RELEASE.run(this.#ctx.redis, [keys.run(entry.runId), keys.queue], [entry.id, entry.runId]).catch(() => {})
+  /** A run TAKE handed this store (or the reaper took over), held here, taken `unread` (its request comes with the start). */
+  #taken ([runId, entry, record, urgency, caller]: TakeReply): TakenRun {
+    const ctx = this.#ctx
+    ctx.held.set(entry, ctx.own.queue)
+    ctx.known.set(entry, record)
+    const queued = JSON.parse(record) as RunRecord
+    const priority = urgency === '' ? {} : { urgency: Number(urgency), caller }
+    return { scope: ctx.settings.scope, runId, entry, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true, ...priority }
   }
 }
 
+/** TAKE's answer: run id, entry, record as queued, urgency ('' none), caller. */
+type TakeReply = [string, string, string, string, string]
+
+/** TAKE passed over turns of runs no longer queued: ask again. */
+const STALE: unique symbol = Symbol('stale')
+/** Redis did not answer the take: asked again after RETRY_MS. */
+const UNREACHABLE: unique symbol = Symbol('unreachable')
+const RETRY_MS = 500
 
 const ABORTED = Symbol('aborted')
 

@@ -3,7 +3,8 @@ import type { RunView, TakenRun } from '../run-store.ts'
 import { type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import type { RedisDeliveries } from './redis-deliveries.ts'
 import type { RedisQueue } from './redis-queue.ts'
-import { FORGET_CONSUMERS, GROUP, KEEP_HELD, RENEW_CLAIMS, SENDERS } from './redis-scripts.ts'
+import { GROUP } from './redis-queue-scripts.ts'
+import { FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, SENDERS } from './redis-scripts.ts'
 
 /** A consumer idle this many times RUN_LOST_AFTER_SECONDS, holding nothing, belonged to a sidecar long gone (a live one touches its groups every heartbeat). */
 const GONE_AFTER_LOST = 2
@@ -73,7 +74,7 @@ export class RedisReaper {
    * - an end it wrote lately whose entry is still pending: the primary that acknowledged the end
    *   lost its place before its replica had it. Written again, unless the run ended otherwise
    *   meanwhile (without this, the run would stay running, then fail "replica lost");
-   * - an entry a blocking read handed it whose answer never came (the connection was cut): taken
+   * - an entry a take handed it whose answer never came (a timeout, a cut connection): taken
    *   here now, as a lost sidecar's would be (without this, it would wait RUN_LOST_AFTER_SECONDS).
    */
   async #ownPending (): Promise<void> {

@@ -1,50 +1,7 @@
 import { BatchedScript } from './redis-script-batch.ts'
 import { LuaScript } from './redis-lua-script.ts'
 import { INDEX_RUN_LUA } from './redis-run-index.ts'
-
-/** The consumer group every sidecar reads an app's queue in. */
-export const GROUP = 'runners'
-
-/**
- * Records a queued run and queues it, unless the id is taken (-1), ASYNC_QUEUE_DEPTH runs already
- * wait (-2: waiting = entries in the stream minus the ones handed out, pending) or their bodies
- * would pass ASYNC_QUEUE_MAX_BYTES (-3). The body's bytes are counted in the app's queued-bytes
- * until the run leaves the queue (START_READ, or TRANSITION for a cancel); with no entry left in
- * the queue, nothing is counted (the count starts again from this body).
- * The queue entry names the run and carries its record as queued (its taker starts it against
- * that record without reading it first; an older sidecar reads only the run id).
- * Its time limit (the sooner of `Cancel-After` and ASYNC_QUEUE_TTL_SECONDS) goes in the app's
- * expiry set, which it leaves as it starts or ends (START_READ, TRANSITION); the run joins the
- * app's index (redis-run-index.ts).
- * Its `Priority` urgency and caller, when given, go in the entry (the taker's gate weighs it against
- * waiting calls, and CALLER_MAX_INFLIGHT counts it) and the record (RELEASE queues them again).
- * KEYS: run, queue, queued bytes, running (the set of the app's async runs started and not ended), expiry, index.
- * ARGV: record, request, body, webhook ('' none), depth, run id, max bytes, expiry (epoch ms), created_at ms, urgency ('' none), caller.
- */
-export const SUBMIT = new LuaScript(`${INDEX_RUN_LUA}
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-local entries = redis.call('XLEN', KEYS[2])
-local waiting = entries - redis.call('SCARD', KEYS[4])
-if waiting >= tonumber(ARGV[5]) then return -2 end
-local bytes = string.len(ARGV[3])
-if bytes > tonumber(ARGV[7]) then return -3 end
-if entries == 0 then
-  redis.call('SET', KEYS[3], bytes)
-elseif bytes > 0 and redis.call('INCRBY', KEYS[3], bytes) > tonumber(ARGV[7]) then
-  redis.call('DECRBY', KEYS[3], bytes)
-  return -3
-end
-local entry = { 'run', ARGV[6], 'record', ARGV[1] }
-if ARGV[10] ~= '' then entry[5] = 'urgency'; entry[6] = ARGV[10]; entry[7] = 'caller'; entry[8] = ARGV[11] end
-local id = redis.call('XADD', KEYS[2], '*', unpack(entry))
-local fields = { 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes }
-if ARGV[4] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[4] end
-if ARGV[10] ~= '' then fields[#fields + 1] = 'urgency'; fields[#fields + 1] = ARGV[10]; fields[#fields + 1] = 'caller'; fields[#fields + 1] = ARGV[11] end
-redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('ZADD', KEYS[5], ARGV[8], ARGV[6])
-indexRun(KEYS[6], KEYS[1], ARGV[6], ARGV[9])
-return 1
-`)
+import { GROUP } from './redis-queue-scripts.ts'
 
 /**
  * Moves a run from the record it had (compare and set: 0 when another sidecar changed it first) to
@@ -55,19 +12,22 @@ return 1
  * back to the app's queued-bytes; a finished one drops its request and its webhook (the secret:
  * its owner has it for the delivery, and nobody else will need it), and, if it was running, leaves
  * the app's running set (the backlog is the queue's entries less that set).
- * A run that was queued leaves the app's expiry set.
- * KEYS: run, queue, events, queued bytes, running, expiry. ARGV: old record, new record, result (''),
+ * A run that was queued leaves the app's expiry set and its turn order (redis-queue-scripts.ts).
+ * KEYS: run, queue, events, queued bytes, running, expiry, turns. ARGV: old record, new record, result (''),
  * owner (''), entry (''), ttl seconds (0), live channel, message (''), run id.
  */
 export const TRANSITION_LUA = `
-local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events')
+local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events', 'turn')
 if current[1] ~= ARGV[1] then return 0 end
 local set = { 'record', ARGV[2] }
 if ARGV[3] ~= '' then set[#set + 1] = 'result'; set[#set + 1] = ARGV[3] end
 if ARGV[4] ~= '' then set[#set + 1] = 'owner'; set[#set + 1] = ARGV[4] end
 redis.call('HSET', KEYS[1], unpack(set))
 if string.find(ARGV[1], '"status":"running"', 1, true) then redis.call('SREM', KEYS[5], KEYS[1])
-elseif string.find(ARGV[1], '"status":"queued"', 1, true) then redis.call('ZREM', KEYS[6], ARGV[9]) end
+elseif string.find(ARGV[1], '"status":"queued"', 1, true) then
+  redis.call('ZREM', KEYS[6], ARGV[9])
+  if current[4] then redis.call('ZREM', KEYS[7], current[4]) end
+end
 if ARGV[5] ~= '' then
   redis.call('XACK', KEYS[2], '${GROUP}', ARGV[5])
   redis.call('XDEL', KEYS[2], ARGV[5])
@@ -76,11 +36,11 @@ local gone = nil
 local queued = tonumber(current[2] or '0')
 if queued > 0 then
   if redis.call('DECRBY', KEYS[4], queued) < 0 then redis.call('SET', KEYS[4], 0) end
-  gone = { 'queued_bytes', 'request', 'body' }
+  gone = { 'queued_bytes', 'request', 'body', 'turn', 'turn_at' }
 end
 local ttl = tonumber(ARGV[6])
 if ttl > 0 then
-  gone = { 'queued_bytes', 'request', 'body', 'webhook' }
+  gone = { 'queued_bytes', 'request', 'body', 'webhook', 'turn', 'turn_at' }
   redis.call('EXPIRE', KEYS[1], ttl)
   if current[3] then redis.call('EXPIRE', KEYS[3], ttl) end
 end
@@ -89,26 +49,6 @@ if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
 return 1
 `
 export const TRANSITION = new LuaScript(TRANSITION_LUA)
-
-/**
- * A taken run starts: compare-and-set of its record (queued → running, owned
- * by the taker), and its request, body and webhook read in the same step ({0} when the record had
- * changed: a cancel, a takeover). It leaves the queue's bytes (its `queued_bytes` becomes 0, in the
- * record's HSET), joins the running set and leaves the expiry set; its
- * request and body stay until it ends (TRANSITION drops them then), so that a start tried again
- * after its reply was lost finds them.
- * KEYS: run, queued bytes, running, expiry. ARGV: old record, new record, owner, run id.
- */
-export const START_READ = new LuaScript(`
-local fields = redis.call('HMGET', KEYS[1], 'record', 'request', 'body', 'webhook', 'queued_bytes')
-if fields[1] ~= ARGV[1] then return {0} end
-redis.call('HSET', KEYS[1], 'record', ARGV[2], 'owner', ARGV[3], 'queued_bytes', 0)
-redis.call('SADD', KEYS[3], KEYS[1])
-redis.call('ZREM', KEYS[4], ARGV[4])
-local queued = tonumber(fields[5] or '0')
-if queued > 0 and redis.call('DECRBY', KEYS[2], queued) < 0 then redis.call('SET', KEYS[2], 0) end
-return {1, fields[2], fields[3], fields[4]}
-`)
 
 /**
  * A recorded sync call ends: its record, still running and its sidecar's (the one that claimed
@@ -171,28 +111,6 @@ local ttl = redis.call('TTL', KEYS[1])
 if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
 redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\\n' .. ARGV[2])
 return 1
-`)
-
-/**
- * Gives a taken run back: its entry is acknowledged and deleted and a new one queued (for a run
- * still recorded), with its record, urgency and caller as SUBMIT's. KEYS: run, queue. ARGV: entry, run id.
- */
-export const RELEASE = new LuaScript(`
-redis.call('XACK', KEYS[2], '${GROUP}', ARGV[1])
-redis.call('XDEL', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local entry = { 'run', ARGV[2], 'record', redis.call('HGET', KEYS[1], 'record') }
-local priority = redis.call('HMGET', KEYS[1], 'urgency', 'caller')
-if priority[1] then entry[5] = 'urgency'; entry[6] = priority[1]; entry[7] = 'caller'; entry[8] = priority[2] or '' end
-local id = redis.call('XADD', KEYS[2], '*', unpack(entry))
-redis.call('HSET', KEYS[1], 'entry', id)
-redis.call('HDEL', KEYS[1], 'owner')
-return 1
-`)
-
-/** Runs waiting in the app's queue: its entries less its runs started (a run taken ahead still waits). KEYS: queue, running. */
-export const WAITING = new LuaScript(`
-return redis.call('XLEN', KEYS[1]) - redis.call('SCARD', KEYS[2])
 `)
 
 /**
@@ -378,17 +296,17 @@ return lost
  * changed the record, HOLD_DELIVERY): a sidecar that dies right after the end leaves the delivery
  * to another, never a finished run with no delivery. Returns HOLD_DELIVERY's entry id, or false
  * when the record had changed (nothing written).
- * KEYS: TRANSITION's six, then HOLD_DELIVERY's two. ARGV: TRANSITION's nine, then HOLD_DELIVERY's nine.
+ * KEYS: TRANSITION's seven, then HOLD_DELIVERY's two. ARGV: TRANSITION's nine, then HOLD_DELIVERY's nine.
  */
 export const END_AND_HOLD = new LuaScript(`
 local function transition (KEYS, ARGV)${TRANSITION_LUA}end
 local function hold (KEYS, ARGV)${HOLD_DELIVERY_LUA}end
-if transition({ unpack(KEYS, 1, 6) }, { unpack(ARGV, 1, 9) }) ~= 1 then return false end
-return hold({ KEYS[7], KEYS[8] }, { unpack(ARGV, 10, 18) })
+if transition({ unpack(KEYS, 1, 7) }, { unpack(ARGV, 1, 9) }) ~= 1 then return false end
+return hold({ KEYS[8], KEYS[9] }, { unpack(ARGV, 10, 18) })
 `)
 
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
-  SUBMIT, TRANSITION, START_READ, APPEND_EVENT, RELEASE, WAITING, OPEN_RUN, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
+  TRANSITION, APPEND_EVENT, OPEN_RUN, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
   ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
 ]
