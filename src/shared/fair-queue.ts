@@ -1,42 +1,14 @@
+import Denque from 'denque'
+
 /** RFC 9218 urgencies: 0 (most urgent) to 7. */
 export const URGENCY_LEVELS = 8
 /** RFC 9218's default urgency (no `Priority`, or a malformed one). */
 export const DEFAULT_URGENCY = 3
 
-/** A first-in first-out array with a moving head: push, shift and (after a shift) unshift in O(1). */
-class Fifo<T> {
-  #items: Array<T | undefined> = []
-  #head = 0
-
-  get size (): number { return this.#items.length - this.#head }
-
-  peek (): T | undefined { return this.#items[this.#head] }
-
-  push (item: T): void { this.#items.push(item) }
-
-  unshift (item: T): void {
-    if (this.#head > 0) this.#items[--this.#head] = item
-    else this.#items.unshift(item)
-  }
-
-  shift (): T | undefined {
-    const item = this.#items[this.#head]
-    this.#items[this.#head++] = undefined // freed now, spliced off in batches
-    if (this.#head === this.#items.length) {
-      this.#items.length = 0
-      this.#head = 0
-    } else if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
-      this.#items.splice(0, this.#head)
-      this.#head = 0
-    }
-    return item
-  }
-}
-
 /** One key's items at one urgency, in order. */
 interface Line<T> {
   readonly key: string
-  readonly items: Fifo<T>
+  readonly items: Denque<T>
   /** Its entries in its level's ring: 0 parked (empty, or its key capped); 2 when put first while in the round (the later entry is then dropped). */
   turns: number
 }
@@ -44,7 +16,7 @@ interface Line<T> {
 interface Level<T> {
   readonly lines: Map<string, Line<T>>
   /** Lines with items, served round robin: the head gives one item and goes to the tail. */
-  readonly ring: Fifo<Line<T>>
+  readonly ring: Denque<Line<T>>
 }
 
 /**
@@ -60,7 +32,7 @@ export class FairQueue<T> {
   constructor (live: (item: T) => boolean, capped?: (key: string) => boolean) {
     this.#live = live
     this.#capped = capped
-    for (let u = 0; u < URGENCY_LEVELS; u++) this.#levels.push({ lines: new Map(), ring: new Fifo() })
+    for (let u = 0; u < URGENCY_LEVELS; u++) this.#levels.push({ lines: new Map(), ring: new Denque() })
   }
 
   /** Queues `item` last among `key`'s at `urgency`. */
@@ -85,7 +57,7 @@ export class FairQueue<T> {
   /** The next item, left in the queue. */
   peek (): T | undefined {
     const urgency = this.#front()
-    return urgency === URGENCY_LEVELS ? undefined : (this.#levels[urgency] as Level<T>).ring.peek()?.items.peek()
+    return urgency === URGENCY_LEVELS ? undefined : (this.#levels[urgency] as Level<T>).ring.peekFront()?.items.peekFront()
   }
 
   /** The next item, taken off the queue; its key goes last in its urgency's round. */
@@ -97,7 +69,7 @@ export class FairQueue<T> {
     line.turns--
     const item = line.items.shift()
     if (line.turns > 0) return item // put first while in the round: its later entry is its next turn
-    if (line.items.size > 0) this.#enter(urgency, line, false)
+    if (line.items.length > 0) this.#enter(urgency, line, false)
     else this.#drop(level, line)
     return item
   }
@@ -114,14 +86,14 @@ export class FairQueue<T> {
     const level = this.#levels[urgency] as Level<T>
     let line = level.lines.get(key)
     if (line === undefined) {
-      line = { key, items: new Fifo(), turns: 0 }
+      line = { key, items: new Denque(), turns: 0 }
       level.lines.set(key, line)
     }
     return line
   }
 
   #enter (urgency: number, line: Line<T>, first: boolean): void {
-    if (line.items.size === 0) return
+    if (line.items.length === 0) return
     const ring = (this.#levels[urgency] as Level<T>).ring
     if (first) {
       // at the head of the round even when its key is in it further on: shift() gave it that turn
@@ -135,16 +107,16 @@ export class FairQueue<T> {
 
   /** An empty line out of the round is forgotten (a later item makes a new one). */
   #drop (level: Level<T>, line: Line<T>): void {
-    if (line.turns === 0 && line.items.size === 0) level.lines.delete(line.key)
+    if (line.turns === 0 && line.items.length === 0) level.lines.delete(line.key)
   }
 
   /** The most urgent level whose ring's head line has a live item of an uncapped key (dead items and capped lines leave on the way). */
   #front (): number {
     for (let u = 0; u < URGENCY_LEVELS; u++) {
       const level = this.#levels[u] as Level<T>
-      for (let line = level.ring.peek(); line !== undefined; line = level.ring.peek()) {
-        while (line.items.size > 0 && !this.#live(line.items.peek() as T)) line.items.shift()
-        if (line.items.size === 0) {
+      for (let line = level.ring.peekFront(); line !== undefined; line = level.ring.peekFront()) {
+        while (line.items.length > 0 && !this.#live(line.items.peekFront() as T)) line.items.shift()
+        if (line.items.length === 0) {
           level.ring.shift()
           line.turns--
           this.#drop(level, line)

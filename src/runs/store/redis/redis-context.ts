@@ -135,7 +135,7 @@ export class RedisContext {
    */
   readonly known = new LRUCache<string, string>({ max: ENDED_MAX })
   /** A take's answer was lost (a timeout, a cut connection): the run it took may be pending here unknown (the heartbeat looks). */
-  readCut = false
+  takeCut = false
   /** Idempotency-Key slots this store claimed whose answer is not kept yet, with their run ids: their lease is renewed with the heartbeat. */
   readonly claims = new Map<string, string>()
   /** The queues whose consumer group this store knows exists. */

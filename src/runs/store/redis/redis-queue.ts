@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises'
 import { AsyncQueueFullError, BodyTooLargeError, RunIdTakenError, RunStoreUnavailableError } from '../../../errors.ts'
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
@@ -91,7 +92,7 @@ export class RedisQueue implements RunQueue {
         if (taken === STALE) continue
         if (taken === UNREACHABLE) {
           // as a blocking read would: the take waits through the outage, asking again now and then
-          if (await abortable(new Promise(resolve => setTimeout(resolve, RETRY_MS)), signal) === ABORTED) break
+          if (await abortable(delay(RETRY_MS), signal) === ABORTED) break
           continue
         }
         if (taken !== undefined) {
@@ -106,8 +107,9 @@ export class RedisQueue implements RunQueue {
           this.#read.catch(() => {}) // each take waiting on it sees the failure; none waiting, nothing to tell
         }
         const woken = new Promise<void>(resolve => { this.#wakers.add(resolve) })
-        const outcome = await abortable(Promise.race([this.#read, woken]), signal)
+        const outcome = await abortable(Promise.race([this.#read, woken]), signal).catch(() => UNREACHABLE)
         if (outcome === ABORTED) break
+        if (outcome === UNREACHABLE && await abortable(delay(RETRY_MS), signal) === ABORTED) break
       }
     } finally {
       this.#waiting--
@@ -124,7 +126,7 @@ export class RedisQueue implements RunQueue {
       reply = await guard(TAKE.run(ctx.redis, [ctx.own.turns, ctx.own.fair, ctx.own.clock, ctx.own.wake, ctx.own.queue], [ctx.consumer, ctx.own.run('')]))
     } catch (error) {
       // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; the heartbeat finds it
-      ctx.readCut = true
+      ctx.takeCut = true
       throw error
     }
     if (reply === 0) return STALE
@@ -150,8 +152,8 @@ export class RedisQueue implements RunQueue {
       failed = false
     } finally {
       this.#read = undefined
-      // a failed wait is not a wake-up: the takes waiting get its error (and wait before trying
-      // again); woken instead, they would ask again at once, in a loop as fast as the failure
+      // a failed wait is not a wake-up: the takes waiting get its error (and wait RETRY_MS before
+      // asking again); woken instead, they would ask again at once, in a loop as fast as the failure
       // (a connection ioredis gave up rejects at once: a loop that never yields to I/O)
       if (!failed) this.#wake()
     }

@@ -80,8 +80,8 @@ export class RedisReaper {
   async #ownPending (): Promise<void> {
     const ctx = this.#ctx
     ctx.ended.purgeStale()
-    if (ctx.ended.size === 0 && !ctx.readCut) return
-    ctx.readCut = false
+    if (ctx.ended.size === 0 && !ctx.takeCut) return
+    ctx.takeCut = false
     const queue = ctx.own.queue
     const pending = await ctx.redis.xpending(queue, GROUP, 'IDLE', ctx.heartbeatMs, '-', '+', 100, ctx.consumer) as Array<[string, ...unknown[]]>
     for (const [entry] of pending) {
