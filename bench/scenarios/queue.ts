@@ -150,7 +150,7 @@ function evaluate (results: TargetResult[]): Evaluation {
       thresholdCheck(`submissions with ${DEEP.toLocaleString('en-US')} queued within ${DEPTH_TOLERANCE * 100}% of ${SHALLOW} (${backend})`, now(`submit-depth-${backend}`), 1 + DEPTH_TOLERANCE, false),
       thresholdCheck(`runs/s with ${DEEP.toLocaleString('en-US')} queued within ${DEPTH_TOLERANCE * 100}% of ${SHALLOW} (${backend})`, now(`take-depth-${backend}`), 1 - DEPTH_TOLERANCE, true)
     ]),
-    notes: [`the sidecar runs ${SLOTS} at once against an app holding each call ${HOLD_MS} ms (a run time); in Redis the queue is still taken oldest first (issue 31 left open there)`]
+    notes: [`the sidecar runs ${SLOTS} at once against an app holding each call ${HOLD_MS} ms (a run time); with BENCH_BEFORE_BIN, the Redis target also runs the older build (queue-redis-before)`]
   }
 }
 
@@ -161,6 +161,7 @@ const ownPhase = (id: string, label: string, rateUnit: string): LoadPhase =>
 export const queueScenario: Scenario = {
   name: 'queue',
   baselineId: 'queue-memory',
+  beforeIds: ['queue-redis'],
   description: `fair share and deep queues: caller B's one async run behind caller A's ${BACKLOG}, and the queue's cost with ${DEEP.toLocaleString('en-US')} runs waiting against ${SHALLOW}`,
   phases: [
     { ...ownPhase('fair', `caller A's ${BACKLOG} async runs, then caller B's one (latency: B's submission → its arrival at the app)`, 'runs'),
