@@ -59,9 +59,10 @@ t.test('redis turn order', async t => {
     t.equal(taken[3]?.urgency, undefined, 'a run without Priority: no urgency handed out (the gate counts it last)')
     const pending = await probe.xpending('as:{proj/app}:queue', 'runners') as [number, ...unknown[]]
     t.equal(pending[0], 9, 'every run taken is in its taker\'s pending list (leases, the reaper, fencing)')
-    t.equal(await probe.exists(KEYS.turns, KEYS.wake), 0, 'every turn and wake-up used up')
-    await t.rejects(a.queue.take(AbortSignal.timeout(50)))
-    t.equal(await probe.exists(KEYS.turns, KEYS.fair, KEYS.clock, KEYS.wake), 0, 'a take found none: no turn state left')
+    t.equal(await probe.exists(KEYS.turns, KEYS.wake), 0, 'the last turn taken: no turn or wake-up left')
+    t.equal(await probe.exists(KEYS.fair, KEYS.clock), 2, 'the order\'s state stays while runs are taken one after another')
+    await t.rejects(b.queue.take(AbortSignal.timeout(50)))
+    t.equal(await probe.exists(KEYS.turns, KEYS.fair, KEYS.clock, KEYS.wake), 0, 'a take found none queued: no turn state left')
   })
 
   t.test('caller B\'s one run behind caller A\'s 1,000 is taken second; a caller arriving later is not put behind the backlog either', async t => {
@@ -110,12 +111,16 @@ t.test('redis turn order', async t => {
     t.equal((await waiting).runId, 'w1')
     for (let i = 2; i <= 6; i++) await b.queue.submit(run(`w${i}`, 'will', 3))
     t.equal(await probe.llen(KEYS.wake), 5)
-    await takeAll([a, b], 3)
-    t.equal(await probe.llen(KEYS.wake), 2, 'one used up per run taken')
+    // a (its last take left no turn) waits for a wake-up first, using one up; b asks at once
+    for (const store of [a, b, a]) {
+      await store.queue.take(AbortSignal.timeout(5000))
+      t.equal(await probe.llen(KEYS.wake), await probe.zcard(KEYS.turns), 'as many wake-ups as turns left')
+    }
+    t.equal(await probe.zcard(KEYS.turns), 2)
   })
 
   t.test('a rolling upgrade: runs queued by the version before (no turn) get one once the turn order empties, in the order they came, with their urgency and caller', async t => {
-    const { a, probe } = await twoStores(t)
+    const { a, b, probe } = await twoStores(t)
     await a.queue.take(AbortSignal.timeout(50)).catch(() => {}) // the group exists, as an older sidecar's read left it
     const old = async (runId: string, urgency: string, caller: string): Promise<void> => {
       const record = `{"run_id":"${runId}","status":"queued","created_at":"${new Date().toISOString()}"}`
@@ -126,8 +131,9 @@ t.test('redis turn order', async t => {
     await old('old-1', '5', 'olga')
     await a.queue.submit(run('new-1', 'nina', 6))
     await old('old-2', '5', 'olga')
-    const taken = [await a.queue.take(AbortSignal.timeout(5000)), await a.queue.take(AbortSignal.timeout(5000)), await a.queue.take(AbortSignal.timeout(5000))]
+    // b (a sidecar of this version just started) looks at once; a, having found none just now, within 10 s
+    const taken = [await b.queue.take(AbortSignal.timeout(5000)), await b.queue.take(AbortSignal.timeout(5000)), await b.queue.take(AbortSignal.timeout(5000))]
     t.same(taken.map(r => [r.runId, r.urgency, r.caller]), [['new-1', 6, 'nina'], ['old-1', 5, 'olga'], ['old-2', 5, 'olga']])
-    t.ok((await a.queue.start(taken[1] as TakenRun, Date.now()))?.request !== undefined, 'an old run starts with its request')
+    t.ok((await b.queue.start(taken[1] as TakenRun, Date.now()))?.request !== undefined, 'an old run starts with its request')
   })
 })

@@ -82,18 +82,24 @@ return 1
  * queued (one canceled meanwhile left its turn already; a turn whose run is gone is passed over),
  * put in the taker's pending list (XCLAIM FORCE), so that its lease, heartbeat, takeover by the
  * reaper and fencing work on it. The urgency's virtual time moves to the run's start tag; finish
- * tags it passed go. One wake-up is used up with each run taken, so the wake list holds no more
- * than the runs queued.
- * With the turn order empty, the entries nobody has read with `>` yet are read (NOACK: nobody's
- * pending list changes): runs queued by a sidecar of the version before turns (a rolling upgrade),
- * with no turn, get one now, in the order they came; this version's entries (`turn` 1) are passed over.
- * Returns {run id, entry, record, urgency ('' none), caller}; false when none is queued (the
- * order's state and the wake list go: the next run starts them again); 0 after passing over 16
- * stale turns (ask again).
- * KEYS: turns, fair, clock, wake, queue. ARGV: taker (its consumer name), run key prefix.
+ * tags it passed go. The wake list is cut to the turns left (a waiting sidecar's BLPOP uses one
+ * up, a take without waiting none), so it holds no more wake-ups than runs queued. The order's
+ * state stays while runs are taken one after another (a caller's runs taken ahead still count
+ * against its next), and goes when a take finds none queued (a sidecar idle BLOCK_SECONDS asks).
+ * Runs queued by a sidecar of the version before turns (a rolling upgrade) have none: with `look`
+ * ('1'), once the turn order is empty (none queued, or the run taken was the last), the entries
+ * nobody has read with `>` yet are read (NOACK: nobody's pending list changes), and those runs get
+ * a turn, in the order they came; this version's entries (`turn` 1) are passed over.
+ * Returns {run id, entry, record, urgency ('' none), caller, turns left, entries looked at} (no turn
+ * left: the taker's next take may wait for a wake-up first, without asking); {entries looked at}
+ * when none is queued (the order's state and the wake list go: the next run starts them again);
+ * 0 after passing over 16 stale turns (ask again).
+ * KEYS: turns, fair, clock, wake, queue. ARGV: taker (its consumer name), run key prefix, look ('1' or '').
  */
 export const TAKE = new LuaScript(`${TURN_LUA}
+local seen = 0
 local function adoptUnread ()
+  if ARGV[3] ~= '1' then return 0 end
   local ok, read = pcall(redis.call, 'XREADGROUP', 'GROUP', '${GROUP}', ARGV[1], 'COUNT', 100, 'NOACK', 'STREAMS', KEYS[5], '>')
   if not ok then
     redis.call('XGROUP', 'CREATE', KEYS[5], '${GROUP}', '0', 'MKSTREAM')
@@ -107,36 +113,36 @@ local function adoptUnread ()
     if fields[1] and not fields[2] and fields[3] == entry[1] and string.find(fields[1], '"status":"queued"', 1, true) then
       local turn, at = queueTurn(KEYS[1], KEYS[2], KEYS[3], tonumber(fields[4] or '3'), fields[5] or '', entry[1], runId)
       redis.call('HSET', ARGV[2] .. runId, 'turn', turn, 'turn_at', at)
+      redis.call('RPUSH', KEYS[4], 1)
     end
   end
+  seen = seen + #read[1][2]
   return #read[1][2]
 end
 for _ = 1, 16 do
   local top = redis.call('ZPOPMIN', KEYS[1])
+  if #top == 0 and adoptUnread() > 0 then top = redis.call('ZPOPMIN', KEYS[1]) end
   if #top == 0 then
-    if adoptUnread() == 0 then
-      redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-      return false
-    end
-    top = redis.call('ZPOPMIN', KEYS[1])
+    redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+    return { seen }
   end
-  if #top > 0 then
-    local runId = string.sub(top[1], 24)
-    local fields = redis.call('HMGET', ARGV[2] .. runId, 'record', 'entry', 'urgency', 'caller')
-    if fields[1] and fields[2] and string.find(fields[1], '"status":"queued"', 1, true) then
-      local ok, claimed = pcall(redis.call, 'XCLAIM', KEYS[5], '${GROUP}', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID')
-      if not ok then
-        redis.call('XGROUP', 'CREATE', KEYS[5], '${GROUP}', '0', 'MKSTREAM')
-        claimed = redis.call('XCLAIM', KEYS[5], '${GROUP}', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID')
-      end
-      if #claimed == 1 then
-        local score = tonumber(top[2])
-        local urgency = math.floor(score / TURN_SPAN)
-        redis.call('HSET', KEYS[3], 'v' .. urgency, score - urgency * TURN_SPAN)
-        redis.call('ZREMRANGEBYSCORE', KEYS[2], urgency * TURN_SPAN, score)
-        redis.call('LPOP', KEYS[4])
-        return { runId, fields[2], fields[1], fields[3] or '', fields[4] or '' }
-      end
+  local runId = string.sub(top[1], 24)
+  local fields = redis.call('HMGET', ARGV[2] .. runId, 'record', 'entry', 'urgency', 'caller')
+  if fields[1] and fields[2] and string.find(fields[1], '"status":"queued"', 1, true) then
+    local ok, claimed = pcall(redis.call, 'XCLAIM', KEYS[5], '${GROUP}', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID')
+    if not ok then
+      redis.call('XGROUP', 'CREATE', KEYS[5], '${GROUP}', '0', 'MKSTREAM')
+      claimed = redis.call('XCLAIM', KEYS[5], '${GROUP}', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID')
+    end
+    if #claimed == 1 then
+      local score = tonumber(top[2])
+      local urgency = math.floor(score / TURN_SPAN)
+      redis.call('HSET', KEYS[3], 'v' .. urgency, score - urgency * TURN_SPAN)
+      redis.call('ZREMRANGEBYSCORE', KEYS[2], urgency * TURN_SPAN, score)
+      local left = redis.call('ZCARD', KEYS[1])
+      if left == 0 and adoptUnread() > 0 then left = redis.call('ZCARD', KEYS[1]) end
+      if left == 0 then redis.call('DEL', KEYS[4]) else redis.call('LTRIM', KEYS[4], 0, left - 1) end
+      return { runId, fields[2], fields[1], fields[3] or '', fields[4] or '', left, seen }
     end
   end
 end
