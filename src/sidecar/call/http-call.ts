@@ -35,7 +35,7 @@ export class HttpCall extends CallRecord {
   waitSeconds: number | undefined = undefined
   waitOver: AbortSignal | undefined = undefined
   /** Where it is known by its run id while in flight (a cancel finds it there); it leaves as it closes. */
-  inFlight: { leave: (call: HttpCall) => void } | undefined = undefined
+  inFlight: { leave: () => void } | undefined = undefined
   readonly #logger: Logger
 
   constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse) {
@@ -49,7 +49,7 @@ export class HttpCall extends CallRecord {
   // a call that outlives its caller is still answered, for its Idempotency-Key (nothing reaches the socket)
   get settled (): boolean { return this.res.writableEnded || (this.res.destroyed && !this.outliving) }
 
-  protected override freed (): void { this.inFlight?.leave(this) }
+  protected override freed (): void { this.inFlight?.leave() }
 
   answer (error: unknown): void {
     if (this.settled) return
