@@ -153,7 +153,8 @@ export class ConcurrencyGate {
       this.#observer.queued(1)
       signal.addEventListener('abort', () => {
         if (waiter.settled) return
-        waiter.settled = true // dropped from the queue when met
+        waiter.settled = true // dropped from the queue when met, or as its caller's line keeps too many
+        this.#waiters.forget(urgency, caller)
         this.#waiting--
         this.#observer.queued(-1)
         reject(signal.reason as Error)

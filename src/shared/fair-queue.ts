@@ -11,6 +11,8 @@ interface Line<T> {
   readonly items: Denque<T>
   /** Its entries in its level's ring: 0 parked (empty, or its key capped); 2 when put first while in the round (the later entry is then dropped). */
   turns: number
+  /** Items told dead (forget) and not dropped yet. */
+  dead: number
 }
 
 interface Level<T> {
@@ -74,6 +76,30 @@ export class FairQueue<T> {
     return item
   }
 
+  /**
+   * An item of `key` at `urgency` is no longer live (a wait abandoned). Dead items are dropped when
+   * met at a line's head; a line met seldom (its key capped, or no slot freeing for a long time)
+   * would keep them all, so once they are half of it the line keeps only its live ones: O(1)
+   * amortised, and never more than twice the live items held.
+   */
+  forget (urgency: number, key: string): void {
+    const level = this.#levels[urgency] as Level<T>
+    const line = level.lines.get(key)
+    if (line === undefined || ++line.dead * 2 < line.items.length) return
+    const live = line.items.toArray().filter(this.#live)
+    line.items.clear()
+    for (const item of live) line.items.push(item)
+    line.dead = 0
+    this.#drop(level, line)
+  }
+
+  /** Items held, dead ones not dropped yet included; O(keys). */
+  stored (): number {
+    let count = 0
+    for (const level of this.#levels) for (const line of level.lines.values()) count += line.items.length
+    return count
+  }
+
   /** `key` is no longer capped: its parked lines are served again. */
   unpark (key: string): void {
     for (let u = 0; u < URGENCY_LEVELS; u++) {
@@ -86,7 +112,7 @@ export class FairQueue<T> {
     const level = this.#levels[urgency] as Level<T>
     let line = level.lines.get(key)
     if (line === undefined) {
-      line = { key, items: new Denque(), turns: 0 }
+      line = { key, items: new Denque(), turns: 0, dead: 0 }
       level.lines.set(key, line)
     }
     return line
@@ -115,7 +141,10 @@ export class FairQueue<T> {
     for (let u = 0; u < URGENCY_LEVELS; u++) {
       const level = this.#levels[u] as Level<T>
       for (let line = level.ring.peekFront(); line !== undefined; line = level.ring.peekFront()) {
-        while (line.items.length > 0 && !this.#live(line.items.peekFront() as T)) line.items.shift()
+        while (line.items.length > 0 && !this.#live(line.items.peekFront() as T)) {
+          line.items.shift()
+          if (line.dead > 0) line.dead--
+        }
         if (line.items.length === 0) {
           level.ring.shift()
           line.turns--

@@ -69,3 +69,30 @@ t.test('O(1): 100,000 items across 1,000 keys and 8 urgencies go in and out in w
   t.equal(served, n - n / 10)
   t.ok(ms < 1000, `${n} items in ${Math.round(ms)} ms`)
 })
+
+t.test('items told dead (a wait abandoned) are not kept without bound where they are not met: a capped key, a line behind a live head', async t => {
+  let capped = true
+  const queue = new FairQueue<Item>(live, key => key === 'a' && capped)
+  queue.push(3, 'a', item('a-live'))
+  t.equal(queue.shift(), undefined, 'a is capped: its line parked')
+  for (let i = 0; i < 1000; i++) {
+    const it = item(`a${i}`)
+    queue.push(3, 'a', it)
+    it.dead = true
+    queue.forget(3, 'a')
+    t.ok(queue.stored() <= 3, `at most twice the live items, and the one being added (${queue.stored()})`)
+  }
+  const behind = [item('b1'), item('b2')]
+  for (const it of behind) queue.push(5, 'b', it)
+  for (let i = 0; i < 1000; i++) {
+    const it = item(`b-dead-${i}`)
+    queue.push(5, 'b', it)
+    it.dead = true
+    queue.forget(5, 'b')
+  }
+  t.ok(queue.stored() <= 1 + 2 * 2 + 1, `b's line behind its live head keeps few dead (${queue.stored()})`)
+  capped = false
+  queue.unpark('a')
+  t.same(drain(queue), ['a-live', 'b1', 'b2'], 'the live ones, in order')
+  t.equal(queue.stored(), 0)
+})
