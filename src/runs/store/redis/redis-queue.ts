@@ -4,7 +4,8 @@ import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import { type NewRun, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../run-store.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
-import { GROUP, RELEASE, START_READ, SUBMIT, TAKE, TURNS_BY_URGENCY, WAITING } from './redis-queue-scripts.ts'
+import { GROUP, RELEASE, START_READ, SUBMIT, TURNS_BY_URGENCY, WAITING } from './redis-queue-scripts.ts'
+import { STALE, type TakeReply, TurnTaker } from './redis-take.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 
 /** The stored request, without its body (kept as raw bytes beside it). */
@@ -32,9 +33,6 @@ function wholeRun (run: TakenRun, request: Buffer | null, body: Buffer | null, w
  */
 const BLOCK_SECONDS = 10
 
-/** How often a take looks for runs queued by the version before turns, once it found none (a rolling upgrade's are given a turn within this). */
-const LOOK_EVERY_MS = 10_000
-
 /**
  * The queue of async runs in Redis: a stream per app with a consumer group, and the runs' turn
  * order (redis-queue-scripts.ts: by urgency, fair across callers). TAKE hands a sidecar the next
@@ -48,20 +46,16 @@ export class RedisQueue implements RunQueue {
   readonly #reclaimed: TakenRun[] = []
   /** The blocking wait for a wake-up under way, shared by the takes waiting. */
   #read: Promise<void> | undefined
-  /**
-   * The last run taken here left no turn: the next take waits for a wake-up before it asks (a run
-   * queued since left one in the wake list, so the wait ends at once), instead of asking for
-   * nothing first: one round trip less per run while the queue keeps up.
-   */
-  #drained = false
-  /** When the next take looks for runs queued by the version before turns (TAKE's `look`): at once while it finds entries unread, else every LOOK_EVERY_MS. */
-  #lookAt = 0
+  readonly #taker: TurnTaker
+  /** Runs the shared wait's take brought, for the takes waiting. */
+  readonly #arrived: TakenRun[] = []
   /** Takes waiting: woken when the wait ends or a run is taken over. */
   readonly #wakers = new Set<() => void>()
   #waiting = 0
 
   constructor (ctx: RedisContext) {
     this.#ctx = ctx
+    this.#taker = new TurnTaker(ctx)
   }
 
   async submit (run: NewRun): Promise<RunView> {
@@ -96,7 +90,9 @@ export class RedisQueue implements RunQueue {
       while (!signal.aborted && !this.#ctx.closed) {
         const reclaimed = this.#reclaimed.shift()
         if (reclaimed !== undefined) return reclaimed
-        const taken = this.#drained ? undefined : await this.#takeNext().catch((error: unknown): typeof UNREACHABLE => {
+        const arrived = this.#arrived.shift()
+        if (arrived !== undefined) return arrived
+        const taken = this.#taker.drained ? undefined : await this.#takeNext().catch((error: unknown): typeof UNREACHABLE => {
           if (error instanceof RunStoreUnavailableError) return UNREACHABLE
           throw error
         })
@@ -113,6 +109,8 @@ export class RedisQueue implements RunQueue {
           else return run
           break
         }
+        // the shared wait's take, or a takeover, brought a run while this take asked for none
+        if (this.#arrived.length > 0 || this.#reclaimed.length > 0) continue
         if (this.#read === undefined) {
           this.#read = this.#awaitWakeUp()
           this.#read.catch(() => {}) // each take waiting on it sees the failure; none waiting, nothing to tell
@@ -124,30 +122,16 @@ export class RedisQueue implements RunQueue {
       }
     } finally {
       this.#waiting--
+      // the last take gone (a stop): what the wait's take brought goes back to the queue
+      if (this.#waiting === 0) for (const run of this.#arrived.splice(0)) void this.release(run).catch(() => {})
     }
     throw signal.reason ?? new Error('run store closed')
   }
 
   /** The next run in the turn order, held here; undefined none queued; STALE turns passed over, ask again. */
   async #takeNext (): Promise<TakeReply | typeof STALE | undefined> {
-    const ctx = this.#ctx
     await this.#ensureGroup()
-    let reply: unknown
-    try {
-      const look = Date.now() >= this.#lookAt
-      reply = await guard(TAKE.run(ctx.redis, [ctx.own.turns, ctx.own.fair, ctx.own.clock, ctx.own.wake, ctx.own.queue], [ctx.consumer, ctx.own.run(''), look ? '1' : '']))
-      const seen = Array.isArray(reply) ? reply[reply.length - 1] as number : 0
-      if (look) this.#lookAt = seen > 0 ? 0 : Date.now() + LOOK_EVERY_MS
-    } catch (error) {
-      // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; the heartbeat finds it
-      ctx.takeCut = true
-      throw error
-    }
-    if (reply === 0) return STALE
-    const taken = reply as [...TakeReply, number, number] | [number]
-    if (taken.length === 1) return undefined
-    this.#drained = taken[5] === 0
-    return taken.slice(0, 5) as TakeReply
+    return await this.#taker.take(this.#ctx.redis)
   }
 
   /** The app's consumer group exists (the reaper and the takeover read it), made once per connection. */
@@ -160,13 +144,25 @@ export class RedisQueue implements RunQueue {
     groups.add(own.queue)
   }
 
-  /** One blocking wait for a wake-up (a run queued, or given back), at most BLOCK_SECONDS. */
+  /**
+   * One blocking wait for a wake-up (a run queued, or given back), at most BLOCK_SECONDS, and a
+   * take sent right behind it on the same connection (Redis runs it as the wait ends): a run it
+   * takes is left for a waiting take (none waiting any more: given back to the queue).
+   */
   async #awaitWakeUp (): Promise<void> {
     let failed = true
-    this.#drained = false
+    this.#taker.drained = false
     try {
-      await this.#ctx.blocking.blpop(this.#ctx.own.wake, BLOCK_SECONDS)
+      const woken = this.#ctx.blocking.blpop(this.#ctx.own.wake, BLOCK_SECONDS)
+      const taking = this.#taker.take(this.#ctx.blocking)
+      taking.catch(() => {}) // its failure is the wait's, or told below
+      await woken
+      const taken = await taking
       failed = false
+      if (taken === undefined || taken === STALE) return
+      const run = this.#taken(taken)
+      if (this.#waiting > 0 && !this.#ctx.closed) this.#arrived.push(run)
+      else await this.release(run).catch(() => {})
     } finally {
       this.#read = undefined
       // a failed wait is not a wake-up: the takes waiting get its error (and wait RETRY_MS before
@@ -267,11 +263,6 @@ export class RedisQueue implements RunQueue {
   }
 }
 
-/** TAKE's answer: run id, entry, record as queued, urgency ('' none), caller. */
-type TakeReply = [string, string, string, string, string]
-
-/** TAKE passed over turns of runs no longer queued: ask again. */
-const STALE: unique symbol = Symbol('stale')
 /** Redis did not answer the take: asked again after RETRY_MS. */
 const UNREACHABLE: unique symbol = Symbol('unreachable')
 const RETRY_MS = 500

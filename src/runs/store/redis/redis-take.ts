@@ -1,0 +1,57 @@
+import type { RedisClient } from './redis-connect.ts'
+import { guard, type RedisContext } from './redis-context.ts'
+import { TAKE } from './redis-queue-scripts.ts'
+
+/** TAKE's answer: run id, entry, record as queued, urgency ('' none), caller. */
+export type TakeReply = [string, string, string, string, string]
+
+/** TAKE passed over turns of runs no longer queued: ask again. */
+export const STALE: unique symbol = Symbol('stale')
+
+/** How often a take looks for runs queued by the version before turns, once it found none (a rolling upgrade's are given a turn within this). */
+const LOOK_EVERY_MS = 10_000
+
+/**
+ * TAKE as one sidecar sends it (redis-queue-scripts.ts): with `look` now and then, and what its
+ * answers tell the next take.
+ */
+export class TurnTaker {
+  /**
+   * The last run taken here left no turn: the next take waits for a wake-up before it asks (a run
+   * queued since left one in the wake list, so the wait ends at once), instead of asking for
+   * nothing first.
+   */
+  drained = false
+  /** When the next take looks for runs of the version before turns: at once while it finds entries unread, else every LOOK_EVERY_MS. */
+  #lookAt = 0
+  readonly #ctx: RedisContext
+
+  constructor (ctx: RedisContext) {
+    this.#ctx = ctx
+  }
+
+  /**
+   * Sends TAKE on `client` at once (on the blocking connection, right behind a BLPOP, Redis runs
+   * it as the wait ends: no round trip between the wake-up and the take). The run taken (in this
+   * sidecar's pending list), undefined when none is queued, STALE to ask again.
+   */
+  async take (client: RedisClient): Promise<TakeReply | typeof STALE | undefined> {
+    const ctx = this.#ctx
+    const own = ctx.own
+    const look = Date.now() >= this.#lookAt
+    let reply: unknown
+    try {
+      reply = await guard(TAKE.run(client, [own.turns, own.fair, own.clock, own.wake, own.queue], [ctx.consumer, own.run(''), look ? '1' : '']))
+    } catch (error) {
+      // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; the heartbeat finds it
+      ctx.takeCut = true
+      throw error
+    }
+    if (reply === 0) return STALE
+    const taken = reply as [...TakeReply, number, number] | [number]
+    if (look) this.#lookAt = taken[taken.length - 1] as number > 0 ? 0 : Date.now() + LOOK_EVERY_MS
+    if (taken.length === 1) return undefined
+    this.drained = taken[5] === 0
+    return taken.slice(0, 5) as TakeReply
+  }
+}
