@@ -87,23 +87,23 @@ return 1
  * state stays while runs are taken one after another (a caller's runs taken ahead still count
  * against its next), and goes when a take finds none queued (a sidecar idle BLOCK_SECONDS asks).
  * Runs queued by a sidecar of the version before turns (a rolling upgrade) have none: with `look`
- * ('1'), once the turn order is empty (none queued, or the run taken was the last), the entries
+ * (a page size; '0' none), once the turn order is empty (none queued, or the run taken was the last), the entries
  * nobody has read with `>` yet are read (NOACK: nobody's pending list changes), and those runs get
  * a turn, in the order they came; this version's entries (`turn` 1) are passed over.
  * Returns {run id, entry, record, urgency ('' none), caller, turns left, entries looked at} (no turn
  * left: the taker's next take may wait for a wake-up first, without asking); {entries looked at}
  * when none is queued (the order's state and the wake list go: the next run starts them again);
  * 0 after passing over 16 stale turns (ask again).
- * KEYS: turns, fair, clock, wake, queue. ARGV: taker (its consumer name), run key prefix, look ('1' or '').
+ * KEYS: turns, fair, clock, wake, queue. ARGV: taker (its consumer name), run key prefix, look (entries to read at most; '0' none).
  */
 export const TAKE = new LuaScript(`${TURN_LUA}
 local seen = 0
 local function adoptUnread ()
-  if ARGV[3] ~= '1' then return 0 end
-  local ok, read = pcall(redis.call, 'XREADGROUP', 'GROUP', '${GROUP}', ARGV[1], 'COUNT', 100, 'NOACK', 'STREAMS', KEYS[5], '>')
+  if ARGV[3] == '0' then return 0 end
+  local ok, read = pcall(redis.call, 'XREADGROUP', 'GROUP', '${GROUP}', ARGV[1], 'COUNT', ARGV[3], 'NOACK', 'STREAMS', KEYS[5], '>')
   if not ok then
     redis.call('XGROUP', 'CREATE', KEYS[5], '${GROUP}', '0', 'MKSTREAM')
-    read = redis.call('XREADGROUP', 'GROUP', '${GROUP}', ARGV[1], 'COUNT', 100, 'NOACK', 'STREAMS', KEYS[5], '>')
+    read = redis.call('XREADGROUP', 'GROUP', '${GROUP}', ARGV[1], 'COUNT', ARGV[3], 'NOACK', 'STREAMS', KEYS[5], '>')
   end
   if not read then return 0 end
   for _, entry in ipairs(read[1][2]) do

@@ -8,8 +8,10 @@ export type TakeReply = [string, string, string, string, string]
 /** TAKE passed over turns of runs no longer queued: ask again. */
 export const STALE: unique symbol = Symbol('stale')
 
-/** How often a take looks for runs queued by the version before turns, once it found none (a rolling upgrade's are given a turn within this). */
+/** How often a take looks for runs queued by the version before turns, once it has read every entry (a rolling upgrade's are given a turn within this). */
 const LOOK_EVERY_MS = 10_000
+/** Entries unread with `>` one look reads at most: a full page means more may follow, and the next take looks again. */
+const LOOK_PAGE = 100
 
 /**
  * TAKE as one sidecar sends it (redis-queue-scripts.ts): with `look` now and then, and what its
@@ -22,7 +24,7 @@ export class TurnTaker {
    * nothing first.
    */
   drained = false
-  /** When the next take looks for runs of the version before turns: at once while it finds entries unread, else every LOOK_EVERY_MS. */
+  /** When the next take looks for runs of the version before turns: at once while a look reads a full page, else every LOOK_EVERY_MS. */
   #lookAt = 0
   readonly #ctx: RedisContext
 
@@ -41,7 +43,7 @@ export class TurnTaker {
     const look = Date.now() >= this.#lookAt
     let reply: unknown
     try {
-      reply = await guard(TAKE.run(client, [own.turns, own.fair, own.clock, own.wake, own.queue], [ctx.consumer, own.run(''), look ? '1' : '']))
+      reply = await guard(TAKE.run(client, [own.turns, own.fair, own.clock, own.wake, own.queue], [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0]))
     } catch (error) {
       // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; the heartbeat finds it
       ctx.takeCut = true
@@ -49,7 +51,7 @@ export class TurnTaker {
     }
     if (reply === 0) return STALE
     const taken = reply as [...TakeReply, number, number] | [number]
-    if (look) this.#lookAt = taken[taken.length - 1] as number > 0 ? 0 : Date.now() + LOOK_EVERY_MS
+    if (look) this.#lookAt = taken[taken.length - 1] as number >= LOOK_PAGE ? 0 : Date.now() + LOOK_EVERY_MS
     if (taken.length === 1) return undefined
     this.drained = taken[5] === 0
     return taken.slice(0, 5) as TakeReply
