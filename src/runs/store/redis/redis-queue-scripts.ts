@@ -14,7 +14,7 @@ export const GROUP = 'runners'
  * comes at the virtual time: next but one. Runs of equal score are taken as they came (the member
  * begins with the submission's stream id, zero-padded), each caller's own in order. Tags of callers
  * whose finish tag the virtual time has passed are dropped as runs are taken; the whole state goes
- * when the queue empties, so the tags stay small.
+ * when a take finds the queue empty, so the tags stay small.
  * Lua, prepended to a script: queueTurn(turns, fair, clock, urgency, caller, sortable id, run id)
  * → member, score (the caller puts them in the run's hash: `turn`, `turn_at`, for RELEASE and cancels).
  */
