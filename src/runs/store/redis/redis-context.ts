@@ -11,7 +11,7 @@ import { connectRedis, isCluster, type RedisClient, runStoreAddress } from './re
 import { RedisFollow } from './redis-follow.ts'
 import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
 import { GROUP, QUEUE_SCRIPTS } from './redis-queue-scripts.ts'
-import { END_AND_HOLD, SCRIPTS, TRANSITION } from './redis-scripts.ts'
+import { DROP_ENTRY, END_AND_HOLD, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 
 type Redis = RedisClient
 
@@ -223,7 +223,7 @@ export class RedisContext {
   async forget (keys: ScopeKeys, entry: string): Promise<void> {
     this.held.delete(entry)
     if (entry === '') return
-    await guard(this.redis.multi().xack(keys.queue, GROUP, entry).xdel(keys.queue, entry).exec())
+    await guard(DROP_ENTRY.run(this.redis, [keys.queue], [GROUP, entry]))
   }
 
   async read (keys: ScopeKeys, runId: string): Promise<[RunView, string, string]> {

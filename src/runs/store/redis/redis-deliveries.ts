@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { DurableDeliveries } from '../durable-deliveries.ts'
 import type { HeldDelivery, NewDelivery } from '../run-store.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue } from './redis-context.ts'
-import { DELIVERY_DONE, HOLD_DELIVERY, SENDERS } from './redis-scripts.ts'
+import { DELIVERY_DONE, DROP_ENTRY, HOLD_DELIVERY, SENDERS } from './redis-scripts.ts'
 
 /** How long a delivery is kept at most, should every sidecar that could finish it be gone (a day). */
 const DELIVERY_TTL_SECONDS = 86_400
@@ -59,7 +59,7 @@ export class RedisDeliveries implements DurableDeliveries {
       const id = fields?.[1]
       const stored = id === undefined ? {} : await redis.hgetall(keys.delivery(id))
       if (id === undefined || stored.run === undefined || stored.url === undefined || stored.body === undefined) {
-        await redis.multi().xack(keys.deliveries, SENDERS, entry).xdel(keys.deliveries, entry).exec()
+        await DROP_ENTRY.run(redis, [keys.deliveries], [SENDERS, entry])
         continue
       }
       this.#ctx.held.set(entry, keys.deliveries)

@@ -305,8 +305,18 @@ if transition({ unpack(KEYS, 1, 7) }, { unpack(ARGV, 1, 9) }) ~= 1 then return f
 return hold({ KEYS[8], KEYS[9] }, { unpack(ARGV, 10, 18) })
 `)
 
+/**
+ * Acknowledges and deletes a stream entry nobody will act on, in one command (not a MULTI: on a
+ * cluster, ioredis can leave a transaction's queued commands rejected and unhandled when the
+ * connection closes, redis/ioredis#883). KEYS: stream. ARGV: group, entry.
+ */
+export const DROP_ENTRY = new LuaScript(`
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('XDEL', KEYS[1], ARGV[2])
+`)
+
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
-  TRANSITION, APPEND_EVENT, OPEN_RUN, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
+  TRANSITION, APPEND_EVENT, OPEN_RUN, DROP_ENTRY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
   ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
 ]
