@@ -19,7 +19,7 @@ export const GROUP = 'runners'
  * → member, score (the caller puts them in the run's hash: `turn`, `turn_at`, for RELEASE and cancels).
  */
 const TURN_LUA = `
-local TURN_SPAN = 1099511627776
+local TURN_SPAN = ${2 ** 40}
 local function queueTurn (turns, fair, clock, urgency, caller, id, runId)
   local base = urgency * TURN_SPAN
   local start = tonumber(redis.call('HGET', clock, 'v' .. urgency) or '0')
@@ -98,13 +98,16 @@ return 1
  */
 export const TAKE = new LuaScript(`${TURN_LUA}
 local seen = 0
+-- a command on the queue's group, the group made first if it is missing (the stream deleted by hand, a server restarted empty)
+local function inGroup (...)
+  local ok, reply = pcall(redis.call, ...)
+  if ok then return reply end
+  redis.call('XGROUP', 'CREATE', KEYS[5], '${GROUP}', '0', 'MKSTREAM')
+  return redis.call(...)
+end
 local function adoptUnread ()
   if ARGV[3] == '0' then return 0 end
-  local ok, read = pcall(redis.call, 'XREADGROUP', 'GROUP', '${GROUP}', ARGV[1], 'COUNT', ARGV[3], 'NOACK', 'STREAMS', KEYS[5], '>')
-  if not ok then
-    redis.call('XGROUP', 'CREATE', KEYS[5], '${GROUP}', '0', 'MKSTREAM')
-    read = redis.call('XREADGROUP', 'GROUP', '${GROUP}', ARGV[1], 'COUNT', ARGV[3], 'NOACK', 'STREAMS', KEYS[5], '>')
-  end
+  local read = inGroup('XREADGROUP', 'GROUP', '${GROUP}', ARGV[1], 'COUNT', ARGV[3], 'NOACK', 'STREAMS', KEYS[5], '>')
   if not read then return 0 end
   for _, entry in ipairs(read[1][2]) do
     local runId = entry[2][2]
@@ -129,11 +132,7 @@ for _ = 1, 16 do
   local runId = string.sub(top[1], 24)
   local fields = redis.call('HMGET', ARGV[2] .. runId, 'record', 'entry', 'urgency', 'caller')
   if fields[1] and fields[2] and string.find(fields[1], '"status":"queued"', 1, true) then
-    local ok, claimed = pcall(redis.call, 'XCLAIM', KEYS[5], '${GROUP}', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID')
-    if not ok then
-      redis.call('XGROUP', 'CREATE', KEYS[5], '${GROUP}', '0', 'MKSTREAM')
-      claimed = redis.call('XCLAIM', KEYS[5], '${GROUP}', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID')
-    end
+    local claimed = inGroup('XCLAIM', KEYS[5], '${GROUP}', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID')
     if #claimed == 1 then
       local score = tonumber(top[2])
       local urgency = math.floor(score / TURN_SPAN)
@@ -199,8 +198,7 @@ return redis.call('XLEN', KEYS[1]) - redis.call('SCARD', KEYS[2])
 `)
 
 /** The app's runs in the turn order (queued, not taken) by urgency, 0 to 7. KEYS: turns. */
-export const TURNS_BY_URGENCY = new LuaScript(`
-local TURN_SPAN = 1099511627776
+export const TURNS_BY_URGENCY = new LuaScript(`${TURN_LUA}
 local counts = {}
 for urgency = 0, 7 do counts[urgency + 1] = redis.call('ZCOUNT', KEYS[1], urgency * TURN_SPAN, '(' .. ((urgency + 1) * TURN_SPAN)) end
 return counts
