@@ -2,8 +2,8 @@
 import { text } from 'node:stream/consumers'
 import { packageVersion } from '../config/package-version.ts'
 import { ConfigError, DataDirInUseError } from '../errors.ts'
-import { runStoreCommand } from '../store/store-cli.ts'
-import { loadStoreConfig, startBuildStore, type StoreConfig, storeHelp } from '../store/index.ts'
+import { runStoreCommand } from '../build-store/store-cli.ts'
+import { loadStoreConfig, startBuildStore, type StoreConfig, storeHelp } from '../build-store/index.ts'
 
 const args = process.argv.slice(2)
 

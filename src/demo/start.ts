@@ -7,7 +7,7 @@ import { applyBuildSettings } from '../config/build-settings.ts'
 import { loadSidecarConfig, type SidecarConfig } from '../config/sidecar-config.ts'
 import { ConfigError } from '../errors.ts'
 import { type RunningSidecar, startSidecar } from '../sidecar/sidecar.ts'
-import { loadStoreConfig, startBuildStore } from '../store/index.ts'
+import { loadStoreConfig, startBuildStore } from '../build-store/index.ts'
 import { startExampleApp } from './example-app.ts'
 
 /**

@@ -1,6 +1,6 @@
 import { createHash, hash } from 'node:crypto'
 import { MalformedRequestError } from '../errors.ts'
-import type { RunScope } from './store/run-store.ts'
+import type { RunScope } from './run-data.ts'
 
 // SPEC, Runs → Idempotency: `Idempotency-Key: <1 to 255 visible ASCII characters>` on a POST,
 // per project, app, path and caller; a repeat is compared with the first by a digest of its query

@@ -1,7 +1,7 @@
 import { QueueExpiredError, RunDeadlinePassedError, type SidecarError } from '../errors.ts'
 import { cancelAfterSeconds } from '../shared/cancel-after.ts'
 import { storedHeader } from './stored-headers.ts'
-import type { StoredRequest } from './store/run-store.ts'
+import type { StoredRequest } from './run-data.ts'
 
 /** ASYNC_QUEUE_TTL_SECONDS's default (one day). */
 export const DEFAULT_QUEUE_TTL_SECONDS = 86_400

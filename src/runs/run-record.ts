@@ -1,5 +1,5 @@
 import { ReplicaStoppedError, RunCanceledError, type SidecarError } from '../errors.ts'
-import type { NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './store/run-store.ts'
+import type { NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './run-data.ts'
 
 /** The last time formatted (toISOString is dear, and calls come in bursts within one millisecond). */
 let lastMs = Number.NaN

@@ -1,6 +1,6 @@
 import { createServer, type Server, type ServerResponse } from 'node:http'
 import type { AppProbe } from '../lifecycle/app-probe.ts'
-import type { SidecarMetrics } from './metrics/metrics.ts'
+import type { SidecarMetrics } from '../metrics/metrics.ts'
 
 export interface AdminDeps {
   readonly metrics: SidecarMetrics

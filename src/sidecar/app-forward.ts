@@ -3,12 +3,12 @@ import { AppUnreachableError } from '../errors.ts'
 import { traceContextOf } from '../shared/trace-contracts.ts'
 import type { WebhookSubmitter } from '../webhook/webhook-delivery.ts'
 import { WebhookTee } from '../webhook/webhook-tee.ts'
-import { AppResponseRelay } from './respond/app-response-relay.ts'
-import type { CancelAtApp } from './call/app-cancel.ts'
-import type { HttpCall } from './call/http-call.ts'
-import { appRequestHeaders, type RequestHeaderRules } from './call/forward-headers.ts'
-import { appRequestPath } from './call/match-route.ts'
-import type { SinkChooser } from './respond/response-table.ts'
+import { AppResponseRelay } from '../respond/app-response-relay.ts'
+import type { CancelAtApp } from '../call/app-cancel.ts'
+import type { HttpCall } from '../call/http-call.ts'
+import { appRequestHeaders, type RequestHeaderRules } from '../call/forward-headers.ts'
+import { appRequestPath } from '../call/match-route.ts'
+import type { SinkChooser } from '../respond/response-table.ts'
 
 export interface AppForwardDeps {
   readonly app: Pool

@@ -1,11 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Pool } from 'undici'
 import { MethodNotAllowedError, StoreUnreachableError } from '../errors.ts'
-import { AppResponseRelay } from './respond/app-response-relay.ts'
-import type { CallRecorder } from './call/call-record.ts'
-import { HttpCall } from './call/http-call.ts'
-import { appRequestHeaders } from './call/forward-headers.ts'
-import { passthroughSink } from './respond/response-sinks.ts'
+import { AppResponseRelay } from '../respond/app-response-relay.ts'
+import type { CallRecorder } from '../call/call-record.ts'
+import { HttpCall } from '../call/http-call.ts'
+import { appRequestHeaders } from '../call/forward-headers.ts'
+import { passthroughSink } from '../respond/response-sinks.ts'
 
 export interface ManagementDeps extends CallRecorder {
   readonly store: Pool

@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
 import { RouteNotFoundError, SIDECAR_INTERNAL } from '../errors.ts'
 import { answerClientError, sendError, writeRawError } from '../shared/http-answers.ts'
-import { runIdFor } from './call/run-id.ts'
+import { runIdFor } from '../call/run-id.ts'
 
 /** The handlers the public port routes to. */
 export interface PublicHandlers {

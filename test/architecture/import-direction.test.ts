@@ -3,28 +3,26 @@ import { dirname, join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 
-// Imports run one way: bin → sidecar (wiring, pipeline, websocket) → runs → sidecar/respond →
-// sidecar/call → sidecar/metrics, store → stream, webhook, auth, lifecycle, tracing → config →
-// shared contracts (errors, answers, metric interfaces). The runs feature sits between the call's
-// building blocks (which its routes, stages and runner use) and the pipeline that composes them.
-// A unit imports only from lower layers (or itself); two units of one layer never import each other.
+// Imports run one way, down this list (docs/architecture.md, "Layout"): a folder of src/ (or a
+// file at its top) imports only from folders of lower layers, or from itself. Two folders of one
+// layer never import each other, and no chain of imports between files comes back to where it began.
 
 const SRC = fileURLToPath(new URL('../../src/', import.meta.url))
 
 const LAYERS: Readonly<Record<string, number>> = {
-  shared: 0,
-  config: 1,
-  stream: 2,
-  webhook: 2,
-  auth: 2,
-  lifecycle: 2,
-  tracing: 2,
-  store: 3,
-  'sidecar/metrics': 3,
-  'sidecar/call': 4,
-  'sidecar/respond': 5,
-  runs: 6,
-  'sidecar/websocket': 7,
+  'errors.ts': 0,
+  shared: 1,
+  config: 2,
+  stream: 3,
+  webhook: 3,
+  auth: 3,
+  lifecycle: 3,
+  tracing: 3,
+  metrics: 4,
+  'build-store': 4,
+  call: 5,
+  respond: 6,
+  runs: 7,
   sidecar: 8,
   demo: 9,
   bin: 9,
@@ -33,7 +31,7 @@ const LAYERS: Readonly<Record<string, number>> = {
 
 /** Edges the layers allow that a rule still forbids, with the reason. */
 const FORBIDDEN: ReadonlyArray<[RegExp, RegExp, string]> = [
-  [/^store\//, /^config\/sidecar-config\.ts$/, 'the build store does not read the sidecar\'s configuration']
+  [/^build-store\//, /^config\/sidecar-config\.ts$/, 'the build store does not read the sidecar\'s configuration']
 ]
 
 function sourceFiles (dir: string): string[] {
@@ -44,21 +42,16 @@ function sourceFiles (dir: string): string[] {
   })
 }
 
-/** Top-level files of `src/` that belong to a folder's layer. */
-const FILES_OF: Readonly<Record<string, string>> = { 'errors.ts': 'shared' }
+/** The top-level folder (or file) of `src/` that a path belongs to. */
+const unitOf = (path: string): string => relative(SRC, path).split('/')[0] as string
 
-/** The top-level folder (or file) of `src/` that a path belongs to; `sidecar/`'s sub-folders are units of their own. */
-const unitOf = (path: string): string => {
-  const [top, sub, file] = relative(SRC, path).split('/') as [string, string | undefined, string | undefined]
-  if (top === 'sidecar' && file !== undefined) return `sidecar/${sub as string}`
-  return FILES_OF[top] ?? top
-}
-
-const IMPORT = /^\s*(?:import|export)\s[^'"]*?from\s+['"](\.[^'"]+)['"]/gm
+// static and type imports, re-exports, and import('…')
+const IMPORT = /(?:^\s*(?:import|export)\s[^'"]*?from\s+|\bimport\()['"](\.[^'"]+)['"]/gm
 
 interface Edge { from: string, to: string }
 
-const edges: Edge[] = sourceFiles(SRC).flatMap(file => {
+const files = sourceFiles(SRC)
+const edges: Edge[] = files.flatMap(file => {
   const text = readFileSync(file, 'utf8')
   return [...text.matchAll(IMPORT)].map(match => ({
     from: relative(SRC, file),
@@ -67,14 +60,20 @@ const edges: Edge[] = sourceFiles(SRC).flatMap(file => {
 })
 
 t.test('every folder of src/ has a layer', async t => {
-  const units = new Set(sourceFiles(SRC).map(file => unitOf(file)))
+  const units = new Set(files.map(file => unitOf(file)))
   for (const unit of units) t.not(LAYERS[unit], undefined, `${unit} has a layer`)
 })
 
 t.test('the scan sees the imports (it would pass vacuously otherwise)', async t => {
   t.ok(edges.length > 100, `${edges.length} relative imports`)
-  t.ok(edges.some(edge => edge.from === 'sidecar/invoke-pipeline.ts' && edge.to === 'sidecar/call/match-route.ts'))
+  t.ok(edges.some(edge => edge.from === 'sidecar/invoke-pipeline.ts' && edge.to === 'call/match-route.ts'))
+  t.ok(edges.some(edge => edge.from === 'runs/store/open-run-store.ts' && edge.to === 'runs/store/redis/redis-run-store.ts'), 'import(…) is seen')
   t.ok(edges.some(edge => edge.from.startsWith('bin/') && edge.to.startsWith('sidecar/')))
+})
+
+t.test('every import names a file that exists', async t => {
+  const known = new Set(files.map(file => relative(SRC, file)))
+  t.same(edges.filter(edge => !known.has(edge.to)).map(({ from, to }) => `${from} → ${to}`), [])
 })
 
 t.test('no import runs upward or sideways', async t => {
@@ -92,4 +91,30 @@ t.test('edges the layers allow but a rule forbids', async t => {
     const found = edges.filter(edge => from.test(edge.from) && to.test(edge.to)).map(edge => `${edge.from} → ${edge.to}`)
     t.same(found, [], why)
   }
+})
+
+/** Every cycle's first file and the way back to it, found by a depth-first walk. */
+function cycles (graph: ReadonlyMap<string, readonly string[]>): string[][] {
+  const found: string[][] = []
+  const state = new Map<string, 'open' | 'done'>()
+  const path: string[] = []
+  const walk = (file: string): void => {
+    state.set(file, 'open')
+    path.push(file)
+    for (const next of graph.get(file) ?? []) {
+      if (state.get(next) === 'open') found.push([...path.slice(path.indexOf(next)), next])
+      else if (state.get(next) === undefined) walk(next)
+    }
+    path.pop()
+    state.set(file, 'done')
+  }
+  for (const file of graph.keys()) if (state.get(file) === undefined) walk(file)
+  return found
+}
+
+t.test('no chain of imports between files comes back to its start', async t => {
+  const graph = new Map<string, string[]>()
+  for (const { from, to } of edges) graph.set(from, [...graph.get(from) ?? [], to])
+  t.same(cycles(graph).map(cycle => cycle.join(' → ')), [])
+  t.same(cycles(new Map([['a', ['b']], ['b', ['c']], ['c', ['a']]])), [['a', 'b', 'c', 'a']], 'the walk finds a cycle')
 })

@@ -5,7 +5,7 @@ import t from 'tap'
 import { applyBuildSettings } from '../../src/config/build-settings.ts'
 import { loadSidecarConfig } from '../../src/config/sidecar-config.ts'
 import { ConfigError } from '../../src/errors.ts'
-import { loadStoreConfig, startBuildStore } from '../../src/store/index.ts'
+import { loadStoreConfig, startBuildStore } from '../../src/build-store/index.ts'
 import { startTestServer } from '../helpers/sidecar-harness.ts'
 
 const BUILD = {

@@ -12,7 +12,7 @@ import {
   ConfigMap, type IContainer, type ISecurityContext, Namespace, Secret, Service, ServiceAccount
 } from 'kubernetes-models/v1'
 import { loadSidecarConfig, SIDECAR_VARIABLES } from '../../src/config/sidecar-config.ts'
-import { loadStoreConfig, storeHelp } from '../../src/store/store-config.ts'
+import { loadStoreConfig, storeHelp } from '../../src/build-store/store-config.ts'
 import {
   components, containersOf, DEPLOY, deployments, EXAMPLE_SUFFIX, exampleFiles, examples, findContainer, httpProbe, IMAGE_NAME,
   kustomization, listed, literalEnv, manifests, matchesLabels, podSpecOf, resolvePort, ROOT, RUN_STORE, statefulSets, yamlFiles,
@@ -325,7 +325,7 @@ t.test('the KEDA example scales the app on the run store\'s backlog through Prom
   t.equal(trigger?.type, 'prometheus')
   const query = trigger?.metadata?.query ?? ''
   t.match(query, /max\(sidecar_async_queued_runs\{/, 'the backlog, as any one replica reports it (every replica reports the app-wide figure)')
-  const metricsSource = readFileSync(join(ROOT, 'src/sidecar/metrics/metrics.ts'), 'utf8')
+  const metricsSource = readFileSync(join(ROOT, 'src/metrics/metrics.ts'), 'utf8')
   for (const [name] of query.matchAll(/sidecar_[a-z_]+/g)) t.ok(metricsSource.includes(`name: '${name}'`), `${name} is a sidecar metric`)
   t.ok(Number(trigger?.metadata?.threshold) > 0, `threshold ${trigger?.metadata?.threshold}`)
   t.match(trigger?.metadata?.serverAddress, /^https?:\/\//)

@@ -5,7 +5,7 @@ import type { Deployment, StatefulSet } from 'kubernetes-models/apps/v1'
 import type { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1'
 import type { Service } from 'kubernetes-models/v1'
 import { loadSidecarConfig } from '../../src/config/sidecar-config.ts'
-import { loadStoreConfig } from '../../src/store/store-config.ts'
+import { loadStoreConfig } from '../../src/build-store/store-config.ts'
 import {
   containerWithPort, deployments, deploymentSelectedBy, findContainer, literalEnv, manifests, matchesLabels, podSpecOf, statefulSets
 } from '../helpers/deploy-manifests.ts'

@@ -7,7 +7,7 @@ import { scrape } from '../helpers/admin-metrics.ts'
 import { send, type SentResponse } from '../helpers/http-client.ts'
 import { eventually, type Harness, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
 import { sleep } from '../helpers/timing.ts'
-import { loadStoreConfig, type RunningBuildStore, startBuildStore } from '../../src/store/index.ts'
+import { loadStoreConfig, type RunningBuildStore, startBuildStore } from '../../src/build-store/index.ts'
 import { assertLeakFree, delta } from './fault-kit.ts'
 
 // The central build store goes down and comes back (a real embedded store, restarted on the same

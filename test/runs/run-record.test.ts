@@ -3,7 +3,7 @@ import {
   CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS, canceledRecord, finishedRecord, isFinished, queuedRecord,
   recordJson, REPLICA_LOST, REPLICA_STOPPED, startedRecord
 } from '../../src/runs/run-record.ts'
-import type { NewRun, RunOutcome, RunRecord, RunView } from '../../src/runs/store/run-store.ts'
+import type { NewRun, RunOutcome, RunRecord, RunView } from '../../src/runs/run-data.ts'
 
 const CREATED = Date.parse('2030-01-02T03:04:05.006Z')
 

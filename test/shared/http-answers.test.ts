@@ -4,8 +4,8 @@ import pino from 'pino'
 import t from 'tap'
 import { InflightTracker } from '../../src/lifecycle/inflight-tracker.ts'
 import { SIDECAR_INTERNAL } from '../../src/errors.ts'
-import { HttpCall } from '../../src/sidecar/call/http-call.ts'
-import { SidecarMetrics } from '../../src/sidecar/metrics/metrics.ts'
+import { HttpCall } from '../../src/call/http-call.ts'
+import { SidecarMetrics } from '../../src/metrics/metrics.ts'
 import { MethodNotAllowedError } from '../../src/errors.ts'
 
 // An exception nobody expected is answered 500 {"message":"internal error"} with the run id,

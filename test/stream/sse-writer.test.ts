@@ -3,7 +3,7 @@ import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { connect } from 'node:net'
 import t from 'tap'
-import { SidecarMetrics } from '../../src/sidecar/metrics/metrics.ts'
+import { SidecarMetrics } from '../../src/metrics/metrics.ts'
 import { SseWriter } from '../../src/stream/sse-writer.ts'
 import { sleep } from '../helpers/timing.ts'
 

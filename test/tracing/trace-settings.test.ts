@@ -1,7 +1,8 @@
 import pino from 'pino'
 import t from 'tap'
 import { loadSidecarConfig } from '../../src/config/sidecar-config.ts'
-import { openTracer, traceSettingsOf } from '../../src/tracing/trace-settings.ts'
+import { openTracer } from '../../src/tracing/open-tracer.ts'
+import { traceSettingsOf } from '../../src/tracing/trace-settings.ts'
 
 t.test('tracing is on only with an endpoint and without OTEL_SDK_DISABLED', async t => {
   t.equal(traceSettingsOf(loadSidecarConfig({})), undefined)

@@ -1,11 +1,12 @@
 import { RunFinishedError, RunNotAsyncError, RunNotFoundError } from '../../errors.ts'
 import { canceledRecord, isFinished, recordJson } from '../run-record.ts'
-import type { RunScope, RunStatus, RunStore, RunView } from '../store/run-store.ts'
+import type { RunStore } from '../store/run-store.ts'
+import type { RunScope, RunStatus, RunView } from '../run-data.ts'
 import { sendJson } from '../../shared/http-answers.ts'
 import type { CancelCause, LabelledCounter } from '../../shared/metric-contracts.ts'
-import type { CallsByRunId } from '../../sidecar/call/calls-by-run-id.ts'
-import type { HttpCall } from '../../sidecar/call/http-call.ts'
-import type { RunRoute } from './run-routes.ts'
+import type { CallsByRunId } from '../../call/calls-by-run-id.ts'
+import type { HttpCall } from '../../call/http-call.ts'
+import type { RunRoute } from './run-route.ts'
 
 export interface RunCancelDeps {
   readonly store: RunStore

@@ -1,7 +1,7 @@
 import { MalformedRequestError } from '../../errors.ts'
 import { isRunId } from '../../shared/run-id-rule.ts'
 import type { ListPosition, ListRequest } from '../store/run-listing.ts'
-import type { RunStatus } from '../store/run-store.ts'
+import type { RunStatus } from '../run-data.ts'
 
 /** Every status, in the order a filter is written in a cursor. */
 const STATUSES: readonly RunStatus[] = ['queued', 'running', 'succeeded', 'failed', 'canceled']

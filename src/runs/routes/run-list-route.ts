@@ -1,10 +1,11 @@
 import { recordJson } from '../run-record.ts'
-import type { RunRecord, RunStatus, RunStore } from '../store/run-store.ts'
+import type { RunStore } from '../store/run-store.ts'
+import type { RunRecord, RunStatus } from '../run-data.ts'
 import { sendJson } from '../../shared/http-answers.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
-import type { HttpCall } from '../../sidecar/call/http-call.ts'
+import type { HttpCall } from '../../call/http-call.ts'
 import { checkPurgeQuery, cursorOf, parseListQuery } from './run-list-query.ts'
-import type { RunRoute } from './run-routes.ts'
+import type { RunRoute } from './run-route.ts'
 
 export interface RunListDeps {
   readonly store: RunStore

@@ -1,60 +1,16 @@
 import { once } from 'node:events'
-import { MalformedRequestError, MethodNotAllowedError, RouteNotFoundError, SidecarError, TooManyReadersError } from '../../errors.ts'
+import { MalformedRequestError, MethodNotAllowedError, SidecarError, TooManyReadersError } from '../../errors.ts'
 import { recordJson } from '../run-record.ts'
-import type { RunScope, RunStatus, RunStore } from '../store/run-store.ts'
+import type { RunStore } from '../store/run-store.ts'
+import type { RunStatus } from '../run-data.ts'
 import { sendJson } from '../../shared/http-answers.ts'
 import type { LabelledCounter, StreamMetrics } from '../../shared/metric-contracts.ts'
-import { isRunId } from '../../shared/run-id-rule.ts'
 import { doneEventId, frameSseError, frameSseEvent } from '../../stream/sse-frame.ts'
 import { SseWriter } from '../../stream/sse-writer.ts'
 import { createRunCancel, type RunCancelDeps } from './run-cancel.ts'
-import type { HttpCall } from '../../sidecar/call/http-call.ts'
-import type { CallRoute } from '../../sidecar/call/match-route.ts'
+import type { HttpCall } from '../../call/http-call.ts'
 import { createRunList } from './run-list-route.ts'
-
-/** A request for one of the sidecar's own `_runs` routes. */
-export interface RunRoute {
-  readonly scope: RunScope
-  /** '' for `list` (the app's runs). */
-  readonly runId: string
-  readonly action: 'record' | 'events' | 'cancel' | 'list'
-  /** The query, for `?after=` and the list's `?status=&limit=&cursor=`. */
-  readonly query: string
-}
-
-const RUNS_PREFIX = '/_runs'
-const UNDERSCORE = 0x5f
-const SLASH = 0x2f
-const PERCENT = 0x25
-
-/**
- * The runs stage: undefined when the app path does not start with `_` (the call goes to the app,
- * its path as sent); else the `_runs` route it names. The path is read as it decodes and
- * normalises to (`%5F`, `%5f` and empty segments; no other escape). 400 for a malformed run id,
- * 404 for any other shape and any other `_` path (reserved, never forwarded).
- */
-export function matchRunRoute (route: CallRoute): RunRoute | undefined {
-  const raw = route.appPath
-  const second = raw.charCodeAt(1)
-  // the common path: its first segment starts with neither `_`, an escape, nor another `/`
-  if (second !== UNDERSCORE && second !== SLASH && second !== PERCENT) return undefined
-  const path = raw.includes('%5') || raw.includes('//') ? raw.replace(ESCAPED_UNDERSCORE, '_').replace(EMPTY_SEGMENTS, '/') : raw
-  if (path.charCodeAt(1) !== UNDERSCORE) return undefined
-  // app paths starting with `_` are reserved for the sidecar: only `_runs` is one of its routes yet
-  if (!path.startsWith(RUNS_PREFIX) || (path.length > RUNS_PREFIX.length && path[RUNS_PREFIX.length] !== '/')) throw new RouteNotFoundError()
-  // `/_runs` and `/_runs/`: the app's runs
-  if (path.length <= RUNS_PREFIX.length + 1) return { scope: { projectId: route.projectId, appName: route.appName }, runId: '', action: 'list', query: route.forwardedQuery }
-  const parts = path.slice(RUNS_PREFIX.length + 1).split('/')
-  const runId = parts[0] as string
-  if (runId === '' || parts.length > 2) throw new RouteNotFoundError()
-  if (!isRunId(runId)) throw new MalformedRequestError('malformed run id: run ids match [A-Za-z0-9_-]{1,128}')
-  const action = parts.length === 1 ? 'record' : parts[1] === 'events' ? 'events' : parts[1] === 'cancel' ? 'cancel' : undefined
-  if (action === undefined) throw new RouteNotFoundError()
-  return { scope: { projectId: route.projectId, appName: route.appName }, runId, action, query: route.forwardedQuery }
-}
-
-const ESCAPED_UNDERSCORE = /%5f/gi
-const EMPTY_SEGMENTS = /\/{2,}/g
+import type { RunRoute } from './run-route.ts'
 
 export interface RunRoutesDeps extends RunCancelDeps {
   readonly store: RunStore

@@ -1,4 +1,4 @@
-import type { TakenRun } from '../store/run-store.ts'
+import type { TakenRun } from '../run-data.ts'
 
 /**
  * Runs taken while their caller held CALLER_MAX_INFLIGHT slots, set aside per caller in order

@@ -1,5 +1,5 @@
 import type { RunQueue } from '../store/run-queue.ts'
-import type { TakenRun } from '../store/run-store.ts'
+import type { TakenRun } from '../run-data.ts'
 
 /** A run held ahead longer than this goes back to the queue (a long run at the app: another replica may be free). */
 const HOLD_MAX_MS = 1000

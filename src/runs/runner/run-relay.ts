@@ -3,11 +3,11 @@ import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
 import { AppUnreachableError, EventTooLargeError, RunCanceledError, SidecarError } from '../../errors.ts'
 import { CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS } from '../run-record.ts'
-import type { RunOutcome } from '../store/run-store.ts'
+import type { RunOutcome } from '../run-data.ts'
 import { describeNetworkError } from '../../shared/network-errors.ts'
 import { createEventSplitter, type EventSplitter } from '../../stream/event-splitter.ts'
 import { ResultCapture } from '../../webhook/result-capture.ts'
-import { hasReadableBody, streamKind } from '../../sidecar/respond/response-table.ts'
+import { hasReadableBody, streamKind } from '../../respond/response-table.ts'
 
 /** What a run relay needs to know of the run it carries. */
 export interface RunRelayOptions {

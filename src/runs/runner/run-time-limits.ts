@@ -1,6 +1,6 @@
 import { DeadlineExceededError, RunDeadlinePassedError, type SidecarError } from '../../errors.ts'
 import { queuedExpiry, runDeadline } from '../run-expiry.ts'
-import type { RunOutcome, TakenRun } from '../store/run-store.ts'
+import type { RunOutcome, TakenRun } from '../run-data.ts'
 import { type LongTimer, setLongTimeout } from '../../shared/longest-timer.ts'
 
 /**

@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http'
 import { sendJson } from '../../shared/http-answers.ts'
-import type { CallRoute } from '../../sidecar/call/match-route.ts'
+import type { CallRoute } from '../../call/match-route.ts'
 
 /** The body of the 202 that answers an async call (and its repeats). */
 export const queuedBody = (runId: string): string => `{"run_id":${JSON.stringify(runId)},"status":"queued"}`

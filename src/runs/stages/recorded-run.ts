@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
-import type { KeptAnswer, RunStatus, RunStore, TakenRun } from '../store/run-store.ts'
+import type { RunStore } from '../store/run-store.ts'
+import type { KeptAnswer, RunStatus, TakenRun } from '../run-data.ts'
 import { SIDECAR_INTERNAL } from '../../errors.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'

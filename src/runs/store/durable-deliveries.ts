@@ -1,4 +1,4 @@
-import type { HeldDelivery, NewDelivery } from './run-store.ts'
+import type { HeldDelivery, NewDelivery } from '../run-data.ts'
 
 /**
  * Durable webhook delivery (a shared store only): a delivery is written down before its first

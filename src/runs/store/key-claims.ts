@@ -1,4 +1,4 @@
-import type { KeptAnswer, KeyClaim, KeyEntry, RunScope, TakenRun } from './run-store.ts'
+import type { KeptAnswer, KeyClaim, KeyEntry, RunScope, TakenRun } from '../run-data.ts'
 
 /** Idempotency-Key slots. Every method rejects with RunStoreUnavailableError while the backend cannot be reached. */
 export interface KeyClaims {

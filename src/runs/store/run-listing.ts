@@ -1,4 +1,4 @@
-import type { RunRecord, RunScope, RunStatus } from './run-store.ts'
+import type { RunRecord, RunScope, RunStatus } from '../run-data.ts'
 
 /** A place in an app's list of runs (newest first: by `created_at` in ms, then by run id, both descending). */
 export interface ListPosition {

@@ -1,4 +1,4 @@
-import type { NewRun, RunView, TakenRun } from './run-store.ts'
+import type { NewRun, RunView, TakenRun } from '../run-data.ts'
 
 /**
  * The queue of async runs: submitted by any sidecar, taken by the one with a free slot. Every

@@ -1,4 +1,4 @@
-import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from './run-store.ts'
+import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunScope, RunView, TakenRun, WebhookStatus } from '../run-data.ts'
 
 /**
  * The runs' records, events and results. Every method that reaches the backend rejects with

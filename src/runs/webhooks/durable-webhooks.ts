@@ -1,6 +1,7 @@
 import type { Logger } from 'pino'
 import type { DurableDeliveries } from '../store/durable-deliveries.ts'
-import type { HeldDelivery, RunStore } from '../store/run-store.ts'
+import type { RunStore } from '../store/run-store.ts'
+import type { HeldDelivery } from '../run-data.ts'
 import type { DeliveryLedger, WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 import { whileUnavailable } from '../while-unavailable.ts'
 import { recordWebhookEnd } from './webhook-end.ts'

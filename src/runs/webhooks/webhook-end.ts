@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
 import type { RunRecords } from '../store/run-records.ts'
-import type { RunScope } from '../store/run-store.ts'
+import type { RunScope } from '../run-data.ts'
 import type { DeliveryResult } from '../../webhook/webhook-delivery.ts'
 import { whileUnavailable } from '../while-unavailable.ts'
 

@@ -1,5 +1,5 @@
 import { CallerGoneError } from '../../errors.ts'
-import type { UpgradeCall } from '../call/upgrade-call.ts'
+import type { UpgradeCall } from '../../call/upgrade-call.ts'
 
 /** Most bytes a caller may send before its upgrade is answered; beyond it the connection is cut. */
 const EARLY_BYTES_LIMIT = 64 * 1024

@@ -1,6 +1,7 @@
 import t from 'tap'
 import { MemoryRunStore } from '../../../src/runs/store/memory/memory-run-store.ts'
-import type { RunStore, TakenRun } from '../../../src/runs/store/run-store.ts'
+import type { RunStore } from '../../../src/runs/store/run-store.ts'
+import type { TakenRun } from '../../../src/runs/run-data.ts'
 import { runsClient, startRunsApp } from '../../helpers/runs-client.ts'
 import { eventually, startHarness } from '../../helpers/sidecar-harness.ts'
 

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { MemoryRunStore } from '../../../src/runs/store/memory/memory-run-store.ts'
-import type { NewRun, TakenRun } from '../../../src/runs/store/run-store.ts'
+import type { NewRun, TakenRun } from '../../../src/runs/run-data.ts'
 
 // The memory queue's order: by urgency, then round robin across callers, each caller's own in
 // submission order; a run given back keeps its place; canceled runs and capped callers are passed over.

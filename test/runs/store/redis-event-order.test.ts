@@ -2,7 +2,7 @@ import { Redis } from 'ioredis'
 import t from 'tap'
 import { RunStoreUnavailableError } from '../../../src/errors.ts'
 import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
-import type { RunEventItem } from '../../../src/runs/store/run-store.ts'
+import type { RunEventItem } from '../../../src/runs/run-data.ts'
 import { startPrivateRedis } from '../../helpers/redis-server.ts'
 
 // A running run's events are never silently lost (SPEC: Runs → The run store on a Redis

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
-import type { NewRun } from '../../../src/runs/store/run-store.ts'
+import type { NewRun } from '../../../src/runs/run-data.ts'
 import { privateRunStore } from '../../helpers/redis-server.ts'
 
 // The Redis listing past its bounds: a sparse filter over more runs than one script reads, a

@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
-import type { NewRun, TakenRun } from '../../../src/runs/store/run-store.ts'
+import type { NewRun, TakenRun } from '../../../src/runs/run-data.ts'
 import { flushRedis, testRedis } from '../../helpers/redis-server.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
 

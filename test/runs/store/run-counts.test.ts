@@ -4,7 +4,8 @@
 import t, { type Test } from 'tap'
 import { MemoryRunStore } from '../../../src/runs/store/memory/memory-run-store.ts'
 import { RedisRunStore } from '../../../src/runs/store/redis/redis-run-store.ts'
-import type { NewRun, RunStore } from '../../../src/runs/store/run-store.ts'
+import type { RunStore } from '../../../src/runs/store/run-store.ts'
+import type { NewRun } from '../../../src/runs/run-data.ts'
 import { startPrivateRedis } from '../../helpers/redis-server.ts'
 
 const SCOPE = { projectId: 'p', appName: 'a' }

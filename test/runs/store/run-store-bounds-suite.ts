@@ -1,6 +1,7 @@
 import type { Test } from 'tap'
 import { AsyncQueueFullError, BodyTooLargeError, RunNotFoundError } from '../../../src/errors.ts'
-import type { NewRun, RunEventItem, RunScope, RunStore, RunStoreSettings, TakenRun } from '../../../src/runs/store/run-store.ts'
+import type { RunStore, RunStoreSettings } from '../../../src/runs/store/run-store.ts'
+import type { NewRun, RunEventItem, RunScope, TakenRun } from '../../../src/runs/run-data.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
 import type { OpenStore } from './run-store-suite.ts'
 

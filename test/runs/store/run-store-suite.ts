@@ -3,7 +3,8 @@ import {
   AsyncQueueFullError, EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError
 } from '../../../src/errors.ts'
 import { recordedRun, recordJson } from '../../../src/runs/run-record.ts'
-import type { NewRun, RunEventItem, RunScope, RunStore, RunStoreListener, RunStoreSettings, TakenRun } from '../../../src/runs/store/run-store.ts'
+import type { RunStore, RunStoreListener, RunStoreSettings } from '../../../src/runs/store/run-store.ts'
+import type { NewRun, RunEventItem, RunScope, TakenRun } from '../../../src/runs/run-data.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
 
 /** Opens a fresh, empty store (the suite closes it). */

@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache'
 import type { KeyClaims } from '../key-claims.ts'
-import type { KeptAnswer, KeyClaim, KeyEntry, RunRecord, RunScope, TakenRun } from '../run-store.ts'
+import type { KeptAnswer, KeyClaim, KeyEntry, RunRecord, RunScope, TakenRun } from '../../run-data.ts'
 import { type MemoryRuns, scopeKeyOf } from './memory-runs.ts'
 
 /** Kept answers of Idempotency-Keys, at most this many bytes (then the oldest go first; a claim still running is never dropped). */

@@ -1,5 +1,5 @@
 import type { ListRequest, RunListing, RunPage } from '../run-listing.ts'
-import type { RunRecord, RunScope } from '../run-store.ts'
+import type { RunRecord, RunScope } from '../../run-data.ts'
 import type { MemoryRecords } from './memory-records.ts'
 import { type MemoryRuns, scopeKeyOf } from './memory-runs.ts'
 

@@ -4,7 +4,7 @@ import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 import { setLongTimeout } from '../../../shared/longest-timer.ts'
 import { expiredRecord, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
-import type { NewRun, RunView, TakenRun } from '../run-store.ts'
+import type { NewRun, RunView, TakenRun } from '../../run-data.ts'
 import { keyOf, type MemoryRun, type MemoryRuns, scopeKeyOf, viewOf } from './memory-runs.ts'
 
 /** Still waiting in the queue: not canceled or expired (dropped when met), nor taken. */

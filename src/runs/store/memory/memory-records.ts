@@ -2,7 +2,7 @@ import { EventBeyondLastError, RunFinishedError, RunNotAsyncError, RunNotFoundEr
 import { canceledRecord, finishedRecord, isFinished, withWebhook } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
-import type { KeyAnswer, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
+import type { KeyAnswer, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../../run-data.ts'
 import { changeOf, keyOf, type MemoryRun, type MemoryRuns, viewOf, wake } from './memory-runs.ts'
 
 /** The runs' records, events and results in this process's memory. */

@@ -3,7 +3,8 @@ import { DEFAULT_URGENCY, URGENCY_LEVELS } from '../../../shared/fair-queue.ts'
 import type { LongTimer } from '../../../shared/longest-timer.ts'
 import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { RunIdTakenError, RunNotFoundError } from '../../../errors.ts'
-import type { NewRun, RunRecord, RunScope, RunStoreListener, RunStoreSettings, RunView } from '../run-store.ts'
+import type { RunStoreListener, RunStoreSettings } from '../run-store.ts'
+import type { NewRun, RunRecord, RunScope, RunView } from '../../run-data.ts'
 import { MemoryRunIndex } from './memory-run-index.ts'
 
 /** One run as this process keeps it. */

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import type { RunScope } from '../run-store.ts'
+import type { RunScope } from '../../run-data.ts'
 import { guard, type RedisContext } from './redis-context.ts'
 
 /** Longest wait for every sidecar's reply to a call cancel: a replica that answers later (paused) is taken not to hold the call. */

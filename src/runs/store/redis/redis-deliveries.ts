@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { DurableDeliveries } from '../durable-deliveries.ts'
-import type { HeldDelivery, NewDelivery } from '../run-store.ts'
+import type { HeldDelivery, NewDelivery } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue } from './redis-context.ts'
 import { DELIVERY_DONE, DROP_ENTRY, HOLD_DELIVERY, SENDERS } from './redis-scripts.ts'
 

@@ -1,5 +1,5 @@
 import { RunStoreUnavailableError } from '../../../errors.ts'
-import type { TakenRun } from '../run-store.ts'
+import type { TakenRun } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { APPEND_EVENT } from './redis-scripts.ts'
 

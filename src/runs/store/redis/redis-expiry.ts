@@ -1,6 +1,6 @@
 import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 import { expiredRecord } from '../../run-record.ts'
-import type { RunRecord, TakenRun } from '../run-store.ts'
+import type { RunRecord, TakenRun } from '../../run-data.ts'
 import { guard, parseWebhook, type RedisContext } from './redis-context.ts'
 
 /** How often every sidecar looks for queued runs past their time limit (the SPEC: failed within 1 s of it). */

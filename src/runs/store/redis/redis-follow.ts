@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis'
-import type { RunEventItem, RunView } from '../run-store.ts'
+import type { RunEventItem, RunView } from '../../run-data.ts'
 import type { Channels } from './redis-channels.ts'
 
 /** Live messages a follower has not pulled yet, at most this many and this many bytes (of data); past it, it reads the kept events instead. */

@@ -1,6 +1,6 @@
 import { RunIdTakenError } from '../../../errors.ts'
 import type { KeyClaims } from '../key-claims.ts'
-import type { KeptAnswer, KeyClaim, KeyEntry, RunScope, TakenRun } from '../run-store.ts'
+import type { KeptAnswer, KeyClaim, KeyEntry, RunScope, TakenRun } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { CLAIM_KEY, DROP_KEY, KEEP_ANSWER } from './redis-scripts.ts'
 

@@ -1,6 +1,6 @@
 import { CANCELED_MESSAGE, withWebhook } from '../../run-record.ts'
 import type { ListPosition, ListRequest, RunListing, RunPage } from '../run-listing.ts'
-import type { RunRecord, RunScope, WebhookStatus } from '../run-store.ts'
+import type { RunRecord, RunScope, WebhookStatus } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { CANCEL_QUEUED, LIST_RUNS } from './redis-list-scripts.ts'
 

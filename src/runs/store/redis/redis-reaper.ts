@@ -1,5 +1,5 @@
 import { finishedRecord, isFinished, REPLICA_LOST } from '../../run-record.ts'
-import type { RunView, TakenRun } from '../run-store.ts'
+import type { RunView, TakenRun } from '../../run-data.ts'
 import { type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import type { RedisDeliveries } from './redis-deliveries.ts'
 import type { RedisQueue } from './redis-queue.ts'

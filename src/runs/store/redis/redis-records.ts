@@ -2,7 +2,7 @@ import { EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncErr
 import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
-import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../run-store.ts'
+import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { endDeliveryId, heldEndDelivery, holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'

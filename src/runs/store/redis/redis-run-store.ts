@@ -1,5 +1,6 @@
 import type { RunStoreAddress } from '../../../config/run-store-address.ts'
-import type { RunScope, RunStore, RunStoreListener } from '../run-store.ts'
+import type { RunStore, RunStoreListener } from '../run-store.ts'
+import type { RunScope } from '../../run-data.ts'
 import { RedisCallCancels } from './redis-call-cancels.ts'
 import { RedisContext, type RedisRunStoreOptions, type RedisStoreSettings } from './redis-context.ts'
 import { RedisDeliveries } from './redis-deliveries.ts'

@@ -1,0 +1,185 @@
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
+import { performance } from 'node:perf_hooks'
+import type { Dispatcher } from 'undici'
+import { CallerDisconnectedError, CallerGoneError, DeadlineExceededError, RunCanceledError, SidecarError } from '../errors.ts'
+import { describeNetworkError } from '../shared/network-errors.ts'
+import type { AnswerTee, ResponseCapture, ResponseSink, SinkContext } from '../shared/response-sink.ts'
+import type { TraceSpan } from '../shared/trace-contracts.ts'
+import type { CancelAtApp } from '../call/app-cancel.ts'
+import type { AbortTaker } from '../call/call-record.ts'
+import type { HttpCall } from '../call/http-call.ts'
+import type { SinkChooser } from './response-table.ts'
+
+/** What a webhook reports for a call whose caller left before a plain answer was complete. */
+const CALLER_GONE = new CallerDisconnectedError()
+
+/**
+ * An undici dispatch handler that relays one upstream response to one caller: it picks a sink
+ * when headers arrive, pauses the upstream when the caller cannot keep up, and aborts the
+ * upstream when the caller disconnects (a recorded run's goes on), the deadline passes or the run
+ * is canceled; then, with APP_CANCEL_PATH, the app is told too (once).
+ */
+export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext, AbortTaker {
+  /** The caller's response; a response nobody reads once the call goes on as a run (outliveAsRun). */
+  res: ServerResponse
+  readonly runId: string
+  capture: ResponseCapture | undefined
+  /** When the request was forwarded (run_time_ms counts from here). */
+  readonly forwardedAt = performance.now()
+  readonly queueMs: number
+  readonly #call: HttpCall
+  #tee: AnswerTee | undefined
+  /** The app request's client span (tracing on). */
+  readonly #span: TraceSpan | undefined
+  #status = 0
+  #controller: Dispatcher.DispatchController | undefined
+  #sink: ResponseSink | undefined
+  #callerGone = false
+  /** Its caller left a recorded run: the app request goes on, answered for its Idempotency-Key alone. */
+  #outlived = false
+  #ended = false
+  #expired: SidecarError | undefined
+  /** The sink refused the body (too large to wrap, an event too large): the tee reports its error, not what was sent. */
+  #refused = false
+  readonly #choose: SinkChooser
+  readonly #unreachable: (detail: string) => SidecarError
+  /** APP_CANCEL_PATH's POST (undefined: unset); sent once, when the sidecar cut an app request still under way. */
+  #cancelAtApp: CancelAtApp | undefined
+  readonly #resume = (): void => { this.#controller?.resume() }
+
+  constructor (call: HttpCall, choose: SinkChooser,
+    unreachable: (detail: string) => SidecarError, tee?: AnswerTee, span?: TraceSpan, cancelAtApp?: CancelAtApp) {
+    this.#call = call
+    this.res = call.res
+    this.runId = call.runId
+    this.queueMs = call.queueMs
+    this.#tee = tee
+    this.#span = span
+    this.capture = tee?.capture
+    this.#choose = choose
+    this.#unreachable = unreachable
+    this.#cancelAtApp = cancelAtApp
+    tee?.forwarded()
+  }
+
+  answer (error: SidecarError): void { this.#call.answer(error) }
+
+  cut (error: SidecarError): void {
+    this.#refused = true
+    if (!this.res.headersSent) this.answer(error) // a begun stream has written its own end
+    this.#controller?.abort(error)
+  }
+
+  /** The call aborted: its deadline passed, it was canceled, or its caller left. The app is told when its work was still under way. */
+  abortFor (reason: Error): void {
+    const underWay = !this.#ended // the abort may end the request before it returns
+    if (reason instanceof DeadlineExceededError || reason instanceof RunCanceledError) this.expire(reason)
+    else this.callerGone()
+    const cancelAtApp = this.#cancelAtApp
+    if (cancelAtApp === undefined || !underWay) return
+    this.#cancelAtApp = undefined
+    cancelAtApp(this.runId)
+  }
+
+  /** The caller left: a recorded run's app request goes on to its end (its answer kept for its key); any other is cut. */
+  outlivesCaller (): boolean {
+    if (this.#outlived) return true // a run already (outliveAsRun): its caller was answered
+    if (this.#call.recording === undefined || this.#ended) return false
+    this.#outlived = true
+    this.#resume() // paused for the caller's reading, which is over
+    return true
+  }
+
+  /**
+   * The call goes on as a run, its caller answered otherwise (its `Prefer: wait` ran out, 202): from
+   * now on the app's answer is followed by `tee` alone (the run's record, and the webhook's), the
+   * sinks writing into a response nobody reads; the call holds its slot until the app request ends.
+   * False when the app's response has begun (it goes on to the caller).
+   */
+  outliveAsRun (tee: AnswerTee, unread: ServerResponse): boolean {
+    if (this.#sink !== undefined || this.#ended || this.#callerGone || this.#expired !== undefined) return false
+    this.#tee = tee
+    this.capture = tee.capture
+    this.res = unread
+    this.#outlived = true
+    return true
+  }
+
+  /** The caller disconnected before the response was complete. */
+  callerGone (): void {
+    this.#callerGone = true
+    this.#controller?.abort(new CallerGoneError())
+  }
+
+  /** The call's deadline passed (or it was canceled): cut the app request; the caller gets 504 (499) or an error event on a stream. */
+  expire (error: SidecarError): void {
+    this.#expired = error
+    this.#controller?.abort(error)
+  }
+
+  onRequestStart (controller: Dispatcher.DispatchController): void {
+    this.#controller = controller
+    if (this.#callerGone) controller.abort(new CallerGoneError())
+    else if (this.#expired !== undefined) controller.abort(this.#expired)
+  }
+
+  onResponseStart (_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    this.#status = status
+    this.#sink = this.#choose(this, status, headers)
+  }
+
+  onResponseData (controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!(this.#sink as ResponseSink).write(chunk) && !this.#callerGone && !this.#outlived) {
+      controller.pause()
+      this.res.once('drain', this.#resume)
+    }
+  }
+
+  onResponseEnd (): void {
+    (this.#sink as ResponseSink).end()
+    this.#ended = true
+    this.#span?.end(this.#status)
+    this.#tee?.finish()
+    if (this.#outlived) this.#call.outlived()
+  }
+
+  /**
+   * | why the app request failed        | the caller gets                                   | the webhook reports        |
+   * | the deadline passed               | 504 (a begun response: the sink's failure)        | the 504                    |
+   * | the run was canceled              | 499 run canceled (likewise)                       | the 499                    |
+   * | the caller left                   | nothing more: the connection is cut               | 499                        |
+   * | the app failed mid-response       | the sink's failure (an error event, a 502, a cut) | a 502                      |
+   * | the sink refused the body (too large to wrap, an event too large) | its 502 (a stream: its error event) | that 502 |
+   * | the request body was refused (413) | that error, and the connection closes            | nothing (app never answered) |
+   * | the app could not be reached      | 502                                               | the 502                    |
+   * A stream's webhook reports the events sent instead, with status 200.
+   */
+  onResponseError (_controller: Dispatcher.DispatchController, cause: Error): void {
+    this.#ended = true
+    this.#span?.end(this.#status, describeNetworkError(cause))
+    const sink = this.#sink
+    let reported: SidecarError
+    if (this.#expired !== undefined && !this.#callerGone) {
+      reported = this.#expired
+      if (sink === undefined) this.answer(reported)
+      else sink.fail(reported)
+    } else if (this.#callerGone || cause instanceof CallerGoneError) {
+      reported = CALLER_GONE
+      this.res.destroy()
+    } else if (sink !== undefined) {
+      reported = cause instanceof SidecarError ? cause : this.#unreachable(describeNetworkError(cause))
+      sink.fail(cause)
+    } else if (cause instanceof SidecarError) {
+      this.answer(cause)
+      this.#tee?.cancel()
+      if (this.#outlived) this.#call.outlived()
+      return
+    } else {
+      reported = this.#unreachable(describeNetworkError(cause))
+      this.answer(reported)
+    }
+    if (sink?.streaming === true && !this.#refused) this.#tee?.finish()
+    else this.#tee?.finishWith(reported.status, reported.body())
+    if (this.#outlived) this.#call.outlived()
+  }
+}
