@@ -1,5 +1,5 @@
 import { RunCanceledError } from '../errors.ts'
-import type { HttpCall } from './http-call.ts'
+import type { StageCall } from './stage-call.ts'
 
 /** Which app a canceled run belongs to (the `_runs` route's project and app). */
 interface CancelScope {
@@ -14,15 +14,15 @@ interface CancelScope {
  * call cost ~20% more CPU, most of it in collections). An entry lets go of its call as it leaves.
  */
 class InFlightEntry {
-  call: HttpCall | undefined
+  call: StageCall | undefined
   readonly #calls: Map<string, InFlightEntry>
 
-  constructor (calls: Map<string, InFlightEntry>, call: HttpCall) {
+  constructor (calls: Map<string, InFlightEntry>, call: StageCall) {
     this.#calls = calls
     this.call = call
   }
 
-  /** The call closed (HttpCall calls it): a later call with its run id stays. */
+  /** The call closed (StageCall calls it): a later call with its run id stays. */
   leave (): void {
     const call = this.call
     if (call === undefined) return
@@ -40,18 +40,18 @@ export class CallsByRunId {
   readonly #calls = new Map<string, InFlightEntry>()
 
   /** Holds `call` until it closes (a call that outlives its caller: until its app request ends). */
-  add (call: HttpCall): void {
+  add (call: StageCall): void {
     const entry = new InFlightEntry(this.#calls, call)
     this.#calls.set(call.runId, entry)
     call.inFlight = entry
   }
 
   /** The call in flight here with that run id in that app (undefined: none, or already answered). */
-  find (scope: CancelScope, runId: string): HttpCall | undefined {
+  find (scope: CancelScope, runId: string): StageCall | undefined {
     const call = this.#calls.get(runId)?.call
     if (call === undefined || (call.settled && !call.outliving)) return undefined
     // a call not routed yet names no app: any app's cancel reaches it
-    const route = call.route as HttpCall['route'] | undefined
+    const route = call.route as StageCall['route'] | undefined
     if (route !== undefined && (route.projectId !== scope.projectId || route.appName !== scope.appName)) return undefined
     return call
   }

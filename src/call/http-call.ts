@@ -2,21 +2,14 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
 import { knownError, sendError } from '../shared/http-answers.ts'
 import { SIDECAR_INTERNAL } from '../errors.ts'
-import type { AnswerTee } from '../shared/response-sink.ts'
 import type { WebhookTarget } from '../webhook/webhook-endpoint.ts'
-import type { WebhookTee } from '../webhook/webhook-tee.ts'
 import { type CallRecorder, CallRecord } from './call-record.ts'
 import type { RequestBody } from './request-body.ts'
+import type { RunRecording, StageCall } from './stage-call.ts'
 import type { RouteLabel } from '../metrics/metrics.ts'
 
-/**
- * A sync call recorded as a run (it holds an Idempotency-Key): given the call's webhook tee (if
- * any), the tee that records what the caller gets on the run and feeds the webhook's.
- */
-export type RunRecording = (webhook: WebhookTee | undefined) => AnswerTee
-
 /** An HTTP request and its response. */
-export class HttpCall extends CallRecord {
+export class HttpCall extends CallRecord implements StageCall {
   readonly res: ServerResponse
   // what the /v4 stages found, in the order they run (invoke-pipeline.ts)
   /** Where the call asked its webhook to go. */

@@ -3,13 +3,16 @@ import type { ConcurrencyGate, Release } from '../lifecycle/concurrency-gate.ts'
 import { roundedMs } from '../shared/run-result.ts'
 import type { CallRecord } from './call-record.ts'
 
+/** What the gate stage needs of a call (an HttpCall, an UpgradeCall, a stage's StageCall). */
+export type GateCall = Pick<CallRecord, 'settled' | 'signal' | 'fairCaller' | 'urgency' | 'waited' | 'onClose'>
+
 /**
  * The gate stage (503 queue full): a concurrency slot, at once when one is free, else after a
  * wait (by urgency, fair across callers) that the call's abort (caller gone, deadline; or `signal`)
  * ends; the call is told how long it waited (Server-Timing, sidecar_queue_duration_seconds). The slot is freed when the call closes; the
  * release is returned for a caller that can free it sooner.
  */
-export function takeSlot (gate: ConcurrencyGate, call: CallRecord, signal?: AbortSignal): Release | Promise<Release> {
+export function takeSlot (gate: ConcurrencyGate, call: GateCall, signal?: AbortSignal): Release | Promise<Release> {
   if (call.settled) throw call.signal.reason ?? new Error('call already answered')
   const free = gate.tryAcquire(call.fairCaller) // the fast path allocates no promise
   if (free !== undefined) {
@@ -24,7 +27,7 @@ export function takeSlot (gate: ConcurrencyGate, call: CallRecord, signal?: Abor
   })
 }
 
-function hold (call: CallRecord, release: Release): Release {
+function hold (call: GateCall, release: Release): Release {
   call.onClose(release)
   return release
 }

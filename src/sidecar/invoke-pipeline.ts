@@ -55,8 +55,9 @@ export interface InvokeDeps extends CallRecorder {
 }
 
 /**
- * A `/v4/{project}/{app}/{path…}` call, stage by stage in the SPEC's order of checks. Each stage
- * throws the SidecarError its check answers with; the call answers it (with `X-Request-Id`).
+ * A `/v4/{project}/{app}/{path…}` call, stage by stage in the order of checks of docs/routes.md.
+ * A stage stops the call one way (call/stage-call.ts): it throws the SidecarError its check
+ * answers with, which the call answers (with `X-Request-Id`), or returns true once it answered.
  */
 export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, gate, verifier, calls } = deps
@@ -92,7 +93,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     await authorizeCall(call, verifier)                                    // 401 bad token, 403 another project
     if (answerFinishedStream(call)) return                                 // 204 GET/HEAD with Last-Event-ID <run_id>.done: an EventSource stops
     const runRoute = matchRunRoute(call.route)                             // 400 malformed run id; _runs never reaches the app
-    if (runRoute !== undefined) return await serveRunRoute(call, runRoute) // 404 no such run, 409, 503 run store unavailable
+    if (runRoute !== undefined && await serveRunRoute(call, runRoute)) return // 404 no such run, 409, 503 run store unavailable
     call.webhook = webhookTarget(call)                                     // 400 malformed webhookEndpoint
     call.idempotencyKey = idempotencyKeyOf(call)                           // 400 malformed Idempotency-Key (POSTs)
     readPriority(call)                                                     // Priority: u=<0-7> (else 3); the caller waits are shared fairly by
@@ -101,7 +102,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     startBoundedWait(call)                                                 // Prefer: wait=N (1–3600; else ignored): a sync call's wait
     call.body = await readRequestBody(call, bodyLimit(call.async))         // 400 bad Content-Length, 413 too large (async: ASYNC_QUEUE_MAX_BYTES too)
     if (call.idempotencyKey !== undefined && await claimKey(call)) return  // 409 in progress, 422 other body, a repeat's kept answer; a sync call recorded as a run (409 id taken, 503 store down)
-    if (call.async) return await submitRun(call)                           // 202; 503 async queue full
+    if (call.async && await submitRun(call)) return                        // 202; 503 async queue full
     if (await boundedWait.takeSlotWithin(gate, call)) return               // 503 queue full; waits for first readiness; 202 queued: the wait ran out first
     forwardToApp(call)                                                     // 502 app unreachable; the response table; 202 running: the wait ran out at the app
   }

@@ -5,7 +5,7 @@ import type { RunScope, RunStatus, RunView } from '../run-data.ts'
 import { sendJson } from '../../shared/http-answers.ts'
 import type { CancelCause, LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { CallsByRunId } from '../../call/calls-by-run-id.ts'
-import type { HttpCall } from '../../call/http-call.ts'
+import type { StageCall } from '../../call/stage-call.ts'
 import type { RunRoute } from './run-route.ts'
 
 export interface RunCancelDeps {
@@ -26,7 +26,7 @@ const delay = async (ms: number): Promise<void> => { await new Promise(resolve =
  * `POST …/_runs/{id}/cancel`: any run still in progress, on whichever replica holds it. 200 with
  * the record (a plain call: `{"run_id", "status": "canceled"}`), 409 finished, 404 nowhere.
  */
-export function createRunCancel (deps: RunCancelDeps): (call: HttpCall, route: RunRoute) => Promise<void> {
+export function createRunCancel (deps: RunCancelDeps): (call: StageCall, route: RunRoute) => Promise<void> {
   const { store, calls } = deps
 
   /**
@@ -34,7 +34,7 @@ export function createRunCancel (deps: RunCancelDeps): (call: HttpCall, route: R
    * async run, names a recorded sync call (canceled where it runs, its end written there) or
    * none: then the call may be a plain one on another replica.
    */
-  async function cancel (call: HttpCall, route: RunRoute): Promise<void> {
+  async function cancel (call: StageCall, route: RunRoute): Promise<void> {
     const { scope, runId } = route
     if (calls.find(scope, runId)?.recording === undefined && calls.cancel(scope, runId)) return canceledPlain(call, runId)
     let view: RunView
@@ -76,7 +76,7 @@ export function createRunCancel (deps: RunCancelDeps): (call: HttpCall, route: R
   }
 
   /** A plain call has no record kept: its cancel's answer says only that. */
-  function canceledPlain (call: HttpCall, runId: string): void {
+  function canceledPlain (call: StageCall, runId: string): void {
     deps.cancels.labels('request').inc()
     if (!call.settled) sendJson(call.res, 200, JSON.stringify({ run_id: runId, status: 'canceled' }), { 'x-request-id': call.runId })
   }

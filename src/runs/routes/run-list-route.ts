@@ -3,7 +3,7 @@ import type { RunStore } from '../store/run-store.ts'
 import type { RunRecord, RunStatus } from '../run-data.ts'
 import { sendJson } from '../../shared/http-answers.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
-import type { HttpCall } from '../../call/http-call.ts'
+import type { StageCall } from '../../call/stage-call.ts'
 import { checkPurgeQuery, cursorOf, parseListQuery } from './run-list-query.ts'
 import type { RunRoute } from './run-route.ts'
 
@@ -13,10 +13,10 @@ export interface RunListDeps {
 }
 
 /** `GET …/_runs` (the app's runs, a page at a time) and `DELETE …/_runs?status=queued` (its queued runs canceled). */
-export function createRunList (deps: RunListDeps): (call: HttpCall, route: RunRoute) => Promise<void> {
+export function createRunList (deps: RunListDeps): (call: StageCall, route: RunRoute) => Promise<void> {
   const { store } = deps
 
-  async function list (call: HttpCall, route: RunRoute): Promise<void> {
+  async function list (call: StageCall, route: RunRoute): Promise<void> {
     const request = parseListQuery(route.query)
     const page = await store.listing.list(route.scope, request)
     let json = '{"runs":['
@@ -29,7 +29,7 @@ export function createRunList (deps: RunListDeps): (call: HttpCall, route: RunRo
     if (!call.settled) sendJson(call.res, 200, json, { 'x-request-id': call.runId })
   }
 
-  async function purge (call: HttpCall, route: RunRoute): Promise<void> {
+  async function purge (call: StageCall, route: RunRoute): Promise<void> {
     checkPurgeQuery(route.query)
     const canceled = await store.listing.cancelQueued(route.scope)
     // counted as the cancel of each would count it (none had started)

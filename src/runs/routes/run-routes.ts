@@ -8,7 +8,7 @@ import type { LabelledCounter, StreamMetrics } from '../../shared/metric-contrac
 import { doneEventId, frameSseError, frameSseEvent } from '../../stream/sse-frame.ts'
 import { SseWriter } from '../../stream/sse-writer.ts'
 import { createRunCancel, type RunCancelDeps } from './run-cancel.ts'
-import type { HttpCall } from '../../call/http-call.ts'
+import type { StageCall } from '../../call/stage-call.ts'
 import { createRunList } from './run-list-route.ts'
 import type { RunRoute } from './run-route.ts'
 
@@ -21,18 +21,21 @@ export interface RunRoutesDeps extends RunCancelDeps {
   readonly runsTotal: LabelledCounter<RunStatus>
 }
 
-/** `GET …/_runs/{id}` (the record), `GET …/_runs/{id}/events` (SSE), `POST …/_runs/{id}/cancel`; `GET` and `DELETE …/_runs` (run-list-route.ts). */
-export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: RunRoute) => Promise<void> {
+/**
+ * `GET …/_runs/{id}` (the record), `GET …/_runs/{id}/events` (SSE), `POST …/_runs/{id}/cancel`;
+ * `GET` and `DELETE …/_runs` (run-list-route.ts). The stage always answers the call (true).
+ */
+export function createRunRoutes (deps: RunRoutesDeps): (call: StageCall, route: RunRoute) => Promise<boolean> {
   const { store } = deps
 
-  async function record (call: HttpCall, route: RunRoute): Promise<void> {
+  async function record (call: StageCall, route: RunRoute): Promise<void> {
     const view = await store.records.get(route.scope, route.runId)
     if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
   }
 
   const cancel = createRunCancel(deps)
 
-  async function events (call: HttpCall, route: RunRoute): Promise<void> {
+  async function events (call: StageCall, route: RunRoute): Promise<void> {
     const after = startAfter(call.req.headers['last-event-id'], route.query)
     const items = await store.records.follow(route.scope, route.runId, after, call.signal)
     if (call.settled) return
@@ -75,11 +78,12 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: HttpCall, route: R
     const allowed: readonly string[] = METHODS[route.action]
     if (!allowed.includes(call.req.method as string)) throw new MethodNotAllowedError(allowed.join(', '))
     await serve[route.action](call, route)
+    return true
   }
 }
 
 /** `serve` for at most `max` readers at once (each until its stream ends or its caller leaves); beyond it 503. */
-function boundedReaders (serve: (call: HttpCall, route: RunRoute) => Promise<void>, max: number): (call: HttpCall, route: RunRoute) => Promise<void> {
+function boundedReaders (serve: (call: StageCall, route: RunRoute) => Promise<void>, max: number): (call: StageCall, route: RunRoute) => Promise<void> {
   let readers = 0
   return async (call, route) => {
     if (readers >= max) throw new TooManyReadersError()

@@ -6,7 +6,7 @@ import type { RunStore } from '../store/run-store.ts'
 import type { NewRun, RunStatus, TakenRun } from '../run-data.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
-import type { HttpCall } from '../../call/http-call.ts'
+import type { StageCall } from '../../call/stage-call.ts'
 import { takeSlot } from '../../call/take-slot.ts'
 import type { AppResponseRelay } from '../../respond/app-response-relay.ts'
 import { unreadResponse } from '../../respond/unread-response.ts'
@@ -24,7 +24,7 @@ const LONGEST_WAIT_SECONDS = 3600
  * wait, counted from the call's arrival (`call.waitOver` aborts when it runs out). Any other value
  * is ignored, as RFC 7240 says of a preference that cannot be honoured.
  */
-export function startBoundedWait (call: HttpCall): void {
+export function startBoundedWait (call: StageCall): void {
   const prefer = call.req.headers.prefer
   if (prefer === undefined || call.async || call.idempotencyKey !== undefined) return
   const match = WAIT.exec(Array.isArray(prefer) ? prefer.join(',') : prefer)
@@ -40,7 +40,7 @@ export function startBoundedWait (call: HttpCall): void {
 export interface BoundedWaitDeps {
   readonly store: RunStore
   /** The async stage: a call whose wait ran out before it had a slot is queued as an async run. */
-  readonly submitRun: (call: HttpCall, preferenceApplied?: number) => Promise<void>
+  readonly submitRun: (call: StageCall, preferenceApplied?: number) => Promise<boolean>
   /** The largest result a run keeps (ENVELOPE_MAX_BODY_BYTES). */
   readonly maxResultBytes: number
   readonly logger: Logger
@@ -48,20 +48,23 @@ export interface BoundedWaitDeps {
   readonly reportInternal: InternalErrorReporter
 }
 
+/** What the bounded wait needs of the app request's relay: when it went, and handing its answer to a run. */
+export type WatchedRelay = Pick<AppResponseRelay, 'forwardedAt' | 'outliveAsRun'>
+
 export interface BoundedWait {
   /**
    * The gate stage for a call with a bounded wait: a slot (false), or, when the wait runs out
    * first, the call queued as an async run that any replica may take, answered 202 (true).
    */
-  takeSlotWithin: (gate: ConcurrencyGate, call: HttpCall) => boolean | Promise<boolean>
+  takeSlotWithin: (gate: ConcurrencyGate, call: StageCall) => boolean | Promise<boolean>
   /** The call went to the app (its relay and webhook tee): should its wait run out before the app answers, it goes on as a run, answered 202. */
-  watch: (call: HttpCall, relay: AppResponseRelay, webhookTee: WebhookTee | undefined) => void
+  watch: (call: StageCall, relay: WatchedRelay, webhookTee: WebhookTee | undefined) => void
 }
 
 /** SPEC: Runs → Bounded wait. A call answered within its wait is a plain call and costs nothing more. */
 export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
   /** The wait ran out at the app before its response began: the call is recorded running, and its answer goes to the run. */
-  async function goOnAsRun (call: HttpCall, relay: AppResponseRelay, webhookTee: WebhookTee | undefined): Promise<void> {
+  async function goOnAsRun (call: StageCall, relay: WatchedRelay, webhookTee: WebhookTee | undefined): Promise<void> {
     if (call.settled || call.res.headersSent) return // answered, or its stream has begun: that goes on to the caller
     const { route } = call
     const createdAt = Math.round(performance.timeOrigin + call.arrivedAt)
@@ -92,7 +95,7 @@ export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
     if (!call.settled) answerWaitRanOut(call.res, route, call.runId, 'running', call.waitSeconds as number)
   }
 
-  async function queueAfterWait (gate: ConcurrencyGate, call: HttpCall, over: AbortSignal): Promise<boolean> {
+  async function queueAfterWait (gate: ConcurrencyGate, call: StageCall, over: AbortSignal): Promise<boolean> {
     // a wait that ran out before the gate (a slow body, a store round trip) still takes a free slot
     // (the call goes on as a run at once); else the gate refuses at once and the call is queued
     try {
@@ -100,8 +103,7 @@ export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
       return false
     } catch (error) {
       if (!over.aborted || call.signal.aborted) throw error
-      await deps.submitRun(call, call.waitSeconds)
-      return true
+      return await deps.submitRun(call, call.waitSeconds)
     }
   }
 

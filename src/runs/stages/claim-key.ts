@@ -7,7 +7,7 @@ import type { RunStore } from '../store/run-store.ts'
 import type { KeptAnswer, KeyEntry, RunStatus } from '../run-data.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
-import type { HttpCall } from '../../call/http-call.ts'
+import type { StageCall } from '../../call/stage-call.ts'
 import type { CallRoute } from '../../call/match-route.ts'
 import { splitQuery } from '../../call/invoke-route.ts'
 import { wholeRequestBody } from '../../call/request-body.ts'
@@ -15,7 +15,7 @@ import { answerQueued, queuedBody, runLocation } from './queued-answer.ts'
 import { type RecordedRun, RecordedRunTee } from './recorded-run.ts'
 
 /** The Idempotency-Key of a POST (other methods are idempotent already, or not the SPEC's): 400 when malformed. */
-export function idempotencyKeyOf (call: HttpCall): string | undefined {
+export function idempotencyKeyOf (call: StageCall): string | undefined {
   const req = call.req
   return req.method === 'POST' ? idempotencyKey(req.headers['idempotency-key']) : undefined
 }
@@ -44,7 +44,7 @@ const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large 
  * an async one; 422 when the query or body differs. True when the call was answered. A sync call that holds the key is recorded as
  * a run (`call.recording`), and its answer is kept for repeats as it ends (keepSyncAnswer).
  */
-export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => Promise<boolean> {
+export function createIdempotency (deps: IdempotencyDeps): (call: StageCall) => Promise<boolean> {
   return async function claimKey (call) {
     const { route } = call
     const body = await wholeRequestBody(call.body)
@@ -93,7 +93,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: HttpCall) => P
  * and kept, and nothing more goes to its socket. A call that never reached the app (503 queue
  * full, the deadline or its caller leaving while it waited) frees the key instead: a retry runs.
  */
-function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: KeyedRun): void {
+function keepSyncAnswer (deps: IdempotencyDeps, call: StageCall, recorded: KeyedRun): void {
   const res = call.res
   const chunks: Buffer[] = []
   let size = 0
@@ -158,7 +158,7 @@ function keepSyncAnswer (deps: IdempotencyDeps, call: HttpCall, recorded: KeyedR
 }
 
 /** An async call that holds a key (`call.keySlot`): its 202 is the answer repeats get; a refused one frees the key. */
-export async function keepAsyncAnswer (store: RunStore, call: HttpCall, submitted: Promise<unknown>): Promise<void> {
+export async function keepAsyncAnswer (store: RunStore, call: StageCall, submitted: Promise<unknown>): Promise<void> {
   const scope = { projectId: call.route.projectId, appName: call.route.appName }
   const slot = call.keySlot as string
   try {

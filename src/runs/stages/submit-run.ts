@@ -1,7 +1,7 @@
 import type { RunStore } from '../store/run-store.ts'
 import type { StoredRequest } from '../run-data.ts'
 import { appRequestHeaders, type RequestHeaderRules } from '../../call/forward-headers.ts'
-import type { HttpCall } from '../../call/http-call.ts'
+import type { StageCall } from '../../call/stage-call.ts'
 import { appRequestPath } from '../../call/match-route.ts'
 import { wholeRequestBody } from '../../call/request-body.ts'
 import { keepAsyncAnswer } from './claim-key.ts'
@@ -10,7 +10,7 @@ import { answerQueued, answerWaitRanOut } from './queued-answer.ts'
 const RESPOND_ASYNC = /(^|,)\s*respond-async\s*(,|;|$)/i
 
 /** `?async=true`, or `Prefer: respond-async` (RFC 7240). */
-export function wantsAsync (call: HttpCall): boolean {
+export function wantsAsync (call: StageCall): boolean {
   if (call.route.async) return true
   const prefer = call.req.headers.prefer
   if (prefer === undefined) return false
@@ -27,9 +27,9 @@ export interface RunSubmitDeps {
 /**
  * The async stage (202; 503 queue full or run store unavailable): the request as it would have
  * been forwarded is recorded and queued, and the caller is answered at once with the run's id
- * and where to read it.
+ * and where to read it. The stage always answers the call (true).
  */
-export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, waitRanOut?: number) => Promise<void> {
+export function createRunSubmit (deps: RunSubmitDeps): (call: StageCall, waitRanOut?: number) => Promise<boolean> {
   /** `waitRanOut`: a sync call whose `Prefer: wait=<seconds>` ran out while it waited for a slot (its 202 says so). */
   return async function submitRun (call, waitRanOut) {
     const { route, webhook } = call
@@ -51,9 +51,10 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: HttpCall, waitRanO
     })
     // with an Idempotency-Key, the 202 is kept for repeats before the caller has it; a refused run frees the key
     await (call.keySlot === undefined ? submitted : keepAsyncAnswer(deps.store, call, submitted))
-    if (call.settled) return
+    if (call.settled) return true
     if (waitRanOut === undefined) answerQueued(call.res, route, call.runId, false)
     else answerWaitRanOut(call.res, route, call.runId, 'queued', waitRanOut)
+    return true
   }
 }
 
