@@ -9,7 +9,10 @@ export const REVOCATION_LIST_MAX_BYTES = 4 * 1024 * 1024
 export interface RevocationListOptions {
   /** `GET` answers `{"revoked": [jti, …]}`. */
   url: URL
-  /** Time between refreshes; the SPEC asks for at most 15 s so a revocation bites within 30 s. */
+  /**
+   * Time between refreshes: at most 15 s, so a revocation bites within 30 s (the Revocation
+   * item of docs/routes.md, "`/v4/{project_id}/{app_name}/{path…}`: call the app").
+   */
   intervalMs?: number
   /** Deadline for one fetch, headers and body. */
   timeoutMs?: number

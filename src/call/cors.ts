@@ -3,7 +3,7 @@ import type { AllowedOrigins } from '../config/env-parsers.ts'
 import { OriginNotAllowedError } from '../errors.ts'
 import type { HttpCall } from './http-call.ts'
 
-/** The response headers a page on another origin may read (SPEC /v4 → CORS). */
+/** The response headers a page on another origin may read (docs/routes.md, "CORS: browser pages on other origins"). */
 export const EXPOSED_HEADERS = 'X-Request-Id, Idempotent-Replayed, Server-Timing, Location, Retry-After, Preference-Applied'
 /** The methods a preflight is told the sidecar takes. */
 export const ALLOWED_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE'

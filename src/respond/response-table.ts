@@ -8,10 +8,11 @@ import { envelopeSink, passthroughSink } from './response-sinks.ts'
 export type SinkChooser = (ctx: SinkContext, status: number, headers: IncomingHttpHeaders) => ResponseSink
 
 /**
- * The SPEC's response table, row by row: an event stream, NDJSON/JSONL, a chunked body for a
- * caller that accepts SSE (the three stream rows, for 2xx bodies the sidecar can read), then the
- * runtime's rule: the cortex envelope, else everything as the app sent it. `corsOwned`
- * (CORS_ALLOWED_ORIGINS set): the app's own CORS headers give way to the sidecar's.
+ * The response table (docs/routes.md, "Response table"), row by row: an event stream,
+ * NDJSON/JSONL, a chunked body for a caller that accepts SSE (the three stream rows, for 2xx
+ * bodies the sidecar can read), then the runtime's rule: the cortex envelope, else everything as
+ * the app sent it. `corsOwned` (CORS_ALLOWED_ORIGINS set): the app's own CORS headers give way
+ * to the sidecar's.
  */
 export function responseTable (streams: StreamSinks, runtime: 'cortex' | 'custom', envelopeMaxBytes: number, corsOwned = false): SinkChooser {
   return function chooseSink (ctx, status, headers) {

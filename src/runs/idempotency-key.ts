@@ -2,9 +2,9 @@ import { createHash, hash } from 'node:crypto'
 import { MalformedRequestError } from '../errors.ts'
 import type { RunScope } from './run-data.ts'
 
-// SPEC, Runs → Idempotency: `Idempotency-Key: <1 to 255 visible ASCII characters>` on a POST,
-// per project, app, path and caller; a repeat is compared with the first by a digest of its query
-// and body.
+// docs/runs.md, "Retrying safely: `Idempotency-Key`": `Idempotency-Key: <1 to 255 visible ASCII
+// characters>` on a POST, per project, app, path and caller; a repeat is compared with the first
+// by a digest of its query and body.
 
 const VISIBLE_ASCII = /^[\x21-\x7e]{1,255}$/
 

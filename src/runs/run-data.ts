@@ -14,8 +14,8 @@ export type RunStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancele
 export type WebhookStatus = 'pending' | 'delivered' | 'failed'
 
 /**
- * The SPEC's run record without its `result` (kept as JSON text beside it, see RunView): a field
- * that does not apply yet is absent. Times are ISO 8601 UTC.
+ * The run record of docs/runs.md, "The record", without its `result` (kept as JSON text beside
+ * it, see RunView): a field that does not apply yet is absent. Times are ISO 8601 UTC.
  */
 export interface RunRecord {
   run_id: string

@@ -14,8 +14,9 @@ function iso (epochMs: number): string {
 const ms = (value: number): number => Math.round(value * 1000) / 1000
 
 /**
- * A copy of the record, its fields in the SPEC's order and only the ones that apply: records built
- * alike share their hidden classes (faster than a spread of whatever order a record came in).
+ * A copy of the record, its fields in the order of docs/runs.md, "The record", and only the ones
+ * that apply: records built alike share their hidden classes (faster than a spread of whatever
+ * order a record came in).
  */
 function recordOf (r: RunRecord): RunRecord {
   const copy: RunRecord = { run_id: r.run_id, status: r.status, created_at: r.created_at }
@@ -114,15 +115,15 @@ export function isFinished (record: RunRecord): boolean {
   return record.status === 'succeeded' || record.status === 'failed' || record.status === 'canceled'
 }
 
-/** The failure of a running run whose sidecar died (SPEC: replica lost). */
+/** The failure of a running run whose sidecar died (docs/runs.md, "Where runs live": replica lost). */
 export const REPLICA_LOST = { statusCode: 502, message: 'replica lost' } as const
 const STOPPED = new ReplicaStoppedError()
 /** The failure of a run cut by the end of its sidecar's grace period. */
 export const REPLICA_STOPPED = { statusCode: STOPPED.status, message: STOPPED.message } as const
 
 /**
- * The record as JSON, fields in the SPEC's order, `result` spliced in as kept (never parsed and
- * re-serialised: a result may be megabytes).
+ * The record as JSON, fields in the order of docs/runs.md, "The record", `result` spliced in as
+ * kept (never parsed and re-serialised: a result may be megabytes).
  */
 export function recordJson (view: RunView): string {
   const r = view.record

@@ -1,6 +1,6 @@
 import { MalformedRequestError } from '../errors.ts'
 
-/** The longest `Cancel-After` (one year), as the SPEC bounds it. */
+/** The longest `Cancel-After` (one year), as docs/controlling-work.md, "Time limits" bounds it. */
 const MAX_SECONDS = 31_536_000
 const DURATION = /^(\d{1,9})([smh]?)$/
 const UNIT_SECONDS: Readonly<Record<string, number>> = { '': 1, s: 1, m: 60, h: 3600 }

@@ -16,7 +16,7 @@ export interface TraceSpan {
   end: (status: number, error?: string) => void
 }
 
-/** The spans of one /v4 call (SPEC: Tracing). */
+/** The spans of one /v4 call (docs/tracing.md, "The spans"). */
 export interface CallTrace {
   /** The call's server span: what the call starts (its webhook, its async run) continues. */
   readonly context: TraceContext

@@ -9,9 +9,9 @@ const NL = 0x0a
 const CR = 0x0d
 
 /**
- * The caller's side of a server-sent event stream: the SPEC's headers, flushed before the first
- * event; each write goes out at once (no batching); `: keep-alive` comments when idle; and an
- * `event: error` to end a stream whose app failed.
+ * The caller's side of a server-sent event stream: the headers of docs/routes.md, "Streams",
+ * flushed before the first event; each write goes out at once (no batching); `: keep-alive`
+ * comments when idle; and an `event: error` to end a stream whose app failed.
  */
 export class SseWriter {
   readonly #res: ServerResponse

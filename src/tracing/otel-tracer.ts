@@ -12,7 +12,7 @@ import {
 import { type CallTrace, portOf, type TraceAttributes, type TraceContext, type Tracer, type TraceSpan } from '../shared/trace-contracts.ts'
 import type { TraceSettings } from './trace-settings.ts'
 
-/** The server span's `http.route`: the SPEC's route template. */
+/** The server span's `http.route`: the route template of docs/tracing.md, "The spans". */
 export const CALL_ROUTE = '/v4/{project_id}/{app_name}/…'
 /** Longest wait for the last export at shutdown. */
 const CLOSE_TIMEOUT_MS = 2000

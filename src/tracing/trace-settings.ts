@@ -1,6 +1,6 @@
 import type { OtlpProtocol, SidecarConfig, TraceSampler } from '../config/sidecar-config.ts'
 
-/** What the tracer needs (SPEC: Tracing; the standard OTEL_* variables). */
+/** What the tracer needs (docs/tracing.md, "Turning it on": the standard OTEL_* variables). */
 export interface TraceSettings {
   /** Where spans are POSTed (OTLP/HTTP). */
   readonly endpoint: URL

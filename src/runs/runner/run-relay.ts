@@ -28,9 +28,9 @@ export interface RunRelayOptions {
 
 /**
  * An undici dispatch handler that consumes the app's answer to an async run (nobody is connected
- * to it): the body, or the events of the SPEC's stream rows, become the run's result; it resolves
- * `outcome` once, however the request ends (its end, the app failing, a cancel, the deadline, the
- * end of the grace period).
+ * to it): the body, or the events of the stream rows (docs/routes.md, "Response table"), become
+ * the run's result; it resolves `outcome` once, however the request ends (its end, the app
+ * failing, a cancel, the deadline, the end of the grace period).
  */
 export class RunRelay implements Dispatcher.DispatchHandler {
   readonly outcome: Promise<RunOutcome>

@@ -61,7 +61,10 @@ export interface BoundedWait {
   watch: (call: StageCall, relay: WatchedRelay, webhookTee: WebhookTee | undefined) => void
 }
 
-/** SPEC: Runs → Bounded wait. A call answered within its wait is a plain call and costs nothing more. */
+/**
+ * docs/controlling-work.md, "Bounded wait: `Prefer: wait`". A call answered within its wait is a
+ * plain call and costs nothing more.
+ */
 export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
   /** The wait ran out at the app before its response began: the call is recorded running, and its answer goes to the run. */
   async function goOnAsRun (call: StageCall, relay: WatchedRelay, webhookTee: WebhookTee | undefined): Promise<void> {

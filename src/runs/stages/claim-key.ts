@@ -14,7 +14,10 @@ import { wholeRequestBody } from '../../call/request-body.ts'
 import { answerQueued, queuedBody, runLocation } from './queued-answer.ts'
 import { type RecordedRun, RecordedRunTee } from './recorded-run.ts'
 
-/** The Idempotency-Key of a POST (other methods are idempotent already, or not the SPEC's): 400 when malformed. */
+/**
+ * The Idempotency-Key of a POST (other methods are idempotent already, or their key is not the
+ * sidecar's: docs/runs.md, "Retrying safely: `Idempotency-Key`"): 400 when malformed.
+ */
 export function idempotencyKeyOf (call: StageCall): string | undefined {
   const req = call.req
   return req.method === 'POST' ? idempotencyKey(req.headers['idempotency-key']) : undefined
@@ -37,12 +40,13 @@ type KeyedRun = RecordedRun & { readonly slot: string }
 const TOO_LARGE = '{"message":"the answer to this Idempotency-Key was too large to keep"}'
 
 /**
- * The idempotency stage (SPEC: Runs → Idempotency), for a call with an Idempotency-Key: claims
- * the key's slot for this call and its caller (`call.keySlot`; its body is read whole for the
- * digest), or answers a repeat: the kept answer again (`Idempotent-Replayed: true`, the first's
- * `X-Request-Id`); while the first runs, 409 for a sync repeat and 202 with the first's run id for
- * an async one; 422 when the query or body differs. True when the call was answered. A sync call that holds the key is recorded as
- * a run (`call.recording`), and its answer is kept for repeats as it ends (keepSyncAnswer).
+ * The idempotency stage (docs/runs.md, "Retrying safely: `Idempotency-Key`"), for a call with an
+ * Idempotency-Key: claims the key's slot for this call and its caller (`call.keySlot`; its body is
+ * read whole for the digest), or answers a repeat: the kept answer again
+ * (`Idempotent-Replayed: true`, the first's `X-Request-Id`); while the first runs, 409 for a sync
+ * repeat and 202 with the first's run id for an async one; 422 when the query or body differs.
+ * True when the call was answered. A sync call that holds the key is recorded as a run
+ * (`call.recording`), and its answer is kept for repeats as it ends (keepSyncAnswer).
  */
 export function createIdempotency (deps: IdempotencyDeps): (call: StageCall) => Promise<boolean> {
   return async function claimKey (call) {

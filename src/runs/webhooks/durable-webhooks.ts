@@ -7,7 +7,7 @@ import { whileUnavailable } from '../while-unavailable.ts'
 import { recordWebhookEnd } from './webhook-end.ts'
 
 /**
- * Durable webhook delivery (SPEC: Runs → Durable webhook delivery). With a shared run store each
+ * Durable webhook delivery (docs/routes.md, "Webhooks"). With a shared run store each
  * delivery is written down before its first attempt, each attempt counted, and forgotten when it
  * ends; a sidecar that dies (or stops before its deliveries end) leaves them to another, which
  * makes the remaining attempts. In memory, or for a job with no app, jobs go straight to the sender.

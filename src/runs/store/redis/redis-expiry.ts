@@ -3,7 +3,10 @@ import { expiredRecord } from '../../run-record.ts'
 import type { RunRecord, TakenRun } from '../../run-data.ts'
 import { guard, parseWebhook, type RedisContext } from './redis-context.ts'
 
-/** How often every sidecar looks for queued runs past their time limit (the SPEC: failed within 1 s of it). */
+/**
+ * How often every sidecar looks for queued runs past their time limit (each fails within 1 s of
+ * it: docs/controlling-work.md, "Time limits").
+ */
 export const SWEEP_MS = 500
 /** Most runs one sweep fails; the rest are the next sweep's. */
 const SWEEP_BATCH = 64
