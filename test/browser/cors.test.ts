@@ -3,11 +3,12 @@ import { findChromium, openInChromium } from '../helpers/chromium.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, sidecarFor, startTestServer, type TestHandler, type TestServer } from '../helpers/sidecar-harness.ts'
 
-// Issue 32, with a real browser: SPEC /v4 → CORS. A page served from another origin (its own
-// server, another port) calls the sidecar with fetch and an Authorization header: Chromium sends
-// the preflight, the sidecar answers it (no token needed), and the page reads the app's answer
-// and X-Request-Id; it reads the sidecar's own 401 too. A sidecar that does not allow the page's
-// origin is blocked by the browser: its preflight gets 403 and the call never reaches the app.
+// Issue 32, with a real browser: docs/routes.md, "CORS: browser pages on other origins". A page
+// served from another origin (its own server, another port) calls the sidecar with fetch and an
+// Authorization header: Chromium sends the preflight, the sidecar answers it (no token needed),
+// and the page reads the app's answer and X-Request-Id; it reads the sidecar's own 401 too. A
+// sidecar that does not allow the page's origin is blocked by the browser: its preflight gets 403
+// and the call never reaches the app.
 
 /** What the page saw for each of its fetches: the status and what it could read, or the error fetch threw. */
 interface Outcome { status?: number, requestId?: string | null, serverTiming?: string | null, body?: unknown, error?: string }

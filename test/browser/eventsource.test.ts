@@ -4,8 +4,8 @@ import { findChromium, type HeadlessChromium, openInChromium } from '../helpers/
 import { runsClient } from '../helpers/runs-client.ts'
 import { eventually, type Harness, sidecarFor, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
 
-// Issue 28, with a real browser: SPEC /v4 → Response, "A reconnecting EventSource never runs a
-// plain call twice". Chromium's EventSource keeps the id of the id-only frame `id: <run_id>.done`
+// Issue 28, with a real browser: docs/routes.md, "Streams": a reconnecting EventSource never runs
+// a plain call twice. Chromium's EventSource keeps the id of the id-only frame `id: <run_id>.done`
 // that ends a converted stream (WHATWG), reconnects once with it, gets the sidecar's 204 and stops
 // (CLOSED); likewise after the run events route's `done` event. The page is served by the app
 // through the sidecar (RUNTIME=custom: unchanged), so its EventSource is same-origin; when the

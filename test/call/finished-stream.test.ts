@@ -3,9 +3,10 @@ import { send, type SentResponse } from '../helpers/http-client.ts'
 import { runsAppFor, runsClient, runsSidecarFor } from '../helpers/runs-client.ts'
 import { eventually } from '../helpers/sidecar-harness.ts'
 
-// SPEC /v4 → Response: "A reconnecting EventSource never runs a plain call twice." A GET or HEAD
-// with `Last-Event-ID` ending in `.done` is answered 204 (X-Request-Id, no body) without reaching
-// the app, after the route and auth checks and before the run routes; anything else is a call.
+// docs/routes.md, "Streams": a reconnecting EventSource never runs a plain call twice. A GET or
+// HEAD with `Last-Event-ID` ending in `.done` is answered 204 (X-Request-Id, no body) without
+// reaching the app, after the route and auth checks and before the run routes; anything else is
+// a call.
 
 /** Exactly the sidecar's 204: the status, the run id, no body, no content headers. */
 function assertStopped (t: Test, r: SentResponse, runId: string, what: string): void {

@@ -80,7 +80,7 @@ function decodeComponent (text: string): string {
   try { return decodeURIComponent(spaced) } catch { return spaced }
 }
 
-/** A query split the SPEC's way: the first `webhookEndpoint` (decoded), and the query forwarded without any of them. */
+/** A query split as docs/routes.md, "Webhooks" says: the first `webhookEndpoint` (decoded), and the query forwarded without any of them. */
 function splitOracle (query: string): { endpoint: string | undefined, forwarded: string } {
   if (query === '') return { endpoint: undefined, forwarded: '' }
   let endpoint: string | undefined
@@ -96,7 +96,7 @@ function splitOracle (query: string): { endpoint: string | undefined, forwarded:
   return { endpoint, forwarded: kept.join('&') }
 }
 
-/** The SPEC's webhookEndpoint rule: absolute http(s), a host, no user-info, at most 2048 characters. Undefined when valid. */
+/** The webhookEndpoint rule of docs/routes.md, "Webhooks": absolute http(s), a host, no user-info, at most 2048 characters. Undefined when valid. */
 function endpointError (raw: string): string | undefined {
   if (raw.length > 2048) return 'webhookEndpoint is longer than 2048 characters'
   let url: URL

@@ -4,9 +4,9 @@ import { runNode } from '../helpers/child-process.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, startTestServer } from '../helpers/sidecar-harness.ts'
 
-// SPEC: no input may stop the process. The bin guards it: an exception nobody caught, or a
-// rejection nobody handled, is logged once with its stack, counted in sidecar_internal_errors_total,
-// and the sidecar goes on serving.
+// docs/metrics.md, "Process": no input may stop the process. The bin guards it: an exception
+// nobody caught, or a rejection nobody handled, is logged once with its stack, counted in
+// sidecar_internal_errors_total, and the sidecar goes on serving.
 
 // the real bin, started as `app-sidecar` starts it; once it listens, the process throws from a
 // timer and leaves a rejection unhandled, as a bug in any background path would

@@ -4,9 +4,10 @@ import { send, sendRaw } from '../helpers/http-client.ts'
 import { eventually } from '../helpers/sidecar-harness.ts'
 import { gaugesReach, invoke, json, type SeenRequest, sidecarFor, startMixedApp } from './concurrency-kit.ts'
 
-// SPEC, Tracing: every /v4 answer the app gave carries `Server-Timing: queue;dur=<ms>`, and where
-// the headers go out after the app's last byte (the cortex envelope) also `app;dur=<ms>`; the
-// wait for a slot is the histogram sidecar_queue_duration_seconds.
+// docs/tracing.md, "Server-Timing and metrics": every /v4 answer the app gave carries
+// `Server-Timing: queue;dur=<ms>`, and where the headers go out after the app's last byte (the
+// cortex envelope) also `app;dur=<ms>`; the wait for a slot is the histogram
+// sidecar_queue_duration_seconds.
 
 const QUEUE = /^queue;dur=(\d+(?:\.\d+)?)$/
 

@@ -5,11 +5,11 @@ import { eventually, type Harness } from '../helpers/sidecar-harness.ts'
 import { sleep } from '../helpers/timing.ts'
 import { openStream, type ScriptedApp, startScriptedApp } from './sse-test-kit.ts'
 
-// Issue 28: an EventSource reconnects ~3 s after a clean end. SPEC /v4 → Response: "A reconnecting
-// EventSource never runs a plain call twice": a converted stream ends with `id: <run_id>.done`, a
-// GET with that Last-Event-ID is 204, and a 204 stops an EventSource. The run events route's done
-// event carries the same id. The sidecar leaves `retry:` alone, so each test waits out the client's
-// own reconnection delay and then for CLOSED, which proves it stopped.
+// Issue 28: an EventSource reconnects ~3 s after a clean end. docs/routes.md, "Streams": a
+// reconnecting EventSource never runs a plain call twice: a converted stream ends with
+// `id: <run_id>.done`, a GET with that Last-Event-ID is 204, and a 204 stops an EventSource. The
+// run events route's done event carries the same id. The sidecar leaves `retry:` alone, so each
+// test waits out the client's own reconnection delay and then for CLOSED, which proves it stopped.
 
 /** One connection an EventSource made: the Last-Event-ID it sent, the status it got. */
 interface Connection { lastEventId: string | undefined, status: number }

@@ -5,9 +5,9 @@ import { eventually, type Harness, startHarness } from '../helpers/sidecar-harne
 import { sleep } from '../helpers/timing.ts'
 import { doneFrame, MODES, type Mode, openStream, play, readStream, type ScriptedApp, startScriptedApp, type Step } from './sse-test-kit.ts'
 
-// SPEC /v4 → Response: the two converted SSE rows (NDJSON, chunked) end, after their last event
-// (an `event: error` included, whatever ended the stream, unless the caller left), with one frame
-// `id: <run_id>.done` and a blank line; passthrough SSE is the app's own stream, unchanged.
+// docs/routes.md, "Streams": the two converted SSE rows (NDJSON, chunked) end, after their last
+// event (an `event: error` included, whatever ended the stream, unless the caller left), with one
+// frame `id: <run_id>.done` and a blank line; passthrough SSE is the app's own stream, unchanged.
 
 let app: ScriptedApp
 let h: Harness

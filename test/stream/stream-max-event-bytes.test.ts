@@ -7,10 +7,10 @@ import { receiverFor, runsClient, type RunsClient } from '../helpers/runs-client
 import { eventually, sidecarFor, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
 import { startSidecarProcess } from '../helpers/sidecar-process.ts'
 
-// SPEC, STREAM_MAX_EVENT_BYTES: the longest single event the sidecar assembles (an NDJSON line); a
-// longer one ends the stream with `event: error` {"message": "event larger than <n> bytes"} and
-// cuts the app request (a run so cut is failed, 502, with that error; its webhook reports the
-// same); no event of any size may stop the process.
+// docs/configuration.md, "Sidecar (`app-sidecar`)", STREAM_MAX_EVENT_BYTES: the longest single
+// event the sidecar assembles (an NDJSON line); a longer one ends the stream with `event: error`
+// {"message": "event larger than <n> bytes"} and cuts the app request (a run so cut is failed,
+// 502, with that error; its webhook reports the same); no event of any size may stop the process.
 
 const MIB = 1024 * 1024
 const DEFAULT_MAX = 16 * MIB

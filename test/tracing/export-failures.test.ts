@@ -11,9 +11,9 @@ import { eventually, type Harness, type LogLine, sidecarFor, startTestServer } f
 import { closedPort } from '../helpers/webhook-receiver.ts'
 import { sleep } from '../helpers/timing.ts'
 
-// SPEC, Tracing: "An export that fails (collector down, refused, answering an error) never holds a
-// call; it is logged as a warn line naming the endpoint and the cause, at most once a minute, and
-// counted in sidecar_trace_export_failures_total."
+// docs/tracing.md, "Cost and failure": an export that fails (collector down, refused, answering an
+// error) never holds a call; it is logged as a warn line naming the endpoint and the cause, at most
+// once a minute, and counted in sidecar_trace_export_failures_total.
 
 const failureLines = (h: Harness): LogLine[] => h.logs.filter(line => line.msg === 'trace export failed')
 

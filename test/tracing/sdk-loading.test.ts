@@ -4,9 +4,9 @@ import { send } from '../helpers/http-client.ts'
 import { startOtlpReceiver } from '../helpers/otlp-receiver.ts'
 import { eventually, sidecarFor, startTestServer } from '../helpers/sidecar-harness.ts'
 
-// Without OTEL_EXPORTER_OTLP_ENDPOINT the OpenTelemetry SDK is never loaded (SPEC: Tracing; it
-// must cost no memory): these packages are CommonJS, so whatever loaded them is in require.cache.
-// Its own file: the process must not have loaded them for another test first.
+// Without OTEL_EXPORTER_OTLP_ENDPOINT the OpenTelemetry SDK is never loaded (docs/tracing.md,
+// "Turning it on": it must cost no memory): these packages are CommonJS, so whatever loaded them
+// is in require.cache. Its own file: the process must not have loaded them for another test first.
 
 const SDK = ['@opentelemetry/sdk-trace/', '@opentelemetry/exporter-trace-otlp-proto/', '@opentelemetry/core/', '@opentelemetry/resources/', '@opentelemetry/exporter-trace-otlp-http/']
 const loaded = (): string[] => SDK.filter(name => Object.keys(createRequire(import.meta.url).cache).some(path => path.includes(`/node_modules/${name}`)))

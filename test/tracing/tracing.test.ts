@@ -5,9 +5,10 @@ import { type OtlpReceiver, parseTraceparent, type ReceivedSpan, startOtlpReceiv
 import { eventually, type Harness, sidecarFor, startTestServer, type TestHandler, type TestServer } from '../helpers/sidecar-harness.ts'
 import { closedPort, type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 
-// SPEC, Tracing: the caller's trace context continued, one server span per /v4 call with a
-// `queue` child and a client span for the app request, one client span per webhook attempt,
-// async runs under their submitter's trace; exported over OTLP/HTTP to a real receiver here.
+// docs/tracing.md, "The spans": the caller's trace context continued, one server span per /v4
+// call with a `queue` child and a client span for the app request, one client span per webhook
+// attempt, async runs under their submitter's trace; exported over OTLP/HTTP to a real receiver
+// here.
 
 const ROUTE = '/v4/{project_id}/{app_name}/…'
 const SERVER = 2

@@ -6,9 +6,9 @@ import { testRedis } from '../../helpers/redis-server.ts'
 import { runsAppFor, runsClient, runsSidecarFor } from '../../helpers/runs-client.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
 
-// SPEC, RUN_MAX_READERS (1000): most readers of run events this replica serves at once; beyond
-// it 503 with Retry-After. Each reader's buffer is bounded in bytes too: one that does not read
-// catches up from the kept events.
+// docs/configuration.md, "Sidecar (`app-sidecar`)", RUN_MAX_READERS (1000): most readers of run
+// events this replica serves at once; beyond it 503 with Retry-After. Each reader's buffer is
+// bounded in bytes too: one that does not read catches up from the kept events.
 
 /** A reader of `url` that reads nothing once its headers arrived (a paused EventSource, a stalled client). */
 interface PausedReader { req: ClientRequest, res: IncomingMessage }

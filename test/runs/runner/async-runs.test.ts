@@ -14,7 +14,7 @@ const RECORD_FIELDS = ['run_id', 'status', 'created_at', 'started_at', 'complete
 const appFor = runsAppFor
 const sidecarFor = async (t: Test, appUrl: string, env: Record<string, string> = {}): Promise<Harness> => await runsSidecarFor(t, appUrl, { DISABLE_AUTH: 'true', ...env })
 
-/** The record's fields in the SPEC's order: every key known, none twice, in order. */
+/** The record's fields in the order of docs/runs.md, "The record": every key known, none twice, in order. */
 function checkFieldOrder (t: Test, record: object, expected: string[]): void {
   const keys = Object.keys(record)
   t.same(keys, expected, 'fields present, in order')

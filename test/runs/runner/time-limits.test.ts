@@ -2,7 +2,8 @@ import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { runsSetup, type RunsSetup } from '../../helpers/runs-setup.ts'
 
-// SPEC Runs → Time limits: Cancel-After per call (queue included), ASYNC_QUEUE_TTL_SECONDS for queued async runs
+// docs/controlling-work.md, "Time limits": Cancel-After per call (queue included),
+// ASYNC_QUEUE_TTL_SECONDS for queued async runs
 
 /** Holds the one slot (REPLICA_CONCURRENCY=1) with a sync call the app keeps: the async runs behind it wait in the queue. */
 async function holdSlot (s: RunsSetup): Promise<{ free: () => void }> {

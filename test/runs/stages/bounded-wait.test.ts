@@ -6,7 +6,8 @@ import { runsSetup } from '../../helpers/runs-setup.ts'
 import { eventually, type Harness } from '../../helpers/sidecar-harness.ts'
 import { openStream } from '../../stream/sse-test-kit.ts'
 
-// SPEC Runs → Bounded wait: Prefer: wait=N answers as usual within N s, else 202 and the call goes on as a run
+// docs/controlling-work.md, "Bounded wait: `Prefer: wait`": Prefer: wait=N answers as usual
+// within N s, else 202 and the call goes on as a run
 
 t.test('answered within its wait: a plain call (no record, no Preference-Applied); a wait outside 1–3600 or malformed is ignored', async t => {
   const s = await runsSetup(t, 'memory')

@@ -10,7 +10,8 @@ import { eventually, type Harness, startTestServer, type TestServer } from '../.
 import { sleep } from '../../helpers/timing.ts'
 import { openStream } from '../../stream/sse-test-kit.ts'
 
-// SPEC, Runs → Idempotency: a request that reached the app runs once, whatever its caller does.
+// docs/runs.md, "Retrying safely: `Idempotency-Key`": a request that reached the app runs once,
+// whatever its caller does.
 
 const IN_PROGRESS = '{"message":"a request with this Idempotency-Key is in progress"}'
 

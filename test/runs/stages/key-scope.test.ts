@@ -3,9 +3,9 @@ import { send, type SentResponse } from '../../helpers/http-client.ts'
 import { runsAppFor, runsSidecarFor } from '../../helpers/runs-client.ts'
 import type { Harness } from '../../helpers/sidecar-harness.ts'
 
-// SPEC, Runs → Idempotency: a key is per project, app, path and caller (the token's `sub`), and
-// "the same request" is the same method, path, query string (without webhookEndpoint and
-// access_token) and body.
+// docs/runs.md, "Retrying safely: `Idempotency-Key`": a key is per project, app, path and caller
+// (the token's `sub`), and "the same request" is the same method, path, query string (without
+// webhookEndpoint and access_token) and body.
 
 const REUSED = '{"message":"Idempotency-Key reused with a different body"}'
 

@@ -5,9 +5,9 @@ import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/
 import type { RunEventItem } from '../../../src/runs/run-data.ts'
 import { startPrivateRedis } from '../../helpers/redis-server.ts'
 
-// A running run's events are never silently lost (SPEC: Runs → The run store on a Redis
-// deployment → Losses it survives): a Redis that does not know the store's scripts (a fresh
-// start, SCRIPT FLUSH, a failover) answers NOSCRIPT, and a stall holds every command meanwhile.
+// A running run's events are never silently lost (docs/runs.md, "Where runs live"): a Redis
+// that does not know the store's scripts (a fresh start, SCRIPT FLUSH, a failover) answers
+// NOSCRIPT, and a stall holds every command meanwhile.
 
 const SCOPE = { projectId: 'proj', appName: 'app' }
 const SETTINGS: RedisStoreSettings = { retentionSeconds: 60, maxEvents: 100_000, maxEventBytes: 64 * 1024 * 1024, queueDepth: 10, queueMaxBytes: 1024 * 1024, scope: SCOPE }

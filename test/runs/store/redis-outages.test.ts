@@ -7,7 +7,7 @@ import { privateRunStore, startPrivateRedis } from '../../helpers/redis-server.t
 import { runsAppFor, runsClient, runsSidecarFor, type RunsClient } from '../../helpers/runs-client.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
 
-// SPEC (Runs → The run store on a Redis deployment): a Redis that is demoted, out of memory or not
+// docs/runs.md, "Where runs live": a Redis that is demoted, out of memory or not
 // answering within 2 s gives recorded-run requests 503 {"message":"run store unavailable"} with
 // Retry-After, never 500 and never a hang; they work again within 10 s of a primary answering,
 // without a restart. sidecar_run_store_up and /readyz's body say whether the store answers.

@@ -1,4 +1,4 @@
-// The persistence check at start (SPEC: Runs → The run store on a Redis deployment → Persistence):
+// The persistence check at start (docs/runs.md, "Running Redis for the fleet"):
 // a private redis-server per case, configured as each case needs.
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'

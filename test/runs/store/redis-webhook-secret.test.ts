@@ -5,9 +5,9 @@ import { privateRunStore } from '../../helpers/redis-server.ts'
 import { receiverFor, runsAppFor, runsClient, runsSidecarFor } from '../../helpers/runs-client.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
 
-// SPEC (Runs → Async runs): the X-Webhook-Secret is kept in the run store only until the delivery
-// ends. Here: the secret leaves Redis as soon as nothing can need it (a run canceled, a delivery
-// ended, a run expired), whichever comes first.
+// docs/runs.md, "Where runs live": the X-Webhook-Secret is kept in the run store only until the
+// delivery ends. Here: the secret leaves Redis as soon as nothing can need it (a run canceled, a
+// delivery ended, a run expired), whichever comes first.
 
 const SECRET = `whsec-${process.pid}-must-leave`
 

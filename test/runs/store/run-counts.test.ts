@@ -1,6 +1,6 @@
-// sidecar_async_queued_runs and sidecar_async_running_runs as the run store counts them (SPEC:
-// Runs → Autoscaling): runs waiting (taken ahead by a sidecar included: not running yet), exact
-// after cancels; started runs until they end.
+// sidecar_async_queued_runs and sidecar_async_running_runs as the run store counts them
+// (docs/metrics.md, "Runs"): runs waiting (taken ahead by a sidecar included: not running yet),
+// exact after cancels; started runs until they end.
 import t, { type Test } from 'tap'
 import { MemoryRunStore } from '../../../src/runs/store/memory/memory-run-store.ts'
 import { RedisRunStore } from '../../../src/runs/store/redis/redis-run-store.ts'
