@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { builds, ownFigure, roundsOf, thresholdCheck } from '../checks.ts'
-import { Latencies, type LoadRequest, type Measurement, summarize } from '../load.ts'
+import { type Latencies, type LoadRequest, type Measurement, summarize } from '../load.ts'
 import type { BenchContext, Evaluation, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import { APP_NAME, PROJECT_ID, shareServers, startBenchServer, startSidecarProcess, type StartedServer } from '../targets.ts'
 import { appStats, nowUs, resetApp, type Sidecar, submitAll } from './async-runs.ts'

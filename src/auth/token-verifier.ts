@@ -4,7 +4,7 @@ import * as joseErrors from 'jose/errors'
 import { createLocalJWKSet } from 'jose/jwks/local'
 import { jwtVerify } from 'jose/jwt/verify'
 import { LRUCache } from 'lru-cache'
-import { ForbiddenProjectError, InvalidTokenError, SidecarError, StoreUnreachableError } from '../errors.ts'
+import { ForbiddenProjectError, InvalidTokenError, type SidecarError, StoreUnreachableError } from '../errors.ts'
 import { fetchBoundedJson } from './bounded-json.ts'
 
 /** What the sidecar keeps of a token it has verified. */

@@ -130,5 +130,5 @@ export function composeBuild (key: BuildKey, fields: BuildFields, createdAt: Dat
   for (const name of BUILD_FIELD_ORDER) {
     if (all[name] !== undefined) ordered[name] = all[name]
   }
-  return ordered as Build
+  return ordered
 }

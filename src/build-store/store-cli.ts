@@ -74,7 +74,7 @@ function parseOptions (args: readonly string[], needs: readonly OptionName[]): R
   let values: Partial<Record<OptionName, string>>
   try {
     const options = Object.fromEntries(needs.map(name => [name, { type: 'string' as const }]))
-    values = parseArgs({ args: [...args], options, strict: true, allowPositionals: false }).values as Partial<Record<OptionName, string>>
+    values = parseArgs({ args: [...args], options, strict: true, allowPositionals: false }).values
   } catch (error) {
     throw usageErrorOf(error as NodeJS.ErrnoException)
   }

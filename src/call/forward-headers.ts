@@ -108,7 +108,7 @@ export function callerResponseHeaders (appHeaders: IncomingHttpHeaders, runId: s
   }
   out['x-request-id'] = runId
   out['server-timing'] = withServerTiming(out['server-timing'] as string | string[] | undefined, timing)
-  if (corsOwned && out.vary !== undefined) out.vary = varyWithOrigin(out.vary as string | string[])
+  if (corsOwned && out.vary !== undefined) out.vary = varyWithOrigin(out.vary)
   return out
 }
 

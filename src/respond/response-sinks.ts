@@ -1,4 +1,4 @@
-import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
+import type { IncomingHttpHeaders } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import { AppUnreachableError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'

@@ -5,7 +5,7 @@ import type { WebhookAttemptOutcome, WebhookMetrics } from '../shared/metric-con
 import { describeNetworkError, isNetworkTimeout } from '../shared/network-errors.ts'
 import { retryAfterFirst } from '../shared/retry-after-first.ts'
 import { portOf, type TraceContext, type Tracer } from '../shared/trace-contracts.ts'
-import { AddressGuard, AddressRefusedError } from './address-guard.ts'
+import { type AddressGuard, AddressRefusedError } from './address-guard.ts'
 import { DestinationPools } from './destination-pools.ts'
 import { WebhookAttempt } from './webhook-attempt.ts'
 import type { WebhookTarget } from './webhook-endpoint.ts'

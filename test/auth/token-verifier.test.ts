@@ -344,7 +344,7 @@ t.test('caching', async t => {
     const token = await issuer.sign(PROJECT)
     const results = Array.from({ length: 10 }, () => v.authorize(token, PROJECT))
     t.ok(results.every(result => result instanceof Promise))
-    t.same(await Promise.all(results), Array(10).fill(undefined))
+    t.same(await Promise.all(results as Array<Promise<void>>), Array(10).fill(undefined))
     t.equal(server.fetches, 1)
     t.equal(v.cachedTokens, 1)
   })
@@ -402,7 +402,7 @@ t.test('key rotation', async t => {
     const tokens = await Promise.all(Array.from({ length: 8 }, async () => await newKey.sign(PROJECT)))
     const results = tokens.map(token => v.authorize(token, PROJECT))
     t.ok(results.every(result => result instanceof Promise))
-    t.same(await Promise.all(results), Array(8).fill(undefined))
+    t.same(await Promise.all(results as Array<Promise<void>>), Array(8).fill(undefined))
     t.equal(server.fetches, 2)
   })
 

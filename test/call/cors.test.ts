@@ -1,20 +1,21 @@
-import type { IncomingHttpHeaders } from 'node:http'
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
 import t, { type Test } from 'tap'
 import { ALLOWED_METHODS, EXPOSED_HEADERS } from '../../src/call/cors.ts'
 import { metric } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, type Harness, sidecarFor, startTestServer, type TestHandler, type TestServer } from '../helpers/sidecar-harness.ts'
 
-// SPEC /v4 → CORS (CORS_ALLOWED_ORIGINS): an allowed Origin's answers carry
-// Access-Control-Allow-Origin (its origin), Vary: Origin and Access-Control-Expose-Headers, the
-// sidecar's own errors included; its preflight is answered 204 by the sidecar (no token, never
-// the app); another origin's preflight is 403 {"message": "origin not allowed"} and its other
-// requests carry no CORS header; unset, there is no CORS header anywhere and OPTIONS is a call.
+// docs/routes.md, "CORS: browser pages on other origins" (CORS_ALLOWED_ORIGINS): an allowed
+// Origin's answers carry Access-Control-Allow-Origin (its origin), Vary: Origin and
+// Access-Control-Expose-Headers, the sidecar's own errors included; its preflight is answered 204
+// by the sidecar (no token, never the app); another origin's preflight is 403
+// {"message": "origin not allowed"} and its other requests carry no CORS header; unset, there is
+// no CORS header anywhere and OPTIONS is a call.
 
 const PAGE = 'https://page.example'
 const OTHER = 'https://evil.example'
 
-/** The exposed list exactly as the SPEC writes it. */
+/** The exposed list exactly as docs/routes.md, "CORS: browser pages on other origins" writes it. */
 t.equal(EXPOSED_HEADERS, 'X-Request-Id, Idempotent-Replayed, Server-Timing, Location, Retry-After, Preference-Applied')
 t.equal(ALLOWED_METHODS, 'GET, HEAD, POST, PUT, PATCH, DELETE')
 
@@ -29,7 +30,7 @@ const allowedFor = (origin: string): Record<string, string> => ({
   'access-control-expose-headers': EXPOSED_HEADERS
 })
 
-const json = (body: unknown, extra: Record<string, string> = {}): TestHandler => (_req, res) => {
+const json = (body: unknown, extra: Record<string, string> = {}) => (_req: IncomingMessage, res: ServerResponse): void => {
   res.writeHead(200, { 'content-type': 'application/json', ...extra }).end(JSON.stringify(body))
 }
 
@@ -75,7 +76,7 @@ t.test('an allowed origin\'s preflight: 204 from the sidecar, no token, the exac
 t.test('an allowed origin\'s calls: the app\'s answer and the sidecar\'s own errors carry the CORS headers', async t => {
   const { h } = await setUp(t, { CORS_ALLOWED_ORIGINS: PAGE, PROJECT_ID: 'proj' }, (req, res) => {
     if (req.url === '/stream') res.writeHead(200, { 'content-type': 'application/x-ndjson' }).end('1\n2\n')
-    else json({ ok: true })(req, res, Buffer.alloc(0))
+    else json({ ok: true })(req, res)
   })
   const token = await h.token('proj')
   const ok = await send(`${h.base}/v4/proj/app/predict`, { method: 'POST', headers: { origin: PAGE, authorization: `Bearer ${token}`, 'x-request-id': 'call-1' }, body: '{}' })

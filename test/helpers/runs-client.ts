@@ -5,7 +5,7 @@ import { send, type SentResponse } from './http-client.ts'
 import { eventually, type Harness, startHarness, startTestServer, type TestServer } from './sidecar-harness.ts'
 import { startWebhookReceiver, type WebhookReceiver } from './webhook-receiver.ts'
 
-/** A run record as `GET …/_runs/{id}` answers it (the SPEC's fields; absent ones are absent). */
+/** A run record as `GET …/_runs/{id}` answers it (the fields of docs/runs.md, "The record"; absent ones are absent). */
 export interface RunRecordBody {
   run_id: string
   status: 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled'
@@ -165,7 +165,7 @@ export async function startRunsApp (): Promise<RunsApp> {
         })
       })
       if (STREAM_TYPES[first] !== undefined) {
-        res.writeHead(200, { 'content-type': STREAM_TYPES[first] as string })
+        res.writeHead(200, { 'content-type': STREAM_TYPES[first] })
         res.flushHeaders()
       }
       held.push({ req, res, url, cut: closed, wasCut: () => cut })

@@ -75,7 +75,8 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
 
   const server = createServer((req, res) => {
     const arrivedAt = performance.now()
-    const action = script[index] ?? (script.length > 0 ? script[script.length - 1] as ReceiverAction : typeof fallback === 'function' ? fallback() : fallback)
+    // past the script, its last action again; no script: the fallback
+    const action = script[index] ?? script[script.length - 1] ?? (typeof fallback === 'function' ? fallback() : fallback)
     index++
     const chunks: Buffer[] = []
     req.on('data', (chunk: Buffer) => chunks.push(chunk))

@@ -5,8 +5,9 @@ import { type Harness, startHarness, startTestServer, type TestServer } from '..
 import { send, type SentResponse } from '../helpers/http-client.ts'
 import { exchange, livez, UUID } from './hostile-kit.ts'
 
-// Forged, confused and oversized tokens. Each gets the SPEC's 401 (or 403 for a valid token of
-// another project), quickly, as a JSON {"message"}; none reaches the app, none is logged.
+// Forged, confused and oversized tokens. Each gets the 401 of docs/errors.md, "Answers on the
+// public port" (or 403 for a valid token of another project), quickly, as a JSON {"message"}; none
+// reaches the app, none is logged.
 
 const b64 = (value: unknown): string => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url')
 
@@ -93,7 +94,7 @@ t.test('algorithm confusion: HS256 keyed with the public key is refused', async 
   const secrets: Array<[string, Buffer | string]> = [
     ['the raw public key', Buffer.from(trustedJwk.x as string, 'base64url')],
     ['the public JWK text', JSON.stringify(trustedJwk)],
-    ['the public key PEM', trusted.publicKey.export({ format: 'pem', type: 'spki' }) as string]
+    ['the public key PEM', trusted.publicKey.export({ format: 'pem', type: 'spki' })]
   ]
   for (const [label, secret] of secrets) {
     for (const alg of ['HS256', 'HS384', 'HS512']) {

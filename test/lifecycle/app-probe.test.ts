@@ -1,5 +1,4 @@
 import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { AppProbe } from '../../src/lifecycle/app-probe.ts'
 import { eventually, startTestServer, freePort } from '../helpers/sidecar-harness.ts'

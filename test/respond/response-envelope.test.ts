@@ -40,7 +40,7 @@ t.test('hand-picked bodies: the same bytes as parsing and stringifying', async t
   }
 })
 
-t.test('any JSON or text body, cut anywhere (even inside a character), gives the reference envelope', async t => {
+t.test('any JSON or text body, cut anywhere (even inside a character), gives the reference envelope', async () => {
   const space = fc.constantFrom('', ' ', '\n', '\t', '\r\n  ')
   const jsonBody = fc.tuple(space, fc.json(), space).map(([a, json, b]) => a + json + b)
   const textBody = fc.string({ unit: 'grapheme' })

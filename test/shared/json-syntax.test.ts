@@ -32,12 +32,12 @@ t.test('agrees with JSON.parse on hand-picked texts', async t => {
   for (const text of cases) t.equal(check(text), parses(text), JSON.stringify(text))
 })
 
-t.test('every JSON value is valid, cut into chunks anywhere', async t => {
+t.test('every JSON value is valid, cut into chunks anywhere', async () => {
   fc.assert(fc.property(fc.json(), fc.array(fc.nat(200)), (text, cuts) => check(text, cuts)))
   fc.assert(fc.property(fc.jsonValue().map(value => JSON.stringify(value, null, 2)), fc.array(fc.nat(400)), (text, cuts) => check(text, cuts)))
 })
 
-t.test('agrees with JSON.parse on arbitrary and mutated texts', async t => {
+t.test('agrees with JSON.parse on arbitrary and mutated texts', async () => {
   fc.assert(fc.property(fc.string({ unit: 'grapheme' }), fc.array(fc.nat(50)), (text, cuts) => check(text, cuts) === parses(text)), { numRuns: 2000 })
   const mutated = fc.tuple(fc.json(), fc.nat(), fc.constantFrom('', ',', ']', '}', '"', '\\', ':', '-', '0', 'e', '.', ' ', '\n', 'x'))
     .map(([text, at, insert]) => text.slice(0, at % (text.length + 1)) + insert + text.slice(at % (text.length + 1) + 1))

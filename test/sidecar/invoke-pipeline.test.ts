@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto'
-import { request } from 'node:http'
 import t from 'tap'
-import { eventually, type Harness, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
+import { type Harness, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
 import { send } from '../helpers/http-client.ts'
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/

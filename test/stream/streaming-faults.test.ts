@@ -22,7 +22,6 @@ t.teardown(async () => {
 })
 
 type TestLike = Parameters<ScriptedApp['route']>[0]
-const SSE = 'text/event-stream'
 const headersFor = async (mode: Mode, extra: Record<string, string> = {}): Promise<Record<string, string>> => ({
   authorization: `Bearer ${await h.token('proj')}`,
   ...(mode.accept === undefined ? {} : { accept: mode.accept }),

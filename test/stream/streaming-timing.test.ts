@@ -28,7 +28,6 @@ t.teardown(async () => {
 })
 
 type TestLike = Parameters<ScriptedApp['route']>[0]
-const SSE = 'text/event-stream'
 const auth = (h: Harness): Promise<Record<string, string>> => h.token('proj').then(tk => ({ authorization: `Bearer ${tk}` }))
 
 

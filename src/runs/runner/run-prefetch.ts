@@ -18,8 +18,8 @@ export class RunPrefetch {
   readonly #queue: RunQueue
   readonly #held: Held[] = []
   #taking: Promise<void> | undefined
-  /** Why next()'s own take failed: thrown by next(). */
-  #failure: unknown
+  /** Why next()'s own take failed (boxed: any value may be a rejection's reason): thrown by next(). */
+  #failure: { readonly error: unknown } | undefined
   #busy = 0
   #ahead = true
   #wake: Array<() => void> = []
@@ -50,7 +50,7 @@ export class RunPrefetch {
       await this.#changed(signal) // a take is under way: it brings the next run
       const failure = this.#failure
       this.#failure = undefined
-      if (failure !== undefined) throw failure
+      if (failure !== undefined) throw failure.error
     }
   }
 
@@ -101,7 +101,7 @@ export class RunPrefetch {
     this.#taking = this.#queue.take(signal).then(run => {
       this.#held.push({ run, since: Date.now() })
     }, (error: unknown) => {
-      if (wanted) this.#failure = error
+      if (wanted) this.#failure = { error }
       else this.#ahead = false
     }).finally(() => {
       this.#taking = undefined

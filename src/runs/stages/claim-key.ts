@@ -121,7 +121,7 @@ function keepSyncAnswer (deps: IdempotencyDeps, call: StageCall, recorded: Keyed
   res.writeHead = function (this: ServerResponse, status: number, ...rest: unknown[]) {
     contentType = contentTypeIn(rest[rest.length - 1]) ?? contentType
     return (writeHead as (...args: unknown[]) => ServerResponse).call(this, status, ...rest)
-  } as ServerResponse['writeHead']
+  }
   const write = res.write
   const end = res.end
   res.write = function (this: ServerResponse, chunk: unknown, encoding?: unknown, callback?: unknown) {

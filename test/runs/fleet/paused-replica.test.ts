@@ -27,7 +27,7 @@ t.test('SIGSTOP past RUN_LOST_AFTER_SECONDS, then SIGCONT and the app answers: o
   const survivor = 1 - runner
   await eventually(async () => (await record(survivor)).status === 'running')
 
-  const paused = sidecars[runner] as typeof sidecars[number]
+  const paused = sidecars[runner]
   paused.child.process.kill('SIGSTOP')
   t.teardown(() => { paused.child.process.kill('SIGCONT') })
   let lost: Record<string, unknown> = {}

@@ -129,10 +129,10 @@ t.test('redis run store', async t => {
     b.listen(listener({ deliveryLost: delivery => { lost.push(delivery) } }))
     const target = { url: new URL('https://hooks.example/x'), secret: 'whsec' }
     const delivery = { scope: SCOPE, runId: 'hooked', target, body: '{"run_id":"hooked"}' }
-    const kept = await a.deliveries.hold(delivery) as HeldDelivery
+    const kept = await a.deliveries.hold(delivery)
     t.match(kept, { ...delivery, attempts: 0 })
     await a.deliveries.attempt(kept)
-    const done = await a.deliveries.hold({ ...delivery, runId: 'done' }) as HeldDelivery
+    const done = await a.deliveries.hold({ ...delivery, runId: 'done' })
     await a.deliveries.done(done)
     const trace = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', tracestate: 'vendor=abc' }
     await a.deliveries.hold({ ...delivery, runId: 'kept-alive', target: { url: target.url, secret: undefined }, trace })
@@ -167,7 +167,7 @@ t.test('redis run store', async t => {
     t.teardown(async () => { await store.close() })
     await store.reachable(5000)
     store.listen(listener({ deliveryLost: delivery => { back.push(delivery) } }))
-    const held = await store.deliveries.hold({ scope: SCOPE, runId: 'deferred', target: { url: new URL('https://hooks.example/x'), secret: undefined }, body: '{}' }) as HeldDelivery
+    const held = await store.deliveries.hold({ scope: SCOPE, runId: 'deferred', target: { url: new URL('https://hooks.example/x'), secret: undefined }, body: '{}' })
     await store.deliveries.leave(held, false)
     await eventually(() => back.length === 1, 3000)
     t.match(back[0], { runId: 'deferred', attempts: 1 }, 'taken back by the same sidecar, its first attempt counted')

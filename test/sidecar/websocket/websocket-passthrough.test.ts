@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { createServer } from 'node:net'
-import type { AddressInfo, Socket } from 'node:net'
+import type { Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import type { ClientOptions, WebSocket } from 'ws'
 import { fetchMetrics, sampleValue } from '../../helpers/admin-metrics.ts'

@@ -213,7 +213,7 @@ export class RedisQueue implements RunQueue {
 
   /** A run this store started already: its request and webhook (kept until it ends). */
   async #withRequest (keys: ScopeKeys, run: TakenRun): Promise<TakenRun | undefined> {
-    const [request, body, webhook] = await guard(this.#ctx.redis.hmgetBuffer(keys.run(run.runId), 'request', 'body', 'webhook')) as Array<Buffer | null>
+    const [request, body, webhook] = await guard(this.#ctx.redis.hmgetBuffer(keys.run(run.runId), 'request', 'body', 'webhook'))
     return wholeRun(run, request ?? null, body ?? null, webhook ?? null)
   }
 
