@@ -94,10 +94,12 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
    * The call goes on as a run, its caller answered otherwise (its `Prefer: wait` ran out, 202): from
    * now on the app's answer is followed by `tee` alone (the run's record, and the webhook's), the
    * sinks writing into a response nobody reads; the call holds its slot until the app request ends.
-   * False when the app's response has begun (it goes on to the caller).
+   * False when the app's response has begun (it goes on to the caller); `makeTee` is called only
+   * when the call does go on as a run (a tee made for nothing would take over the call's webhook).
    */
-  outliveAsRun (tee: AnswerTee, unread: ServerResponse): boolean {
+  outliveAsRun (makeTee: () => AnswerTee, unread: ServerResponse): boolean {
     if (this.#sink !== undefined || this.#ended || this.#callerGone || this.#expired !== undefined) return false
+    const tee = makeTee()
     this.#tee = tee
     this.capture = tee.capture
     this.res = unread

@@ -43,6 +43,8 @@ export interface FakeCall extends StageCall {
   readonly got: Promise<CallerGot | undefined>
   /** The call closes (what closing an HttpCall does): its cleanups run, in the order given. */
   close: () => void
+  /** The app request that outlived its caller ended: what the call held is freed now (as CallRecord's outlived()). */
+  outlived: () => void
   /** The caller leaves: its socket is destroyed and the call aborts with `reason`. */
   leave: (reason?: Error) => void
 }
@@ -91,7 +93,14 @@ class LoopbackCall implements FakeCall {
     this.route = route
     this.got = got
     this.runId = String(req.headers['x-request-id'] ?? 'fake-run')
-    res.once('close', () => { this.close() })
+    // as CallRecord: a caller that leaves aborts the call, unless whoever holds it goes on without it
+    res.once('close', () => {
+      if (!res.writableFinished) {
+        if (this.#taker?.outlivesCaller?.() === true) this.#outliving = true
+        else this.abort(new Error('caller gone'))
+      }
+      if (!this.#outliving) this.close()
+    })
   }
 
   get settled (): boolean { return this.res.writableEnded || (this.res.destroyed && !this.#outliving) }
@@ -121,7 +130,13 @@ class LoopbackCall implements FakeCall {
     else this.#cleanups.push(free)
   }
 
-  outlive (): void { this.#outliving = true }
+  outlive (): void { if (!this.#closed) this.#outliving = true }
+
+  outlived (): void {
+    if (!this.#outliving) return
+    this.#outliving = false
+    this.close()
+  }
   waited (ms: number): void { this.queueMs = ms }
 
   close (): void {

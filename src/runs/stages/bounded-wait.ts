@@ -82,9 +82,10 @@ export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
     }
     const running = startedRecord(queuedRecord(submitted), createdAt, startedAt)
     const run: TakenRun = { ...submitted, entry: '', running, runningJson: JSON.stringify(running) }
-    const tee = new RecordedRunTee({ store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal },
-      webhookTee, deps.maxResultBytes, { forwardedAt: relay.forwardedAt, startedAt })
-    if (!relay.outliveAsRun(tee, unreadResponse(call.req))) return
+    const recorded = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal }
+    const since = { forwardedAt: relay.forwardedAt, startedAt }
+    const makeTee = (): RecordedRunTee => new RecordedRunTee(recorded, webhookTee, deps.maxResultBytes, since)
+    if (!relay.outliveAsRun(makeTee, unreadResponse(call.req))) return
     call.outlive() // its slot and the drain's count are held until the app answers
     // sent now, before anything the run appends (one connection, commands in order)
     const opening = deps.store.records.open(run)
