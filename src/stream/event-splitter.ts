@@ -31,13 +31,13 @@ export function createEventSplitter (kind: StreamKind, onEvent: (data: string) =
 /**
  * The `data` of each server-sent event in a byte stream, as the WHATWG parser reads it: UTF-8
  * decoded across reads, and a byte order mark at the start of the stream skipped. An event whose
- * bytes pass `maxEventBytes` before its blank line stops the parsing (the read that passes it is
- * not parsed: no event ends in it when a read is no longer than the bound).
+ * bytes pass `maxEventBytes` stops the parsing, whether its blank line is still to come or in the
+ * very read that passes the bound: that read is not parsed, so no event over the bound is passed on.
  */
 export function createSseDataParser (onEvent: (data: string) => void, maxEventBytes: number): EventSplitter {
   const decoder = new StringDecoder('utf8')
   const parser = createParser({ onEvent: event => { onEvent(event.data) } })
-  const size = new SseEventSize()
+  const size = new SseEventSize(maxEventBytes)
   let first = true
   let over = false
   const feed = (text: string): void => {
@@ -49,7 +49,7 @@ export function createSseDataParser (onEvent: (data: string) => void, maxEventBy
   }
   return {
     push: chunk => {
-      if (over || size.add(chunk) > maxEventBytes) {
+      if (over || size.passes(chunk)) {
         over = true
         return false
       }
@@ -65,22 +65,54 @@ const CR = 0x0d
 /** Two line ends in a row (a blank line: an event's end) always hold one of these: LF LF, LF CR, CR CR. */
 const BLANK_LINES = [Buffer.from('\n\n'), Buffer.from('\n\r'), Buffer.from('\r\r')]
 
-/** The bytes of a server-sent event stream since its last blank line: the size of the event under way. */
+/** Where the first blank line in `chunk` at or after `from` ends; -1: none. */
+function firstBlankEnd (chunk: Buffer, from: number): number {
+  let end = -1
+  for (const blank of BLANK_LINES) {
+    const at = chunk.indexOf(blank, from)
+    if (at !== -1 && (end === -1 || at + 2 < end)) end = at + 2
+  }
+  return end
+}
+
+/** Where the last blank line in `chunk` ends; -1: none. */
+function lastBlankEnd (chunk: Buffer): number {
+  let end = -1
+  for (const blank of BLANK_LINES) {
+    const at = chunk.lastIndexOf(blank)
+    if (at !== -1 && at + 2 > end) end = at + 2
+  }
+  return end
+}
+
+/** The size of each event of a server-sent event stream, read by read, against a bound. */
 class SseEventSize {
+  readonly #max: number
+  /** The bytes since the last blank line: the event under way. */
   #since = 0
   #lastByte = LF
 
-  /** Counts `chunk`; the event's bytes so far. */
-  add (chunk: Buffer): number {
-    let end = -1
-    for (const blank of BLANK_LINES) {
-      const at = chunk.lastIndexOf(blank)
-      if (at !== -1 && at + 2 > end) end = at + 2
-    }
-    const first = chunk[0]
-    if (end === -1 && ((this.#lastByte === LF && (first === LF || first === CR)) || (this.#lastByte === CR && first === CR))) end = 1
-    this.#since = end === -1 ? this.#since + chunk.length : chunk.length - end
+  constructor (maxEventBytes: number) {
+    this.#max = maxEventBytes
+  }
+
+  /** Counts `chunk`: true when an event it ends, holds or begins has passed the bound. */
+  passes (chunk: Buffer): boolean {
+    const head = chunk[0]
+    // the blank line may span two reads: the last byte before and this read's first
+    const spans = (this.#lastByte === LF && (head === LF || head === CR)) || (this.#lastByte === CR && head === CR)
     this.#lastByte = chunk[chunk.length - 1] ?? this.#lastByte
-    return this.#since
+    const first = spans ? 1 : firstBlankEnd(chunk, 0)
+    if (first === -1) return (this.#since += chunk.length) > this.#max
+    // the event under way ends in this read
+    if (this.#since + first > this.#max) return true
+    // the events wholly inside this read fit when the read does
+    if (chunk.length > this.#max) {
+      for (let end = first, next = firstBlankEnd(chunk, end); next !== -1; end = next, next = firstBlankEnd(chunk, end)) {
+        if (next - end > this.#max) return true
+      }
+    }
+    this.#since = chunk.length - Math.max(first, lastBlankEnd(chunk))
+    return this.#since > this.#max
   }
 }

@@ -108,5 +108,13 @@ t.test('STREAM_MAX_EVENT_BYTES: an event longer than the bound stops the splitti
   const comments = Array.from({ length: 20 }, () => ': keep-alive\n\n')
   t.same(bounded('event-stream', [...comments, ...comments, event(20)]).values, [x(12)], 'comments between events count for nothing')
 
+  t.same(bounded('event-stream', [`data: ${x(600)}`, `${x(400)}\n\ndata: b\n\n`]), { values: [], accepted: [true, false] },
+    'an event whose end is in the read that passes the bound is refused there, with the events after it')
+  t.same(bounded('event-stream', [`data: ${x(600)}`, `${x(391)}\n\ndata: b\n\n`]), { values: [x(991), 'b'], accepted: [true, true] },
+    'one of the bound whose end is there passes')
+  t.same(bounded('event-stream', [`data: a\n\n${event(MAX + 1)}data: b\n\n`]), { values: [], accepted: [false] },
+    'an event wholly inside a read larger than the bound is refused too')
+  t.same(bounded('event-stream', [`data: a\n\n${event(MAX)}data: b\n\n`]).values, ['a', x(MAX - 8), 'b'], 'one of the bound there passes')
+
   t.same(bounded('chunks', [x(MAX + 500)]), { values: [x(MAX + 500)], accepted: [true] }, 'a chunk is never assembled: one read is one value')
 })
