@@ -27,7 +27,7 @@ function commits (): Array<{ hash: string, subject: string, body: string }> {
 t.test('every commit since the rule has a subject of at most 72 characters and a body', async t => {
   if (!git('cat-file', '-e', `${SINCE}^{commit}`).ok) {
     // a copy without the history (an archive, a shallow clone) has nothing to check
-    t.skip(`no git history back to ${SINCE}`)
+    t.comment(`no git history back to ${SINCE}: nothing to check`)
     return
   }
   const all = commits()

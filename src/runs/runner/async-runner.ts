@@ -173,7 +173,7 @@ export class AsyncRunner implements RunStoreListener {
     let failing = false
     while (!signal.aborted) {
       try {
-        while (this.#atApp >= this.#maxParallel) await this.#change(signal)
+        while (this.#atApp >= this.#maxParallel && !signal.aborted) await this.#change(signal)
         await gate.whenSlotFree(signal, this.#nextUrgency)
         // the slot kept for a queued run that is gone since (canceled, expired) goes to the waiting calls
         if (this.#nextUrgency() === undefined) gate.reconsider()
@@ -359,6 +359,8 @@ export class AsyncRunner implements RunStoreListener {
 
   /** Resolves at the next run taken or ended, availability change, or abort. */
   #change (signal?: AbortSignal): Promise<void> {
+    // an abort listener added to a signal aborted already never fires: a stopped loop would wait on
+    if (signal?.aborted === true) return Promise.resolve()
     return new Promise(resolve => {
       const done = (): void => {
         signal?.removeEventListener('abort', done)
