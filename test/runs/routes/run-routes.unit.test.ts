@@ -163,7 +163,7 @@ t.test('events of a finished run: each kept event with its id, then `done` with 
   t.equal(got?.body, eventFrame(0, '{"n":0}') + eventFrame(1, '{"n":1}') + eventFrame(2, 'two') + doneFrame('r1', succeededJson('r1', base)))
   t.equal(metrics.sent, 4, 'three events and done')
   await metrics.until(m => m.open === 0)
-  t.pass('the stream is counted closed')
+  t.equal(metrics.open, 0, 'the stream is counted closed')
 })
 
 t.test('a run that is not a stream: only `done`; a multi-line event: one data line per line', async t => {
@@ -406,7 +406,7 @@ t.test('the store failing mid-stream: an error event ends the stream (the reader
   t.equal(got?.status, 200)
   t.equal(got?.body, eventFrame(4, 'e4') + eventFrame(5, 'e5') + errorFrame('run store unavailable'))
   await metrics.until(m => m.open === 0)
-  t.pass('the stream is counted closed')
+  t.equal(metrics.open, 0, 'the stream is counted closed')
 })
 
 t.test('an unexpected failure mid-stream is thrown on: answering it cuts the connection', async t => {
