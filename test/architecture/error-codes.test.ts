@@ -1,21 +1,14 @@
-import { readdirSync, readFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { filesUnder } from '../helpers/source-tree.ts'
 
 // Every stable error code is declared in src/errors.ts, and docs/errors.md names each one.
 
 const SRC = fileURLToPath(new URL('../../src/', import.meta.url))
 const ERRORS_DOC = fileURLToPath(new URL('../../docs/errors.md', import.meta.url))
 const CODE = /'((?:SIDECAR|STORE|HTTP)_[A-Z_]+)'/g
-
-function sourceFiles (dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap(entry => {
-    const path = join(dir, entry.name)
-    if (entry.isDirectory()) return sourceFiles(path)
-    return entry.name.endsWith('.ts') ? [path] : []
-  })
-}
 
 const codesIn = (text: string): string[] => [...text.matchAll(CODE)].map(match => match[1] as string)
 
@@ -29,7 +22,7 @@ t.test('errors.ts declares the codes (the scan would pass vacuously otherwise)',
 })
 
 t.test('no error code is declared outside errors.ts', async t => {
-  const elsewhere = sourceFiles(SRC)
+  const elsewhere = filesUnder(SRC)
     .filter(file => !file.endsWith('/src/errors.ts'))
     .flatMap(file => codesIn(readFileSync(file, 'utf8')).map(code => `${file.slice(SRC.length)}: ${code}`))
     // the environment variables of the build store share the STORE_ prefix

@@ -1,7 +1,7 @@
-import { readdirSync, readFileSync } from 'node:fs'
-import { dirname, join, relative, resolve } from 'node:path'
+import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { filesUnder, relativeImports } from '../helpers/source-tree.ts'
 
 // Imports run one way, down this list (docs/architecture.md, "Layout"): a folder of src/ (or a
 // file at its top) imports only from folders of lower layers, or from itself. Two folders of one
@@ -34,30 +34,13 @@ const FORBIDDEN: ReadonlyArray<[RegExp, RegExp, string]> = [
   [/^build-store\//, /^config\/sidecar-config\.ts$/, 'the build store does not read the sidecar\'s configuration']
 ]
 
-function sourceFiles (dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap(entry => {
-    const path = join(dir, entry.name)
-    if (entry.isDirectory()) return sourceFiles(path)
-    return entry.name.endsWith('.ts') ? [path] : []
-  })
-}
-
 /** The top-level folder (or file) of `src/` that a path belongs to. */
 const unitOf = (path: string): string => relative(SRC, path).split('/')[0] as string
 
-// static and type imports, re-exports, and import('…')
-const IMPORT = /(?:^\s*(?:import|export)\s[^'"]*?from\s+|\bimport\()['"](\.[^'"]+)['"]/gm
-
 interface Edge { from: string, to: string }
 
-const files = sourceFiles(SRC)
-const edges: Edge[] = files.flatMap(file => {
-  const text = readFileSync(file, 'utf8')
-  return [...text.matchAll(IMPORT)].map(match => ({
-    from: relative(SRC, file),
-    to: relative(SRC, resolve(dirname(file), match[1] as string))
-  }))
-})
+const files = filesUnder(SRC)
+const edges: Edge[] = files.flatMap(file => relativeImports(file).map(target => ({ from: relative(SRC, file), to: relative(SRC, target) })))
 
 t.test('every folder of src/ has a layer', async t => {
   const units = new Set(files.map(file => unitOf(file)))

@@ -2,20 +2,13 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { filesUnder } from '../helpers/source-tree.ts'
 
 // The layout docs/architecture.md draws: one home per feature, small files, one meaning per name.
 
 const SRC = fileURLToPath(new URL('../../src/', import.meta.url))
 
-function sourceFiles (dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap(entry => {
-    const path = join(dir, entry.name)
-    if (entry.isDirectory()) return sourceFiles(path)
-    return entry.name.endsWith('.ts') ? [path] : []
-  })
-}
-
-const files = sourceFiles(SRC)
+const files = filesUnder(SRC)
 const EXPORTED = /^export (?:declare )?(?:abstract )?(?:class|interface|type|enum|const|let|function|async function) ([A-Za-z0-9_$]+)/gm
 
 t.test('the scan sees the tree', async t => {

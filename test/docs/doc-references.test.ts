@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { filesUnder } from '../helpers/source-tree.ts'
 
 // A comment in src/ that gives its reason points to where the docs state the rule, as
 // `docs/<file>.md, "<heading>"` (or the file alone): the file must exist and hold that heading,
@@ -27,14 +28,6 @@ interface DocReference {
 const REFERENCE = /docs\/([\w.-]+\.md)(?:,\s+"([^"]+)")?/g
 const FENCE = /^\s*(`{3,}|~{3,})/
 const HEADING = /^#{1,6}\s+(.+?)\s*$/
-
-function sourceFiles (dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap(entry => {
-    const path = join(dir, entry.name)
-    if (entry.isDirectory()) return sourceFiles(path)
-    return entry.name.endsWith('.ts') ? [path] : []
-  })
-}
 
 /**
  * The comments of a TypeScript text, each a run of consecutive comment lines: `//` lines, the
@@ -126,7 +119,7 @@ function specCitations (comments: CommentLine[][], file: string): string[] {
 const docs = new Map(readdirSync(join(ROOT, 'docs'))
   .filter(name => name.endsWith('.md'))
   .map(name => [name, headingsOf(readFileSync(join(ROOT, 'docs', name), 'utf8'))] as const))
-const scanned = sourceFiles(SRC).map(path => {
+const scanned = filesUnder(SRC).map(path => {
   const file = relative(ROOT, path)
   return { file, comments: commentsOf(readFileSync(path, 'utf8')) }
 })
