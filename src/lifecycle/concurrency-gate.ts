@@ -79,6 +79,14 @@ export class ConcurrencyGate {
     return this.#callerLimit > 0 && caller !== undefined && (this.#held.get(caller)?.held ?? 0) >= this.#callerLimit
   }
 
+  /** The callers holding CALLER_MAX_INFLIGHT slots now (none without a limit); O(callers). */
+  cappedCallers (): string[] {
+    if (this.#callerLimit === 0) return []
+    const capped: string[] = []
+    for (const [caller, count] of this.#held) if (count.held >= this.#callerLimit) capped.push(caller)
+    return capped
+  }
+
   /** Told when a capped caller's call ends (its runs set aside may go now). */
   onCallerFreed (listener: (caller: string) => void): void {
     this.#callerFreed = listener

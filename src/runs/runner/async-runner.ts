@@ -16,8 +16,6 @@ import type { CancelAtApp } from '../../call/app-cancel.ts'
 import { withTraceContext } from '../../call/forward-headers.ts'
 import { storedHeader, storedTrace } from '../stored-headers.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
-import { CappedRuns } from './capped-runs.ts'
-import { RunPrefetch } from './run-prefetch.ts'
 import { RunRelay } from './run-relay.ts'
 import { armRunDeadline, expiredAtStart } from './run-time-limits.ts'
 import { whileUnavailable } from '../while-unavailable.ts'
@@ -80,25 +78,22 @@ export class AsyncRunner implements RunStoreListener {
   readonly #running = new Map<string, RunRelay>()
   /** Runs taken and not yet ended. */
   #active = 0
-  /** Runs at the app (their slot not free yet): the next ones are taken while they run. */
+  /** Runs at the app (their slot not free yet). */
   #atApp = 0
-  readonly #prefetch: RunPrefetch
   readonly #loop = new AbortController()
   #wake: Array<() => void> = []
   #stopped: Promise<void> | undefined
-  readonly #capped = new CappedRuns()
-  readonly #nextUrgency = (): number | undefined => this.#prefetch.nextUrgency()
+  readonly #nextUrgency: () => number | undefined
 
   constructor (deps: AsyncRunnerDeps) {
     this.#deps = deps
     this.#maxParallel = deps.replicaConcurrency > 0 ? deps.replicaConcurrency : UNLIMITED_PARALLEL
-    this.#prefetch = new RunPrefetch(deps.store.queue)
     const { queue } = deps.store
-    queue.capCallers?.(caller => deps.gate.capped(caller))
+    this.#nextUrgency = () => queue.nextUrgency?.()
+    queue.capCallers?.(caller => deps.gate.capped(caller), () => deps.gate.cappedCallers())
     deps.gate.onCallerFreed(caller => {
       queue.callerFreed?.(caller)
-      const run = this.#capped.next(caller) // first for the next slot (canceled since: it frees that slot at once, and the next follows)
-      if (run !== undefined) this.#prefetch.putBack(run)
+      this.#changed()
     })
   }
 
@@ -142,7 +137,7 @@ export class AsyncRunner implements RunStoreListener {
     void graceOver.then(() => { over = true; this.#changed() })
     if (this.#deps.store.queue.shared) this.#stopTaking()
     while (!over) {
-      if (this.active === 0 && (this.#deps.store.queue.shared || (this.#prefetch.size === 0 && await this.#queueEmpty()))) break
+      if (this.active === 0 && (this.#deps.store.queue.shared || await this.#queueEmpty())) break
       await this.#change()
     }
     this.#stopTaking()
@@ -160,26 +155,32 @@ export class AsyncRunner implements RunStoreListener {
     await this.#stopped
   }
 
-  /** No run is taken any more; the ones taken ahead go back to the queue (for the other replicas). */
+  /** No run is taken any more (a take under way gives its run back to the queue, for the other replicas). */
   #stopTaking (): void {
     if (this.#loop.signal.aborted) return
     this.#loop.abort(new Error('sidecar stopping'))
-    void this.#prefetch.releaseAll()
-    for (const run of this.#capped.takeAll()) void this.#deps.store.queue.release(run).catch(() => {})
   }
 
   async #takeLoop (signal: AbortSignal): Promise<void> {
-    const { logger, gate } = this.#deps
+    const { logger, gate, store } = this.#deps
     let failing = false
     while (!signal.aborted) {
       try {
-        while (this.#atApp >= this.#maxParallel && !signal.aborted) await this.#change(signal)
+        // with REPLICA_CONCURRENCY the gate's slots are the limit, and the runner waits in the gate
+        // like a call (a freed slot goes to the more urgent of a waiting call and the next run);
+        // without, the gate has none and the runner keeps its own
+        if (this.#deps.replicaConcurrency === 0) while (this.#atApp >= this.#maxParallel && !signal.aborted) await this.#change(signal)
         await gate.whenSlotFree(signal, this.#nextUrgency)
         // the slot kept for a queued run that is gone since (canceled, expired) goes to the waiting calls
         if (this.#nextUrgency() === undefined) gate.reconsider()
-        const run = await this.#prefetch.next(signal)
+        // taken only now, for a free slot: a run is never committed to a busy one, where a more
+        // urgent run, or another caller's turn, queued meanwhile would have to wait behind it
+        const run = await store.queue.take(signal)
         failing = false
-        void this.#execute(run)
+        // given back (a call took the slot meanwhile; its caller got capped): the next take finds
+        // it in its place, or passes it over while its caller is capped (both stores do)
+        this.#execute(run)
+
       } catch (error) {
         if (signal.aborted) return
         if (!failing) logger.warn({ err: error }, error instanceof RunStoreUnavailableError ? 'async runs wait for the run store' : 'taking an async run failed')
@@ -189,28 +190,31 @@ export class AsyncRunner implements RunStoreListener {
     }
   }
 
-  async #execute (taken: TakenRun): Promise<void> {
-    const { store, logger, inflight, gate } = this.#deps
-    let release: Release | undefined = gate.tryAcquireRun(taken.urgency ?? LAST_URGENCY, taken.caller)
-    if (release === undefined) {
-      if (gate.capped(taken.caller)) this.#capped.park(taken)
-      else this.#prefetch.putBack(taken) // a call took the slot meanwhile, or goes first: the run is first for the next (held ahead)
-      return
-    }
+  /**
+   * Runs a taken run in a free slot; when it has none after all (a call took the slot while the run
+   * was taken, or goes first, or the run's caller got capped meanwhile), the run goes back to its
+   * place in the queue, for the next free slot here or elsewhere.
+   */
+  #execute (taken: TakenRun): void {
+    const release = this.#deps.gate.tryAcquireRun(taken.urgency ?? LAST_URGENCY, taken.caller)
+    if (release === undefined) void this.#deps.store.queue.release(taken).catch(() => {})
+    else void this.#run(taken, release)
+  }
+
+  async #run (taken: TakenRun, slot: Release): Promise<void> {
+    const { store, logger, inflight } = this.#deps
+    let release: Release | undefined = slot
     /** The run as taken, then as started (a shared store may read its request only as it starts). */
     let run = taken
-    const signal = this.#loop.signal
     this.#active++
     this.#atApp++
-    this.#prefetch.started(signal)
     inflight.begin()
-    /** The run leaves the app: its slot is free, and the next run may be taken ahead. */
+    /** The run leaves the app: its slot is free for the next call or run. */
     const leaveApp = (): void => {
       if (release === undefined) return
       release()
       release = undefined
       this.#atApp--
-      this.#prefetch.ended(signal)
       this.#changed()
     }
     try {

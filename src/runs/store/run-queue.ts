@@ -18,10 +18,13 @@ export interface RunQueue {
   start: (run: TakenRun, startedAt: number) => Promise<TakenRun | undefined>
   /** Gives a taken run that has not started back to the queue (SIGTERM), for other sidecars. */
   release: (run: TakenRun) => Promise<void>
-  /** The urgency of the run take() would give now; undefined when none waits or the queue cannot tell at once (a shared store). */
+  /** The urgency of the run take() would give now, as far as the queue knows without asking (a shared store: as last seen); undefined when none waits. */
   nextUrgency?: () => number | undefined
-  /** Runs of callers `capped` (CALLER_MAX_INFLIGHT) are passed over, in their place, until callerFreed (where the store can). */
-  capCallers?: (capped: (caller: string) => boolean) => void
+  /**
+   * Runs of callers `capped` (CALLER_MAX_INFLIGHT here; `all` lists them) are passed over, in their
+   * place, until callerFreed: they stay queued for replicas that can start them.
+   */
+  capCallers?: (capped: (caller: string) => boolean, all: () => readonly string[]) => void
   /** A capped caller's call ended: its runs may be taken again. */
   callerFreed?: (caller: string) => void
   /** Async runs waiting for their turn in the served scope(s) by urgency, index 0–7 (sidecar_async_queued_runs_by_urgency). */

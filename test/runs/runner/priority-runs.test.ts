@@ -134,11 +134,11 @@ t.test('redis, two replicas: queued runs are taken by urgency, then fairly acros
   const blockers = [one.call('/hold/blocker-1', { headers: from('z') }), two.call('/hold/blocker-2', { headers: from('z') })]
   const held = [await app.waitForHeld(1), await app.waitForHeld(2)]
   for (let i = 1; i <= 20; i++) t.equal((await one.submit(`/json/a${i}`, `run-a${i}`, { headers: from('a', 'u=3') })).status, 202)
-  // each replica takes one run ahead for its busy slot (a1, a2): the rest wait for their turn
-  await eventually(async () => await gauge(replicas[1] as Harness, 'sidecar_async_queued_runs_by_urgency{urgency="3"}') === 18)
+  // no replica takes a run ahead for its busy slot: all 20 wait for their turn
+  await eventually(async () => await gauge(replicas[1] as Harness, 'sidecar_async_queued_runs_by_urgency{urgency="3"}') === 20)
   t.equal((await two.submit('/json/b1', 'run-b1', { headers: from('b', 'u=3') })).status, 202)
   t.equal((await two.submit('/json/c1', 'run-c1', { headers: from('c', 'u=0') })).status, 202)
-  t.equal(await gauge(replicas[0] as Harness, 'sidecar_async_queued_runs_by_urgency{urgency="3"}'), 19, 'by urgency, from the shared store')
+  t.equal(await gauge(replicas[0] as Harness, 'sidecar_async_queued_runs_by_urgency{urgency="3"}'), 21, 'by urgency, from the shared store')
   t.equal(await gauge(replicas[0] as Harness, 'sidecar_async_queued_runs_by_urgency{urgency="0"}'), 1)
   for (const h of held) h.res.end('done')
   t.same((await Promise.all(blockers)).map(r => r.status), [200, 200])
@@ -146,9 +146,32 @@ t.test('redis, two replicas: queued runs are taken by urgency, then fairly acros
   t.equal((await two.finished('run-b1')).record.status, 'succeeded')
   t.equal((await one.finished('run-c1')).record.status, 'succeeded')
   const order = arrivals(app).filter(url => url.startsWith('/json/'))
-  // a1 and a2 held ahead, then taken c1, b1, a3, …: two replicas start them two at a time, so neighbours may arrive swapped
-  t.same(order.slice(0, 2).sort(), ['/json/a1', '/json/a2'], 'the runs held ahead first')
-  t.ok(order.indexOf('/json/c1') <= 3, `then the urgent run (${order.slice(0, 5).join(' ')})`)
-  t.ok(order.indexOf('/json/b1') <= 4, `B's one run within two of A's backlog (${order.slice(0, 5).join(' ')})`)
+  // taken as the slots free: c1, a1, b1, a2, …; two replicas start them two at a time, so neighbours may arrive swapped
+  t.ok(order.indexOf('/json/c1') <= 1, `the urgent run first (${order.slice(0, 5).join(' ')})`)
+  t.ok(order.indexOf('/json/b1') <= 3, `B's one run within one of A's backlog (${order.slice(0, 5).join(' ')})`)
   t.equal(order.length, 22, 'each run once')
+})
+
+t.test('redis, two replicas, CALLER_MAX_INFLIGHT=1: a capped caller\'s backlog stays shared, and both replicas run it', async t => {
+  const store = await privateRunStore(t)
+  const app = await startRunsApp()
+  t.teardown(() => app.close())
+  const env = { DISABLE_AUTH: 'true', CALLER_MAX_INFLIGHT: '1', ...store.env }
+  const first = await startHarness(app.url, env)
+  t.teardown(() => first.close())
+  const one = runsClient({ base: first.base })
+  for (let i = 1; i <= 20; i++) t.equal((await one.submit(`/hold/a${i}`, `run-a${i}`, { headers: from('a') })).status, 202)
+  await app.waitForHeld(1)
+  // the first replica runs one of A's runs and keeps none of the other 19: they stay queued
+  await eventually(async () => await gauge(first, 'sidecar_async_queued_runs') === 19)
+  t.equal(await store.probe.xpending('as:{p/a}:queue', 'runners').then(reply => reply[0]), 1, 'one entry held: the run at the app')
+  const second = await startHarness(app.url, env)
+  t.teardown(() => second.close())
+  t.equal((await app.waitForHeld(2)).url, '/hold/a2', 'the second replica takes the next, at once')
+  t.equal(app.held.filter(held => !held.res.writableEnded).length, 2, 'two of A\'s runs at the app: one per replica')
+  for (let n = 1; n <= 20; n++) (await app.waitForHeld(n)).res.end('done')
+  for (let i = 1; i <= 20; i++) t.equal((await one.finished(`run-a${i}`)).record.status, 'succeeded')
+  const [ranFirst, ranSecond] = await Promise.all([first, second].map(async h => await gauge(h, 'sidecar_runs_total{status="succeeded"}') ?? 0)) as [number, number]
+  t.equal(ranFirst + ranSecond, 20)
+  t.ok(ranFirst >= 5 && ranSecond >= 5, `both replicas ran A's runs (${ranFirst} + ${ranSecond})`)
 })

@@ -168,6 +168,9 @@ export function sharedView (queue: RunQueue): RunQueue {
     take: async signal => await queue.take(signal),
     start: async (run, startedAt) => await queue.start(run, startedAt),
     release: async run => { await queue.release(run) },
+    nextUrgency: () => queue.nextUrgency?.(),
+    capCallers: (capped, all) => { queue.capCallers?.(capped, all) },
+    callerFreed: caller => { queue.callerFreed?.(caller) },
     queuedByUrgency: async () => await queue.queuedByUrgency(),
     queuedCount: async () => await queue.queuedCount(),
     runningCount: async () => await queue.runningCount()

@@ -12,7 +12,7 @@ export const GROUP = 'runners'
  * `v<u>`) and the caller's finish tag (its last run's start + 1, `…:fair`, member `<u> <caller>`),
  * so a caller with 1,000 runs queued has them at tags t, t + 1, …, and another caller's one run
  * comes at the virtual time: next but one. Runs of equal score are taken as they came (the member
- * begins with the submission's stream id, zero-padded), each caller's own in order. Tags of callers
+ * is the submission's stream id, zero-padded, the run id, a space and the caller), each caller's own in order. Tags of callers
  * whose finish tag the virtual time has passed are dropped as runs are taken; the whole state goes
  * when a take finds the queue empty, so the tags stay small.
  * Lua, prepended to a script: queueTurn(turns, fair, clock, urgency, caller, sortable id, run id)
@@ -28,7 +28,7 @@ local function queueTurn (turns, fair, clock, urgency, caller, id, runId)
   if finished and tonumber(finished) - base > start then start = tonumber(finished) - base end
   redis.call('ZADD', fair, base + start + 1, tag)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  local member = string.rep('0', 15 - #ms) .. ms .. string.rep('0', 8 - #seq) .. seq .. runId
+  local member = string.rep('0', 15 - #ms) .. ms .. string.rep('0', 8 - #seq) .. seq .. runId .. ' ' .. caller
   redis.call('ZADD', turns, base + start, member)
   return member, base + start
 end
@@ -43,7 +43,8 @@ end
  * The stream entry names the run and says it has a turn: it is what a taker holds (its pending
  * list, the reaper, fencing).
  * The run takes its turn (TURN_LUA: by urgency, fair across callers) and a wake-up goes in the
- * app's wake list (a taker blocked on it takes the next run). Its time limit (the sooner of
+ * app's wake list, its urgency (a taker blocked on it takes the next run, and knows how urgent the
+ * queue's first run is at least, as it competes with waiting calls). Its time limit (the sooner of
  * `Cancel-After` and ASYNC_QUEUE_TTL_SECONDS) goes in the app's expiry set, which it leaves as it
  * starts or ends (START_READ, TRANSITION); the run joins the app's index (redis-run-index.ts).
  * Its `Priority` urgency and caller, when given, go in the record's hash (TAKE hands them to the
@@ -71,32 +72,36 @@ local fields = { 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async'
 if ARGV[4] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[4] end
 if ARGV[10] ~= '' then fields[#fields + 1] = 'urgency'; fields[#fields + 1] = ARGV[10]; fields[#fields + 1] = 'caller'; fields[#fields + 1] = ARGV[11] end
 redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('RPUSH', KEYS[10], 1)
+redis.call('RPUSH', KEYS[10], tonumber(ARGV[10]) or 3)
 redis.call('ZADD', KEYS[5], ARGV[8], ARGV[6])
 indexRun(KEYS[6], KEYS[1], ARGV[6], ARGV[9])
 return 1
 `)
 
 /**
- * Takes the app's next queued run for a sidecar: the first of the turn order whose run is still
- * queued (one canceled meanwhile left its turn already; a turn whose run is gone is passed over),
- * put in the taker's pending list (XCLAIM FORCE), so that its lease, heartbeat, takeover by the
- * reaper and fencing work on it. The urgency's virtual time moves to the run's start tag; finish
- * tags it passed go. The wake list is cut to the turns left (a waiting sidecar's BLPOP uses one
- * up, a take without waiting none), so it holds no more wake-ups than runs queued. The order's
- * state stays while runs are taken one after another (a caller's runs taken ahead still count
- * against its next), and goes when a take finds none queued (a sidecar idle BLOCK_SECONDS asks).
+ * Takes the app's next queued run for a sidecar with a free slot: the first of the turn order
+ * whose run is still queued and whose caller is not capped at the taker (CALLER_MAX_INFLIGHT:
+ * `capped`, its callers one per line; their runs keep their place, for replicas that can start
+ * them), put in the taker's pending list (XCLAIM FORCE), so that its lease, heartbeat, takeover by
+ * the reaper and fencing work on it. A turn whose run is gone (canceled, ended) is dropped as it is
+ * passed over. The urgency's virtual time moves to the run's start tag; finish tags it passed go.
+ * The wake list is cut to the turns left (a waiting sidecar's BLPOP uses one up, a take without
+ * waiting none), so it holds no more wake-ups than runs queued. The order's state stays while runs
+ * are taken one after another (a caller's runs taken still count against its next), and goes when
+ * a take finds none queued.
  * Runs queued by a sidecar of the version before turns (a rolling upgrade) have none: with `look`
- * (a page size; '0' none), once the turn order is empty (none queued, or the run taken was the last), the entries
- * nobody has read with `>` yet are read (NOACK: nobody's pending list changes), and those runs get
- * a turn, in the order they came; this version's entries (`turn` 1) are passed over.
- * Returns {run id, entry, record, urgency ('' none), caller, turns left, entries looked at} (no turn
- * left: the taker's next take may wait for a wake-up first, without asking); {entries looked at}
- * when none is queued (the order's state and the wake list go: the next run starts them again);
- * 0 after passing over 16 stale turns (ask again).
- * KEYS: turns, fair, clock, wake, queue. ARGV: taker (its consumer name), run key prefix, look (entries to read at most; '0' none).
+ * (a page size; '0' none), once the turn order is empty, the entries nobody has read with `>` yet
+ * are read (NOACK: nobody's pending list changes), and those runs get a turn, in the order they
+ * came; this version's entries (`turn` 1) are passed over.
+ * Returns {run id, entry, record as queued, urgency ('' none), caller, turns left, entries looked at,
+ * the urgency of the next turn ('' none)}; {entries looked at} when none is queued (the order's
+ * state and the wake list go: the next run starts them again); {-1, urgency of the first} when
+ * every run left is a capped caller's; 0 after looking at PAGES × PAGE turns, none to take (ask again).
+ * KEYS: turns, fair, clock, wake, queue. ARGV: taker (its consumer name), run key prefix, look
+ * (entries to read at most; '0' none), capped callers (one per line; '' none).
  */
 export const TAKE = new LuaScript(`${TURN_LUA}
+local PAGE, PAGES = 32, 32
 local seen = 0
 -- a command on the queue's group, the group made first if it is missing (the stream deleted by hand, a server restarted empty)
 local function inGroup (...)
@@ -116,35 +121,53 @@ local function adoptUnread ()
     if fields[1] and not fields[2] and fields[3] == entry[1] and string.find(fields[1], '"status":"queued"', 1, true) then
       local turn, at = queueTurn(KEYS[1], KEYS[2], KEYS[3], tonumber(fields[4] or '3'), fields[5] or '', entry[1], runId)
       redis.call('HSET', ARGV[2] .. runId, 'turn', turn, 'turn_at', at)
-      redis.call('RPUSH', KEYS[4], 1)
+      redis.call('RPUSH', KEYS[4], tonumber(fields[4] or '3'))
     end
   end
   seen = seen + #read[1][2]
   return #read[1][2]
 end
-for _ = 1, 16 do
-  local top = redis.call('ZPOPMIN', KEYS[1])
-  if #top == 0 and adoptUnread() > 0 then top = redis.call('ZPOPMIN', KEYS[1]) end
-  if #top == 0 then
-    redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-    return { seen }
-  end
-  local runId = string.sub(top[1], 24)
-  local fields = redis.call('HMGET', ARGV[2] .. runId, 'record', 'entry', 'urgency', 'caller')
-  if fields[1] and fields[2] and string.find(fields[1], '"status":"queued"', 1, true) then
-    local claimed = inGroup('XCLAIM', KEYS[5], '${GROUP}', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID')
-    if #claimed == 1 then
-      local score = tonumber(top[2])
-      local urgency = math.floor(score / TURN_SPAN)
-      redis.call('HSET', KEYS[3], 'v' .. urgency, score - urgency * TURN_SPAN)
-      redis.call('ZREMRANGEBYSCORE', KEYS[2], urgency * TURN_SPAN, score)
-      local left = redis.call('ZCARD', KEYS[1])
-      if left == 0 and adoptUnread() > 0 then left = redis.call('ZCARD', KEYS[1]) end
-      if left == 0 then redis.call('DEL', KEYS[4]) else redis.call('LTRIM', KEYS[4], 0, left - 1) end
-      return { runId, fields[2], fields[1], fields[3] or '', fields[4] or '', left, seen }
+local capped = {}
+for caller in string.gmatch(ARGV[4], '[^\\n]+') do capped[caller] = true end
+if redis.call('EXISTS', KEYS[1]) == 0 and adoptUnread() == 0 then
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+  return { seen }
+end
+local skipped, firstCapped = 0, nil
+for _ = 1, PAGES do
+  local page = redis.call('ZRANGE', KEYS[1], skipped, skipped + PAGE - 1, 'WITHSCORES')
+  if #page == 0 then break end
+  for i = 1, #page, 2 do
+    local member, score = page[i], tonumber(page[i + 1])
+    local urgency = math.floor(score / TURN_SPAN)
+    local rest = string.sub(member, 24)
+    local space = string.find(rest, ' ', 1, true)
+    local runId = space and string.sub(rest, 1, space - 1) or rest
+    if space and capped[string.sub(rest, space + 1)] then
+      skipped = skipped + 1
+      firstCapped = firstCapped or urgency
+    else
+      local fields = redis.call('HMGET', ARGV[2] .. runId, 'record', 'entry', 'urgency', 'caller')
+      redis.call('ZREM', KEYS[1], member)
+      if fields[1] and fields[2] and string.find(fields[1], '"status":"queued"', 1, true)
+        and #inGroup('XCLAIM', KEYS[5], '${GROUP}', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID') == 1 then
+        redis.call('HSET', KEYS[3], 'v' .. urgency, score - urgency * TURN_SPAN)
+        redis.call('ZREMRANGEBYSCORE', KEYS[2], urgency * TURN_SPAN, score)
+        local left = redis.call('ZCARD', KEYS[1])
+        if left == 0 and adoptUnread() > 0 then left = redis.call('ZCARD', KEYS[1]) end
+        local next = ''
+        if left == 0 then
+          redis.call('DEL', KEYS[4])
+        else
+          redis.call('LTRIM', KEYS[4], 0, left - 1)
+          next = math.floor(tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) / TURN_SPAN)
+        end
+        return { runId, fields[2], fields[1], fields[3] or '', fields[4] or '', left, seen, next }
+      end
     end
   end
 end
+if firstCapped then return { -1, firstCapped } end
 return 0
 `)
 
@@ -188,7 +211,7 @@ else
 end
 redis.call('HSET', KEYS[1], 'entry', id)
 redis.call('HDEL', KEYS[1], 'owner')
-redis.call('RPUSH', KEYS[6], 1)
+redis.call('RPUSH', KEYS[6], tonumber(fields[4] or '3'))
 return 1
 `)
 

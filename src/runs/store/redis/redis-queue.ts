@@ -5,8 +5,9 @@ import type { RunQueue } from '../run-queue.ts'
 import { type NewRun, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import { GROUP, RELEASE, START_READ, SUBMIT, TURNS_BY_URGENCY, WAITING } from './redis-queue-scripts.ts'
-import { STALE, type TakeReply, TurnTaker } from './redis-take.ts'
+import { CAPPED, STALE, type TakeReply, TurnTaker } from './redis-take.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
+import { DEFAULT_URGENCY } from '../../../shared/fair-queue.ts'
 
 /** The stored request, without its body (kept as raw bytes beside it). */
 interface RequestJson { method: string, path: string, headers: string[], hasBody: boolean }
@@ -75,7 +76,22 @@ export class RedisQueue implements RunQueue {
     if (outcome === -1) throw new RunIdTakenError()
     if (outcome === -2) throw new AsyncQueueFullError()
     if (outcome === -3) throw new AsyncQueueFullError('ASYNC_QUEUE_MAX_BYTES')
+    this.#taker.queued(run.urgency ?? DEFAULT_URGENCY)
+    this.#wake() // a take waiting while only capped callers' runs were queued
     return { record, resultJson: undefined, async: true }
+  }
+
+  nextUrgency (): number | undefined {
+    return this.#taker.nextUrgency
+  }
+
+  capCallers (_capped: (caller: string) => boolean, all: () => readonly string[]): void {
+    this.#taker.capped = all
+  }
+
+  /** A capped caller's call ended here: a take that found only capped callers' runs asks again. */
+  callerFreed (): void {
+    this.#wake()
   }
 
   /**
@@ -97,6 +113,12 @@ export class RedisQueue implements RunQueue {
           throw error
         })
         if (taken === STALE) continue
+        if (taken === CAPPED) {
+          // the runs left are for other replicas, or for when a capped caller's call ends here
+          const woken = new Promise<void>(resolve => { this.#wakers.add(resolve) })
+          if (await abortable(Promise.race([woken, delay(CAPPED_RETRY_MS)]), signal) === ABORTED) break
+          continue
+        }
         if (taken === UNREACHABLE) {
           // as a blocking read would: the take waits through the outage, asking again now and then
           if (await abortable(delay(RETRY_MS), signal) === ABORTED) break
@@ -129,7 +151,7 @@ export class RedisQueue implements RunQueue {
   }
 
   /** The next run in the turn order, held here; undefined none queued; STALE turns passed over, ask again. */
-  async #takeNext (): Promise<TakeReply | typeof STALE | undefined> {
+  async #takeNext (): Promise<TakeReply | typeof STALE | typeof CAPPED | undefined> {
     await this.#ensureGroup()
     return await this.#taker.take(this.#ctx.redis)
   }
@@ -156,10 +178,12 @@ export class RedisQueue implements RunQueue {
       const woken = this.#ctx.blocking.blpop(this.#ctx.own.wake, BLOCK_SECONDS)
       const taking = this.#taker.take(this.#ctx.blocking)
       taking.catch(() => {}) // its failure is the wait's, or told below
-      await woken
+      const wakeUp = await woken
+      // the wake-up names the urgency of the run it announces
+      if (wakeUp !== null) this.#taker.queued(Number(wakeUp[1]))
       const taken = await taking
       failed = false
-      if (taken === undefined || taken === STALE) return
+      if (taken === undefined || taken === STALE || taken === CAPPED) return
       const run = this.#taken(taken)
       if (this.#waiting > 0 && !this.#ctx.closed) this.#arrived.push(run)
       else await this.release(run).catch(() => {})
@@ -262,6 +286,9 @@ export class RedisQueue implements RunQueue {
     return { scope: ctx.settings.scope, runId, entry, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true, ...priority }
   }
 }
+
+/** How long a take that found only capped callers' runs waits (unless a caller frees or a run is queued here) before it asks again. */
+const CAPPED_RETRY_MS = 250
 
 /** Redis did not answer the take: asked again after RETRY_MS. */
 const UNREACHABLE: unique symbol = Symbol('unreachable')

@@ -8,6 +8,9 @@ export type TakeReply = [string, string, string, string, string]
 /** TAKE passed over turns of runs no longer queued: ask again. */
 export const STALE: unique symbol = Symbol('stale')
 
+/** Every run queued is a capped caller's (CALLER_MAX_INFLIGHT here): left for other replicas, asked again as a caller frees. */
+export const CAPPED: unique symbol = Symbol('capped')
+
 /** How often a take looks for runs queued by the version before turns, once it has read every entry (a rolling upgrade's are given a turn within this). */
 const LOOK_EVERY_MS = 10_000
 /** Entries unread with `>` one look reads at most: a full page means more may follow, and the next take looks again. */
@@ -24,6 +27,10 @@ export class TurnTaker {
    * nothing first.
    */
   drained = false
+  /** The urgency of the app's first turn as the last take saw it (undefined: none queued): how a runner competes with waiting calls without asking. */
+  nextUrgency: number | undefined
+  /** This sidecar's capped callers (CALLER_MAX_INFLIGHT), whose runs a take passes over. */
+  capped: () => readonly string[] = () => []
   /** When the next take looks for runs of the version before turns: at once while a look reads a full page, else every LOOK_EVERY_MS. */
   #lookAt = 0
   readonly #ctx: RedisContext
@@ -37,23 +44,37 @@ export class TurnTaker {
    * it as the wait ends: no round trip between the wake-up and the take). The run taken (in this
    * sidecar's pending list), undefined when none is queued, STALE to ask again.
    */
-  async take (client: RedisClient): Promise<TakeReply | typeof STALE | undefined> {
+  async take (client: RedisClient): Promise<TakeReply | typeof STALE | typeof CAPPED | undefined> {
     const ctx = this.#ctx
     const own = ctx.own
     const look = Date.now() >= this.#lookAt
     let reply: unknown
     try {
-      reply = await guard(TAKE.run(client, [own.turns, own.fair, own.clock, own.wake, own.queue], [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0]))
+      reply = await guard(TAKE.run(client, [own.turns, own.fair, own.clock, own.wake, own.queue], [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0, this.capped().join('\n')]), client === ctx.redis ? undefined : Infinity)
     } catch (error) {
       // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; the heartbeat finds it
       ctx.takeCut = true
       throw error
     }
     if (reply === 0) return STALE
-    const taken = reply as [...TakeReply, number, number] | [number]
-    if (look) this.#lookAt = taken[taken.length - 1] as number >= LOOK_PAGE ? 0 : Date.now() + LOOK_EVERY_MS
-    if (taken.length === 1) return undefined
+    const taken = reply as [...TakeReply, number, number, number | ''] | [number] | [-1, number]
+    if (taken[0] === -1) {
+      this.nextUrgency = taken[1]
+      return CAPPED
+    }
+    const seen = (taken.length === 1 ? taken[0] : taken[6]) as number
+    if (look) this.#lookAt = seen >= LOOK_PAGE ? 0 : Date.now() + LOOK_EVERY_MS
+    if (taken.length === 1) {
+      this.nextUrgency = undefined
+      return undefined
+    }
     this.drained = taken[5] === 0
+    this.nextUrgency = taken[7] === '' ? undefined : taken[7]
     return taken.slice(0, 5) as TakeReply
+  }
+
+  /** A run of `urgency` was queued (here, or a wake-up told it): the first turn is at least that urgent. */
+  queued (urgency: number): void {
+    if (this.nextUrgency === undefined || urgency < this.nextUrgency) this.nextUrgency = urgency
   }
 }
