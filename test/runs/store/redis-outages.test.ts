@@ -82,6 +82,26 @@ t.test('a Redis that stops answering: 503 within 2 s, never a hang; sidecar_run_
   t.same((await send(`${h.admin}/readyz`)).json(), { status: 'ready', run_store: 'up' })
 })
 
+t.test('a Redis that stops answering: each recorded-run request gets its 503 within 2 s of its own arrival, also behind 10 others waiting', async t => {
+  const store = await privateRunStore(t)
+  const app = await runsAppFor(t)
+  const h = await runsSidecarFor(t, app.url, { ...store.env, DISABLE_AUTH: 'true' })
+  const client = runsClient({ base: h.base })
+  t.equal((await client.submit('/json', 'before')).status, 202)
+  t.equal((await client.finished('before')).record.status, 'succeeded')
+  store.pause()
+  t.teardown(() => { store.resume() })
+  // 10 requests, one every 150 ms: each arrives while the commands of those before it still wait
+  const answers: Array<Promise<{ response: SentResponse, ms: number }>> = []
+  for (let n = 0; n < 10; n++) {
+    const [, request] = recordedRuns(client, n)[n % 3] as [string, () => Promise<SentResponse>]
+    answers.push(timed(request()))
+    await new Promise(resolve => setTimeout(resolve, 150))
+  }
+  const timings = await Promise.all(answers)
+  timings.forEach((answer, n) => { isUnavailable(t, answer, `request ${n + 1}`, 2000) })
+})
+
 t.test('a demoted primary (REPLICAOF): 503, never 500, while it is a replica; a primary again (REPLICAOF NO ONE): works within 10 s', async t => {
   const store = await privateRunStore(t)
   // Redis 7 waits repl-diskless-sync-delay (5 s by default) for more replicas before it sends the

@@ -12,6 +12,7 @@ import { connectRedis, isCluster, type RedisClient, runStoreAddress } from './re
 import { RedisFollow } from './redis-follow.ts'
 import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
 import { GROUP, QUEUE_SCRIPTS } from './redis-queue-scripts.ts'
+import { answerWithin } from './redis-deadline.ts'
 import { DROP_ENTRY, END_AND_HOLD, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 
 type Redis = RedisClient
@@ -291,12 +292,15 @@ export class RedisContext {
 /**
  * Any failure to reach Redis becomes the 503 of recorded-run requests, and so does an error reply
  * a deployment gives (see unavailableReply); every other error reply (`ERR` wrong arguments or
- * syntax, `WRONGTYPE`, `NOPERM`, a script's own error) is a bug and passes, to answer 500.
+ * syntax, `WRONGTYPE`, `NOPERM`, a script's own error) is a bug and passes, to answer 500. No
+ * answer within `timeoutMs` of the call (Infinity: a command that waits on purpose, behind a
+ * blocking read) is unavailable too.
  */
-export async function guard<T> (pending: Promise<T>): Promise<T> {
+export async function guard<T> (pending: Promise<T>, timeoutMs = COMMAND_TIMEOUT_MS): Promise<T> {
   try {
-    return await pending
+    return await (timeoutMs === Infinity ? pending : answerWithin(pending, timeoutMs))
   } catch (error) {
+    if (error instanceof RunStoreUnavailableError) throw error
     if ((error as Error).name !== 'ReplyError') throw new RunStoreUnavailableError((error as Error).message)
     if (unavailableReply(error as ReplyLike) === undefined) throw error
     throw new RunStoreUnavailableError((error as Error).message)
