@@ -64,3 +64,32 @@ t.test('SIGSTOP past RUN_LOST_AFTER_SECONDS, then SIGCONT and the app answers: o
   const holds = [...(apps[0]?.requests ?? []), ...(apps[1]?.requests ?? [])].filter(r => r.url.startsWith('/stream'))
   t.equal(holds.length, 1, 'the run reached an app once')
 })
+
+t.test('a keyed sync call at the app, its sidecar SIGSTOPped past RUN_LOST_AFTER_SECONDS: the retry elsewhere replays "replica lost", the app ran it once', async t => {
+  const { apps, sidecars, held } = await heldRunFleet(t, '/keyed', () => {}, { RUN_LOST_AFTER_SECONDS: '30' })
+  const [holder, other] = sidecars
+  const keyed = async (base: string): Promise<ReturnType<typeof send>> =>
+    await send(`${base}/v4/p/a/keyed`, { method: 'POST', headers: { 'idempotency-key': 'paused-key', 'x-request-id': 'keyed-run' }, body: '{}' })
+  const first = keyed(holder.base)
+  first.catch(() => {}) // its sidecar is paused: whatever it answers after, the test reads the key's answer elsewhere
+  await eventually(() => held[0] !== undefined)
+  t.equal((await keyed(other.base)).status, 409, 'a retry while it runs: 409')
+
+  holder.child.process.kill('SIGSTOP')
+  t.teardown(() => { holder.child.process.kill('SIGCONT') })
+  const record = async (): Promise<Record<string, unknown>> => (await send(`${other.base}/v4/p/a/_runs/keyed-run`)).json() as Record<string, unknown>
+  await eventually(async () => (await record()).status === 'failed', 70_000)
+  t.match(await record(), { status: 'failed', status_code: 502, result: { message: 'replica lost' } }, 'the other sidecar ends it "replica lost"')
+  const retry = await keyed(other.base)
+  t.equal(retry.status, 502, 'the retry gets that answer')
+  t.equal(retry.text, '{"message":"replica lost"}')
+  t.equal(retry.headers['idempotent-replayed'], 'true')
+
+  holder.child.process.kill('SIGCONT')
+  ;(held[0] as ServerResponse).writeHead(200, { 'content-type': 'application/json' }).end('{"late":true}')
+  await first.catch(() => undefined)
+  t.equal((await keyed(other.base)).status, 502, 'the late answer does not replace it')
+  t.equal(((await send(`${holder.base}/v4/p/a/_runs/keyed-run`)).json() as { status: string }).status, 'failed', 'read on the comeback replica too')
+  const calls = [...apps[0].requests, ...apps[1].requests].filter(r => r.url.startsWith('/keyed'))
+  t.equal(calls.length, 1, 'one app call')
+})

@@ -4,6 +4,7 @@ import { RunNotFoundError, RunStoreUnavailableError } from '../../../src/errors.
 import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { RunStoreListener, RunStoreSettings } from '../../../src/runs/store/run-store.ts'
 import type { HeldDelivery, NewRun, RunView, TakenRun } from '../../../src/runs/run-data.ts'
+import { recordedRun } from '../../../src/runs/run-record.ts'
 import { flushRedis, startPrivateRedis, testRedis } from '../../helpers/redis-server.ts'
 import { eventually, freePort } from '../../helpers/sidecar-harness.ts'
 import { runStoreBoundsSuite } from './run-store-bounds-suite.ts'
@@ -191,6 +192,48 @@ t.test('redis run store', async t => {
     await eventually(async () => await b.keys.claim(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }) === undefined, 5000)
     t.ok(Date.now() - closedAt < 3000, 'free within about a lease of its sidecar\'s end: the retry runs')
     t.equal((await b.keys.claim(SCOPE, 'answered', { runId: 'x', digest: 'd', async: false }))?.answer?.body.toString(), 'ok', 'an answered key is kept RUN_RETENTION_SECONDS, lease or not')
+  })
+
+  t.test('a keyed sync run\'s claim never lapses: its sidecar silent past lostAfterMs, the run ends "replica lost", the retry replays that, the late end is refused', async t => {
+    await flushRedis(redisUrl)
+    // 'paused' renews nothing within the test (its heartbeat is a minute): a sidecar paused, as others see it
+    const a = new RedisRunStore(redisUrl, SETTINGS, { heartbeatMs: 60_000, lostAfterMs: 1000, consumer: 'paused' })
+    const b = new RedisRunStore(redisUrl, SETTINGS, { heartbeatMs: 200, lostAfterMs: 1000, consumer: 'survivor' })
+    t.teardown(async () => { await a.close(); await b.close() })
+    await Promise.all([a.reachable(5000), b.reachable(5000)])
+    const keyed = (runId: string): TakenRun => recordedRun({ scope: SCOPE, runId, request: { method: 'POST', path: '/x', headers: [], body: null }, webhook: undefined, createdAt: Date.now() })
+    const first = keyed('first')
+    t.equal(await a.keys.claim(SCOPE, 'slot', { runId: 'first', digest: 'd', async: false }, first), undefined, 'the first request claims the key and reaches the app')
+    const early = await b.keys.claim(SCOPE, 'slot', { runId: 'retry', digest: 'd', async: false }, keyed('retry'))
+    t.same([early?.runId, early?.answer], ['first', undefined], 'a retry at once: the key is held (409)')
+    const failed = await eventually(async () => (await b.records.get(SCOPE, 'first')).record.status === 'failed', 5000).then(async () => await b.records.get(SCOPE, 'first'))
+    t.match(failed, { record: { status: 'failed', status_code: 502 }, resultJson: '{"message":"replica lost"}' }, 'the survivor\'s heartbeat ends it "replica lost", no retry needed')
+    const retry = await b.keys.claim(SCOPE, 'slot', { runId: 'retry', digest: 'd', async: false }, keyed('retry'))
+    t.same([retry?.runId, retry?.answer?.status, retry?.answer?.contentType, retry?.answer?.body.toString()], ['first', 502, 'application/json', '{"message":"replica lost"}'], 'the retry replays that: never a second run')
+    // the paused sidecar comes back with its app's answer: refused
+    const late = await a.records.finish(first, { status: 'succeeded', statusCode: 200, resultJson: '"late"', runTimeMs: 5, error: undefined, completedAt: Date.now() },
+      { slot: 'slot', answer: { status: 200, contentType: 'text/plain', body: Buffer.from('late') } })
+    t.equal(late.endedElsewhere, true, 'its end is not recorded')
+    t.same((await b.records.get(SCOPE, 'first')).record, failed.record, 'the record as the survivor decided it')
+    t.equal((await b.keys.claim(SCOPE, 'slot', { runId: 'again', digest: 'd', async: false }, keyed('again')))?.answer?.status, 502, 'the key keeps "replica lost"')
+  })
+
+  t.test('a keyed sync run\'s claim is held as long as its sidecar beats, past any lease', async t => {
+    await flushRedis(redisUrl)
+    const timing = { heartbeatMs: 200, lostAfterMs: 1000 }
+    const a = new RedisRunStore(redisUrl, SETTINGS, { ...timing, consumer: 'holder' })
+    const b = new RedisRunStore(redisUrl, SETTINGS, { ...timing, consumer: 'other' })
+    t.teardown(async () => { await a.close(); await b.close() })
+    await Promise.all([a.reachable(5000), b.reachable(5000)])
+    const run = recordedRun({ scope: SCOPE, runId: 'long', request: { method: 'POST', path: '/x', headers: [], body: null }, webhook: undefined, createdAt: Date.now() })
+    t.equal(await a.keys.claim(SCOPE, 'slot', { runId: 'long', digest: 'd', async: false }, run), undefined)
+    await new Promise(resolve => setTimeout(resolve, 2500)) // twice lostAfterMs and more: a's heartbeat renewed it
+    t.equal((await b.keys.claim(SCOPE, 'slot', { runId: 'retry', digest: 'd', async: false }))?.runId, 'long', 'still held')
+    t.equal((await b.records.get(SCOPE, 'long')).record.status, 'running', 'and still running')
+    const view = await a.records.finish(run, { status: 'succeeded', statusCode: 200, resultJson: '"ok"', runTimeMs: 5, error: undefined, completedAt: Date.now() },
+      { slot: 'slot', answer: { status: 200, contentType: 'text/plain', body: Buffer.from('ok') } })
+    t.equal(view.record.status, 'succeeded')
+    t.equal((await b.keys.claim(SCOPE, 'slot', { runId: 'retry', digest: 'd', async: false }))?.answer?.body.toString(), 'ok', 'its answer kept for the retry')
   })
 
   t.test('a start tried again after its answer was lost (it was written): it goes on; another sidecar\'s start does not', async t => {

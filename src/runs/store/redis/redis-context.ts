@@ -51,6 +51,8 @@ export class ScopeKeys {
   get fair (): string { return `${this.#prefix}:fair` }
   get clock (): string { return `${this.#prefix}:clock` }
   get wake (): string { return `${this.#prefix}:wake` }
+  /** The app's keyed sync runs' claims still running, by their sidecar's last heartbeat (a sorted set of slot keys, Redis's clock in ms). */
+  get claims (): string { return `${this.#prefix}:claims` }
   /** Request-body bytes of the app's queued runs (ASYNC_QUEUE_MAX_BYTES). */
   get queuedBytes (): string { return `${this.#prefix}:queued-bytes` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }

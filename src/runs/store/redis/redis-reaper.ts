@@ -4,7 +4,8 @@ import { type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redi
 import type { RedisDeliveries } from './redis-deliveries.ts'
 import type { RedisQueue } from './redis-queue.ts'
 import { GROUP } from './redis-queue-scripts.ts'
-import { FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, SENDERS } from './redis-scripts.ts'
+import { failLostClaim } from './redis-key-claims.ts'
+import { FORGET_CONSUMERS, KEEP_HELD, LOST_CLAIMS, RENEW_CLAIMS, SENDERS } from './redis-scripts.ts'
 
 /** A consumer idle this many times RUN_LOST_AFTER_SECONDS, holding nothing, belonged to a sidecar long gone (a live one touches its groups every heartbeat). */
 const GONE_AFTER_LOST = 2
@@ -21,9 +22,9 @@ const groupOf = (stream: string): string => stream.endsWith(':deliveries') ? SEN
 
 /**
  * The Redis store's heartbeat: it refreshes this sidecar's claim (XCLAIM … JUSTID) on every entry
- * it holds and renews its Idempotency-Key leases; then takes over the entries of lost sidecars
+ * it holds and renews its Idempotency-Key claims; then takes over the entries of lost sidecars
  * (XAUTOCLAIM): a run that had not started runs here, one that had is failed with "replica lost",
- * a delivery gets its remaining attempts here.
+ * a delivery gets its remaining attempts here; a lost sidecar's keyed sync runs fail "replica lost".
  */
 export class RedisReaper {
   readonly #ctx: RedisContext
@@ -54,9 +55,12 @@ export class RedisReaper {
         for (const id of lost) ctx.held.delete(id)
       }
       if (ctx.claims.size > 0) {
-        const lost = await RENEW_CLAIMS.run(ctx.redis, [...ctx.claims.keys()], [...ctx.claims.values(), ctx.claimLeaseMs]) as string[]
+        const lost = await RENEW_CLAIMS.run(ctx.redis, [ctx.own.claims, ...ctx.claims.keys()], [...ctx.claims.values(), ctx.claimLeaseMs]) as string[]
         for (const key of lost) ctx.claims.delete(key)
       }
+      // keyed sync runs of lost sidecars: ended "replica lost", their keys answering so
+      const lostClaims = await LOST_CLAIMS.run(ctx.redis, [ctx.own.claims], [ctx.lostAfterMs]) as string[]
+      for (let i = 0; i < lostClaims.length; i += 2) await failLostClaim(ctx, ctx.own, lostClaims[i] as string, lostClaims[i + 1] as string)
       await this.#ownPending()
       await this.#reap(ctx.own.queue)
       await this.#deliveries.reap(ctx.own)

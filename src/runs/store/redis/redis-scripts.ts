@@ -55,23 +55,25 @@ export const TRANSITION = new LuaScript(TRANSITION_LUA)
  * its key: nobody else writes it; 0 when it is not), moves to its end, and its answer is kept in
  * its key's slot (when the slot is still its run's), in one step. The record as it was is not
  * sent to compare: the owner and the status say the same in a few bytes.
- * KEYS: run, events, slot. ARGV: owner, new record, result, ttl seconds, live channel, run id,
+ * The claim leaves the app's claims set.
+ * KEYS: claims, run, events, slot. ARGV: owner, new record, result, ttl seconds, live channel, run id,
  * status, content type, body, answer ttl ms.
  */
 const FINISH_RECORDED_LUA = `
-local current = redis.call('HMGET', KEYS[1], 'record', 'events', 'owner')
+local current = redis.call('HMGET', KEYS[2], 'record', 'events', 'owner')
 if current[3] ~= ARGV[1] or not current[1] or not string.find(current[1], '"status":"running"', 1, true) then return 0 end
-redis.call('HSET', KEYS[1], 'record', ARGV[2], 'result', ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-if current[2] then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
+redis.call('HSET', KEYS[2], 'record', ARGV[2], 'result', ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+if current[2] then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
 redis.call('PUBLISH', ARGV[5], 'done')
-if redis.call('HGET', KEYS[3], 'run') == ARGV[6] then
-  redis.call('HSET', KEYS[3], 'status', ARGV[7], 'type', ARGV[8], 'body', ARGV[9])
-  redis.call('PEXPIRE', KEYS[3], ARGV[10])
+if redis.call('HGET', KEYS[4], 'run') == ARGV[6] then
+  redis.call('HSET', KEYS[4], 'status', ARGV[7], 'type', ARGV[8], 'body', ARGV[9])
+  redis.call('PEXPIRE', KEYS[4], ARGV[10])
+  redis.call('ZREM', KEYS[1], KEYS[4])
 end
 return 1
 `
-export const FINISH_RECORDED = new BatchedScript(FINISH_RECORDED_LUA, { shared: 0, own: 3, args: 10 })
+export const FINISH_RECORDED = new BatchedScript(FINISH_RECORDED_LUA, { shared: 1, own: 3, args: 10 })
 
 /**
  * Appends event n to a run's events and tells its followers (`<n>\n<data>`), in order: 1
@@ -130,24 +132,87 @@ local function recordSyncRun (runKey, index, record, owner, webhook, ttl, runId,
 end
 `
 
+/** Lua, prepended to a script: Redis's clock in ms (every sidecar's claims are timed by the same clock). */
+const NOW_LUA = `
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+`
+
 /**
  * Claims an Idempotency-Key's slot unless a request holds it: nil when claimed, else what the slot
- * holds (run id, digest, async, then status, content type and body once answered). With a record
- * (a sync call), the run is recorded running in the same step, unless its id is taken (-1: the key
- * is not claimed then); a run recorded joins the app's index (redis-run-index.ts).
- * KEYS: slot, run, index. ARGV: run id, digest, async ('1' or '0'), lease ms, record ('' none), owner,
- * webhook ('' none), record ttl seconds, created_at ms.
+ * holds (run id, digest, async, then status, content type and body once answered), or {'lost', run
+ * id} when it is a sync run's whose sidecar has not renewed it for `lost after` ms (FAIL_LOST_CLAIM
+ * ends that run "replica lost" first: the retry gets that answer, never a second run).
+ * With a record (a sync call), the run is recorded running in the same step, unless its id is taken
+ * (-1: the key is not claimed then); a run recorded joins the app's index (redis-run-index.ts), and
+ * the slot is held (no lease that could lapse and free a key whose request reached the app) until
+ * its answer is kept, with its sidecar's last heartbeat in the app's claims set. Without (an async
+ * submit, answered at once), the slot is a lease of `lease ms`.
+ * KEYS: claims, slot, run, index. ARGV: run id, digest, async ('1' or '0'), lease ms, record ('' none), owner,
+ * webhook ('' none), record ttl seconds, created_at ms, lost after ms.
  */
-const CLAIM_KEY_LUA = `${RECORD_SYNC_RUN_LUA}
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return redis.call('HMGET', KEYS[1], 'run', 'digest', 'async', 'status', 'type', 'body')
+const CLAIM_KEY_LUA = `${RECORD_SYNC_RUN_LUA}${NOW_LUA}
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local held = redis.call('HMGET', KEYS[2], 'run', 'digest', 'async', 'status', 'type', 'body')
+  local beat = redis.call('ZSCORE', KEYS[1], KEYS[2])
+  if not held[4] and beat and tonumber(beat) < now - tonumber(ARGV[10]) then return { 'lost', held[1] } end
+  return held
 end
-if ARGV[5] ~= '' and not recordSyncRun(KEYS[2], KEYS[3], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[1], ARGV[9]) then return -1 end
-redis.call('HSET', KEYS[1], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if ARGV[5] ~= '' and not recordSyncRun(KEYS[3], KEYS[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[1], ARGV[9]) then return -1 end
+redis.call('HSET', KEYS[2], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
+if ARGV[5] == '' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+else
+  redis.call('EXPIRE', KEYS[2], ARGV[8])
+  redis.call('ZADD', KEYS[1], now, KEYS[2])
+end
 return false
 `
-export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 0, own: 3, args: 9, buffers: true })
+export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 1, own: 3, args: 10, buffers: true })
+
+/**
+ * A sync run's claim whose sidecar is lost (no heartbeat for `lost after` ms, by Redis's clock):
+ * its run, if still running, ends with the record given ("replica lost", owned by the sidecar
+ * that decided it: the lost one, should it come back, writes no more events and no end), and the
+ * slot keeps that answer for its retries. 0 when the claim was renewed, answered or taken meanwhile.
+ * KEYS: claims, slot, run, events. ARGV: run id, record, result, ttl seconds, live channel, status,
+ * content type, body, answer ttl ms, lost after ms, owner.
+ */
+export const FAIL_LOST_CLAIM = new LuaScript(`${NOW_LUA}
+local beat = redis.call('ZSCORE', KEYS[1], KEYS[2])
+if not beat or tonumber(beat) >= now - tonumber(ARGV[10]) then return 0 end
+redis.call('ZREM', KEYS[1], KEYS[2])
+if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] or redis.call('HEXISTS', KEYS[2], 'status') == 1 then return 0 end
+local current = redis.call('HMGET', KEYS[3], 'record', 'events')
+if current[1] and string.find(current[1], '"status":"running"', 1, true) then
+  redis.call('HSET', KEYS[3], 'record', ARGV[2], 'result', ARGV[3], 'owner', ARGV[11])
+  redis.call('EXPIRE', KEYS[3], ARGV[4])
+  if current[2] then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
+  redis.call('PUBLISH', ARGV[5], 'done')
+end
+redis.call('HSET', KEYS[2], 'status', ARGV[6], 'type', ARGV[7], 'body', ARGV[8])
+redis.call('PEXPIRE', KEYS[2], ARGV[9])
+return 1
+`)
+
+/**
+ * The app's sync runs' claims whose sidecar is lost (no heartbeat for `lost after` ms by Redis's
+ * clock), at most 16: {slot, run id}…; a claim whose slot is gone (expired) leaves the set.
+ * KEYS: claims. ARGV: lost after ms.
+ */
+export const LOST_CLAIMS = new LuaScript(`${NOW_LUA}
+local out = {}
+for _, slot in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[1])), 'LIMIT', 0, 16)) do
+  local runId = redis.call('HGET', slot, 'run')
+  if runId then
+    out[#out + 1] = slot
+    out[#out + 1] = runId
+  else
+    redis.call('ZREM', KEYS[1], slot)
+  end
+end
+return out
+`)
 
 /**
  * Records a sync call as a running run as it goes on (its `Prefer: wait` ran out), owned by its
@@ -161,22 +226,26 @@ return 1
 `)
 
 /**
- * Keeps the answer in the slot the run holds (compare and set on the run id), for the ttl again.
- * KEYS: slot. ARGV: run id, status, content type, body, ttl ms.
+ * Keeps the answer in the slot the run holds (compare and set on the run id, with no answer kept
+ * yet: a claim taken for lost keeps its "replica lost"), for the ttl again; it leaves the claims set.
+ * KEYS: slot, claims. ARGV: run id, status, content type, body, ttl ms.
  */
 export const KEEP_ANSWER = new LuaScript(`
-if redis.call('HGET', KEYS[1], 'run') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'run') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'status') == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'type', ARGV[3], 'body', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 `)
 
 /**
  * Frees the slot the run holds, unless it has an answer; with forget ('1'), the run recorded with
- * the claim goes too (it never reached the app). KEYS: slot, run. ARGV: run id, forget.
+ * the claim goes too (it never reached the app). The claim leaves the app's claims set.
+ * KEYS: slot, run, claims. ARGV: run id, forget.
  */
 export const DROP_KEY = new LuaScript(`
 if redis.call('HGET', KEYS[1], 'run') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'status') == 1 then return 0 end
+redis.call('ZREM', KEYS[3], KEYS[1])
 if ARGV[2] == '1' and redis.call('HGET', KEYS[2], 'async') == '0' then redis.call('DEL', KEYS[2]) end
 return redis.call('DEL', KEYS[1])
 `)
@@ -274,16 +343,18 @@ return lost
 `)
 
 /**
- * The heartbeat renews the leases of this sidecar's Idempotency-Key claims still running (`run`
- * still its run's, no answer kept yet); a claim taken by another meanwhile is left alone. Returns
- * the slot keys no longer this sidecar's. KEYS: slots. ARGV: their run ids, then the lease in ms.
+ * The heartbeat renews this sidecar's Idempotency-Key claims still running (`run` still its run's,
+ * no answer kept yet): a sync run's time in the app's claims set (Redis's clock), an async
+ * submit's lease; a claim taken by another, or for lost, meanwhile is left alone. Returns the slot
+ * keys no longer this sidecar's. KEYS: claims, then the slots. ARGV: their run ids, then the lease in ms.
  */
-export const RENEW_CLAIMS = new LuaScript(`
+export const RENEW_CLAIMS = new LuaScript(`${NOW_LUA}
 local lost = {}
 local lease = ARGV[#ARGV]
-for i, key in ipairs(KEYS) do
-  if redis.call('HGET', key, 'run') == ARGV[i] and redis.call('HEXISTS', key, 'status') == 0 then
-    redis.call('PEXPIRE', key, lease)
+for i = 2, #KEYS do
+  local key = KEYS[i]
+  if redis.call('HGET', key, 'run') == ARGV[i - 1] and redis.call('HEXISTS', key, 'status') == 0 then
+    if redis.call('ZADD', KEYS[1], 'XX', 'CH', now, key) == 0 and not redis.call('ZSCORE', KEYS[1], key) then redis.call('PEXPIRE', key, lease) end
   else
     lost[#lost + 1] = key
   end
@@ -318,5 +389,6 @@ return redis.call('XDEL', KEYS[1], ARGV[2])
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
   TRANSITION, APPEND_EVENT, OPEN_RUN, DROP_ENTRY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
+  FAIL_LOST_CLAIM, LOST_CLAIMS,
   ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
 ]
