@@ -45,13 +45,19 @@ function recordedRuns (client: RunsClient, n: number): Array<[string, () => Prom
   ]
 }
 
-t.test('a Redis that stops answering: 503 within 2 s, never a hang; sidecar_run_store_up 0, /readyz still 200 and says so; back after SIGCONT', async t => {
+/** A sidecar (auth off) on a private Redis, with one run `before` submitted and succeeded. */
+async function sidecarWithOneRun (t: Tap): Promise<{ store: Awaited<ReturnType<typeof privateRunStore>>, h: Awaited<ReturnType<typeof runsSidecarFor>>, client: RunsClient }> {
   const store = await privateRunStore(t)
   const app = await runsAppFor(t)
   const h = await runsSidecarFor(t, app.url, { ...store.env, DISABLE_AUTH: 'true' })
   const client = runsClient({ base: h.base })
   t.equal((await client.submit('/json', 'before')).status, 202)
   t.equal((await client.finished('before')).record.status, 'succeeded')
+  return { store, h, client }
+}
+
+t.test('a Redis that stops answering: 503 within 2 s, never a hang; sidecar_run_store_up 0, /readyz still 200 and says so; back after SIGCONT', async t => {
+  const { store, h, client } = await sidecarWithOneRun(t)
   t.equal(await metric(h, 'sidecar_run_store_up'), 1)
   const ready = await send(`${h.admin}/readyz`)
   t.equal(ready.status, 200)
@@ -83,12 +89,7 @@ t.test('a Redis that stops answering: 503 within 2 s, never a hang; sidecar_run_
 })
 
 t.test('a Redis that stops answering: each recorded-run request gets its 503 within 2 s of its own arrival, also behind 10 others waiting', async t => {
-  const store = await privateRunStore(t)
-  const app = await runsAppFor(t)
-  const h = await runsSidecarFor(t, app.url, { ...store.env, DISABLE_AUTH: 'true' })
-  const client = runsClient({ base: h.base })
-  t.equal((await client.submit('/json', 'before')).status, 202)
-  t.equal((await client.finished('before')).record.status, 'succeeded')
+  const { store, client } = await sidecarWithOneRun(t)
   store.pause()
   t.teardown(() => { store.resume() })
   // 10 requests, one every 150 ms: each arrives while the commands of those before it still wait
