@@ -95,7 +95,7 @@ t.test('two apps, two sidecars each, on one Redis', async t => {
     t.equal((await send(`${b0.base}/v4/p/a/_runs/twin`)).status, 404, 'the other app\'s route is not served')
   })
 
-  t.test('every key has its app\'s hash tag; the keys without a TTL are the queue, deliveries, queued-bytes and runs index of each app (and the turn order\'s state until its queue idles)', async t => {
+  t.test('every key has its app\'s hash tag; the keys without a TTL are the queue, deliveries, queued-bytes and the runs\' status indexes of each app (and the turn order\'s state until its queue idles)', async t => {
     const keys = (await admin.keys('*')).sort()
     t.ok(keys.length > 0)
     for (const key of keys) t.match(key, /^as:\{p\/[ab]\}:/, key)
@@ -104,7 +104,10 @@ t.test('two apps, two sidecars each, on one Redis', async t => {
     for (const key of keys) if (await admin.ttl(key) === -1) forever.push(key)
     // the fair tags and virtual time stay while runs are taken one after another; a sidecar idle 10 s removes them
     const turnState = forever.filter(key => /:(fair|clock)$/.test(key))
-    t.same(forever.filter(key => !turnState.includes(key)), ['as:{p/a}:deliveries', 'as:{p/a}:queue', 'as:{p/a}:queued-bytes', 'as:{p/a}:runs', 'as:{p/b}:deliveries', 'as:{p/b}:queue', 'as:{p/b}:queued-bytes', 'as:{p/b}:runs'])
+    // the runs' indexes: one per status a run of the app has had
+    const indexes = forever.filter(key => /:runs:(queued|running|succeeded|failed|canceled)$/.test(key))
+    t.ok(indexes.length > 0 && indexes.length <= 10, `at most the five status indexes of each app (${indexes.join(' ')})`)
+    t.same(forever.filter(key => !turnState.includes(key) && !indexes.includes(key)), ['as:{p/a}:deliveries', 'as:{p/a}:queue', 'as:{p/a}:queued-bytes', 'as:{p/b}:deliveries', 'as:{p/b}:queue', 'as:{p/b}:queued-bytes'])
     t.equal(await admin.exists('as:{p/a}:turns', 'as:{p/a}:wake', 'as:{p/b}:turns', 'as:{p/b}:wake'), 0, 'no turn or wake-up left with nothing queued')
   })
 

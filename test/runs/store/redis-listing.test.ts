@@ -1,41 +1,95 @@
 import t from 'tap'
 import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
+import type { Redis } from 'ioredis'
 import type { NewRun } from '../../../src/runs/run-data.ts'
+import { recordedRun } from '../../../src/runs/run-record.ts'
 import { privateRunStore } from '../../helpers/redis-server.ts'
 
-// The Redis listing past its bounds: a sparse filter over more runs than one script reads, a
-// purge over more entries than one script goes through, a run taken and not started purged.
+// The Redis listing past its bounds: a page's cost whatever the runs kept, pages across statuses,
+// a purge over more entries than one script goes through, a run taken and not started purged.
 
 const SCOPE = { projectId: 'p', appName: 'a' }
 const SETTINGS: RedisStoreSettings = { retentionSeconds: 60, maxEvents: 100, maxEventBytes: 1024 * 1024, queueDepth: 2000, queueMaxBytes: 64 * 1024 * 1024, scope: SCOPE }
 const runOf = (runId: string, createdAt: number): NewRun => ({ scope: SCOPE, runId, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: undefined, createdAt })
 
-t.test('a sparse filter over more runs than one read: found across reads, exact to the end; members of gone runs removed', async t => {
+/** Runs `from` to `from + count` recorded and ended as the store does (a recorded sync run each: opened, then finished `status`). */
+async function keepRuns (store: RedisRunStore, from: number, count: number, base: number, status: 'succeeded' | 'failed' = 'succeeded'): Promise<void> {
+  for (let start = from; start < from + count; start += 500) {
+    await Promise.all(Array.from({ length: Math.min(500, from + count - start) }, async (_, k) => {
+      const i = start + k
+      const run = recordedRun(runOf(`done-${String(i).padStart(5, '0')}`, base + 1_000 + i))
+      await store.records.open(run)
+      await store.records.finish(run, { status, statusCode: status === 'succeeded' ? 200 : 500, resultJson: '{}', runTimeMs: 1, error: status === 'failed' ? 'x' : undefined, completedAt: Date.now() })
+    }))
+  }
+}
+
+/** The commands a listing ran in Redis (INFO commandstats: those its script ran; nothing else of the kind runs meanwhile). */
+async function listingCost (probe: Redis, list: () => Promise<unknown>): Promise<number> {
+  const reads = async (): Promise<number> => {
+    const stats = await probe.info('commandstats')
+    let calls = 0
+    for (const [, name, count] of stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)) if (name === 'hmget' || name === 'zrevrangebyscore') calls += Number(count)
+    return calls
+  }
+  const before = await reads()
+  await list()
+  return await reads() - before
+}
+
+t.test('a page costs the same whatever the runs kept and however few match: 1,000 and then 10,000 kept', async t => {
   const redis = await privateRunStore(t)
   const store = new RedisRunStore(redis.url, SETTINGS)
   t.teardown(() => store.close())
   await store.reachable(5000)
-  // two queued runs at the old end, then 2500 finished ones written as the store writes them, 500 of them gone
-  // recent enough for the queue's time limit (ASYNC_QUEUE_TTL_SECONDS) not to fail them
   const base = Date.now() - 100_000
   for (const [i, id] of ['q-0', 'q-1'].entries()) await store.queue.submit(runOf(id, base + i))
-  const probe = redis.probe.pipeline()
-  for (let i = 0; i < 2500; i++) {
-    const id = `done-${String(i).padStart(4, '0')}`
-    if (i % 5 !== 0) probe.hset(`as:{p/a}:run:${id}`, 'record', JSON.stringify({ run_id: id, status: 'succeeded', created_at: new Date(base + 1_000 + i).toISOString() }), 'async', '1')
-    probe.zadd('as:{p/a}:runs', base + 1_000 + i, id)
+  await keepRuns(store, 0, 10, base, 'failed')
+  await keepRuns(store, 10, 990, base)
+  const costs = async (): Promise<number[]> => [
+    await listingCost(redis.probe, async () => await store.listing.list(SCOPE, { statuses: ['canceled'], after: undefined, limit: 1 })),
+    await listingCost(redis.probe, async () => await store.listing.list(SCOPE, { statuses: ['queued'], after: undefined, limit: 2 })),
+    await listingCost(redis.probe, async () => await store.listing.list(SCOPE, { statuses: ['failed'], after: undefined, limit: 100 })),
+    await listingCost(redis.probe, async () => await store.listing.list(SCOPE, { statuses: undefined, after: undefined, limit: 10 }))
+  ]
+  const atThousand = await costs()
+  await keepRuns(store, 1_000, 9_000, base)
+  t.same(await costs(), atThousand, `the same commands with 10,000 runs kept as with 1,000 (${atThousand.join(', ')})`)
+  t.ok(atThousand.every(cost => cost <= 60), 'each a few dozen at most')
+  const queued = await store.listing.list(SCOPE, { statuses: ['queued'], after: undefined, limit: 2 })
+  t.same([queued.records.map(r => r.run_id), queued.next], [['q-1', 'q-0'], undefined], 'the queued runs, nothing after')
+  const failed = await store.listing.list(SCOPE, { statuses: ['failed'], after: undefined, limit: 100 })
+  t.same(failed.records.map(r => r.run_id), Array.from({ length: 10 }, (_, i) => `done-${String(9 - i).padStart(5, '0')}`))
+})
+
+t.test('pages follow one another exactly, across statuses and equal created_at; runs gone leave their index as they are met', async t => {
+  const redis = await privateRunStore(t)
+  const store = new RedisRunStore(redis.url, SETTINGS)
+  t.teardown(() => store.close())
+  await store.reachable(5000)
+  const base = Date.now() - 100_000
+  await keepRuns(store, 0, 30, base)
+  await keepRuns(store, 30, 30, base, 'failed')
+  // five more at one created_at, across two statuses
+  for (const id of ['same-a', 'same-b', 'same-c']) await store.queue.submit(runOf(id, base + 5_000))
+  await keepRuns(store, 4_000, 1, base) // done-04000 at base + 5000
+  const gone = ['done-00003', 'done-00033']
+  await redis.probe.del(...gone.map(id => `as:{p/a}:run:${id}`))
+  const all: string[] = []
+  let after: { createdAt: number, runId: string } | undefined
+  for (let pages = 0; pages < 20; pages++) {
+    const page = await store.listing.list(SCOPE, { statuses: undefined, after, limit: 7 })
+    all.push(...page.records.map(r => r.run_id))
+    if (page.next === undefined) break
+    after = page.next
   }
-  await probe.exec()
-  const page = await store.listing.list(SCOPE, { statuses: ['queued'], after: undefined, limit: 2 })
-  t.same(page.records.map(r => r.run_id), ['q-1', 'q-0'])
-  t.equal(page.next, undefined, 'nothing follows')
-  t.equal(await redis.probe.zcard('as:{p/a}:runs'), 2002, 'the 500 gone removed as they were met')
-  const one = await store.listing.list(SCOPE, { statuses: ['queued'], after: undefined, limit: 1 })
-  t.same([one.records.map(r => r.run_id), one.next], [['q-1'], { createdAt: base + 1, runId: 'q-1' }])
-  const newest = await store.listing.list(SCOPE, { statuses: undefined, after: { createdAt: base + 1_000 + 2499, runId: 'done-2499' }, limit: 1000 })
-  t.equal(newest.records.length, 1000)
-  t.equal(newest.records[0]?.run_id, 'done-2498')
-  t.same(newest.next, { createdAt: base + 1_000 + 1249, runId: 'done-1249' }, '1000 of the 2000 kept, from after the newest (done-2498 to done-1249 but the gone fifth)')
+  const expected = [
+    'same-c', 'same-b', 'same-a', 'done-04000',
+    ...Array.from({ length: 60 }, (_, i) => `done-${String(59 - i).padStart(5, '0')}`).filter(id => !gone.includes(id))
+  ]
+  t.same(all, expected, 'newest first, each once, none gone')
+  t.equal(await redis.probe.zscore('as:{p/a}:runs:succeeded', 'done-00003'), null, 'a gone run left its index')
+  t.equal(await redis.probe.zscore('as:{p/a}:runs:failed', 'done-00033'), null)
 })
 
 t.test('a purge over more entries than one step: every queued run canceled (a taken one included), the running one left', async t => {

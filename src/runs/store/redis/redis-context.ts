@@ -13,6 +13,8 @@ import { RedisFollow } from './redis-follow.ts'
 import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
 import { GROUP, QUEUE_SCRIPTS } from './redis-queue-scripts.ts'
 import { answerWithin } from './redis-deadline.ts'
+import { indexCutoff } from './redis-run-index.ts'
+import { DEFAULT_QUEUE_TTL_SECONDS } from '../../run-expiry.ts'
 import { DROP_ENTRY, END_AND_HOLD, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 
 type Redis = RedisClient
@@ -56,7 +58,7 @@ export class ScopeKeys {
   /** Request-body bytes of the app's queued runs (ASYNC_QUEUE_MAX_BYTES). */
   get queuedBytes (): string { return `${this.#prefix}:queued-bytes` }
   live (runId: string): string { return `${this.#prefix}:live:${runId}` }
-  /** The app's recorded runs by created_at (redis-run-index.ts): the list of runs. */
+  /** The prefix of the app's indexes of its recorded runs, one per status (`…:runs:<status>`, redis-run-index.ts): the list of runs. */
   get runs (): string { return `${this.#prefix}:runs` }
   /** Never written: the availability probe's write to the app's slot on a cluster. */
   get probe (): string { return `${this.#prefix}:probe` }
@@ -268,10 +270,17 @@ export class RedisContext {
   }
 
   #transitionArgs (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): [string[], Array<string | number>] {
-    return [[keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running, keys.expiry, keys.turns], [
+    const finished = isFinished(record)
+    return [[keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running, keys.expiry, keys.turns, keys.runs], [
       old, JSON.stringify(record), extra.result ?? '', extra.owner ?? '', extra.entry ?? '',
-      isFinished(record) ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : '', runId
+      finished ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : '', runId,
+      finished ? this.indexCutoff() : ''
     ]]
+  }
+
+  /** The created_at (ms) before which a finished run's index entry may go (redis-run-index.ts). */
+  indexCutoff (): number {
+    return indexCutoff(this.settings.retentionSeconds, this.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS)
   }
 
   /** Closes the connections. */

@@ -25,9 +25,9 @@ export async function failLostClaim (ctx: RedisContext, keys: ScopeKeys, slot: s
       status: 'failed', statusCode: REPLICA_LOST.statusCode, resultJson, error: REPLICA_LOST.message, completedAt: now,
       runTimeMs: running.started_at === undefined ? 0 : now - Date.parse(running.started_at)
     })
-  const failed = await guard(FAIL_LOST_CLAIM.run(ctx.redis, [keys.claims, slot, keys.run(runId), keys.events(runId)], [
+  const failed = await guard(FAIL_LOST_CLAIM.run(ctx.redis, [keys.claims, slot, keys.run(runId), keys.events(runId), keys.runs], [
     runId, record === undefined ? '' : JSON.stringify(record), resultJson, ctx.settings.retentionSeconds, keys.live(runId),
-    REPLICA_LOST.statusCode, 'application/json', resultJson, ctx.settings.retentionSeconds * 1000, ctx.lostAfterMs, ctx.consumer
+    REPLICA_LOST.statusCode, 'application/json', resultJson, ctx.settings.retentionSeconds * 1000, ctx.lostAfterMs, ctx.consumer, ctx.indexCutoff()
   ]))
   if (failed !== 1 || record === undefined || view === undefined) return
   const webhook = await guard(ctx.redis.hget(keys.run(runId), 'webhook'))

@@ -6,57 +6,52 @@ import { TRANSITION_LUA } from './redis-scripts.ts'
 // app's hash tag (one slot).
 
 /**
- * Reads the app's index (redis-run-index.ts) newest first, from just after a place (score
- * `max`, run id `after`: the same score and ids from `after` up are skipped), each run's record
- * and webhook state, until `wanted` runs with a status in the filter are found, the index ends, or
- * `budget` runs were read (a sparse filter over a long index: the caller asks again from where it
- * stopped, and Redis is never held long). Members whose run is gone (expired) are removed.
- * Returns: 1 when the index ended (else 0), the score and run id of the last run read, then per run
- * found: run id, score, record, webhook state ('' none).
+ * A page of the app's runs, newest first (created_at, then run id, both descending), from just
+ * after a place (score `max`, run id `after`: that score's ids from `after` up are skipped), of the
+ * statuses asked for: each status's index (redis-run-index.ts) is read from that place until
+ * `wanted` of its runs are found or it ends, and the newest `wanted` of them all make the page. A
+ * page reads at most `wanted` live runs per status asked for, whatever the runs kept and however
+ * few match; a member whose run is gone (expired) is removed from its index as it is met.
+ * Returns, per run (at most `wanted`): run id, score, record, webhook state ('' none).
  * KEYS: index. ARGV: run key prefix, max score ('+inf' at the newest), after ('' none), statuses
- * ('s1,s2'; '' all), wanted, budget.
+ * ('s1,s2'), wanted.
  */
 export const LIST_RUNS = new LuaScript(`
-local prefix, wanted, budget = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[6])
-local filter = nil
-if ARGV[4] ~= '' then
-  filter = {}
-  for status in string.gmatch(ARGV[4], '[^,]+') do filter[status] = true end
-end
+local prefix, wanted = ARGV[1], tonumber(ARGV[5])
 local bound = nil
 if ARGV[3] ~= '' then bound = tonumber(ARGV[2]) end
-local out, dead = { 0, ARGV[2], ARGV[3] }, {}
-local found, read, offset, stopped = 0, 0, 0, false
-while not stopped do
-  local batch = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[2], '-inf', 'WITHSCORES', 'LIMIT', offset, 100)
-  offset = offset + #batch / 2
-  for i = 1, #batch, 2 do
-    local id, score = batch[i], batch[i + 1]
-    if not (bound and tonumber(score) == bound and id >= ARGV[3]) then
-      read = read + 1
-      out[2], out[3] = score, id
-      local fields = redis.call('HMGET', prefix .. id, 'record', 'webhook_state')
-      if not fields[1] then
-        dead[#dead + 1] = id
-      elseif not filter or filter[string.match(fields[1], '"status":"(%a+)"')] then
-        found = found + 1
-        out[#out + 1] = id
-        out[#out + 1] = score
-        out[#out + 1] = fields[1]
-        out[#out + 1] = fields[2] or ''
-      end
-      if found >= wanted or read >= budget then
-        stopped = true
-        break
+local found = {}
+for status in string.gmatch(ARGV[4], '[^,]+') do
+  local index = KEYS[1] .. ':' .. status
+  local dead, mine, offset = {}, 0, 0
+  while mine < wanted do
+    local batch = redis.call('ZREVRANGEBYSCORE', index, ARGV[2], '-inf', 'WITHSCORES', 'LIMIT', offset, wanted - mine)
+    if #batch == 0 then break end
+    offset = offset + #batch / 2
+    for i = 1, #batch, 2 do
+      local id, score = batch[i], batch[i + 1]
+      if not (bound and tonumber(score) == bound and id >= ARGV[3]) then
+        local fields = redis.call('HMGET', prefix .. id, 'record', 'webhook_state')
+        if fields[1] then
+          mine = mine + 1
+          found[#found + 1] = { id, score, fields[1], fields[2] or '' }
+        else
+          dead[#dead + 1] = id
+        end
       end
     end
   end
-  if not stopped and #batch < 200 then
-    out[1] = 1
-    stopped = true
-  end
+  if #dead > 0 then redis.call('ZREM', index, unpack(dead)) end
 end
-if #dead > 0 then redis.call('ZREM', KEYS[1], unpack(dead)) end
+table.sort(found, function (a, b)
+  local sa, sb = tonumber(a[2]), tonumber(b[2])
+  if sa ~= sb then return sa > sb end
+  return a[1] > b[1]
+end)
+local out = {}
+for i = 1, math.min(wanted, #found) do
+  for _, value in ipairs(found[i]) do out[#out + 1] = value end
+end
 return out
 `)
 
@@ -67,9 +62,9 @@ return out
  * one step: a run a sidecar starts meanwhile is either canceled before (its start fails) or
  * running (left alone). Its record: the queued one with status canceled, completed_at and error.
  * Returns: how many were canceled, and the last entry read ('' none: the queue's end).
- * KEYS: queue, queued bytes, running, expiry, turns. ARGV: run key prefix, events key prefix, live channel
+ * KEYS: queue, queued bytes, running, expiry, turns, index. ARGV: run key prefix, events key prefix, live channel
  * prefix, from ('-' the first, else an entry id, excluded), count, what the canceled record adds
- * (`,"completed_at":…,"error":…`), ttl seconds.
+ * (`,"completed_at":…,"error":…`), ttl seconds, index cutoff ms.
  */
 export const CANCEL_QUEUED = new LuaScript(`
 local function transition (KEYS, ARGV)${TRANSITION_LUA}end
@@ -86,8 +81,8 @@ for _, entry in ipairs(entries) do
   if old and string.find(old, '"status":"queued"', 1, true) then
     local new = string.gsub(old, '"status":"queued"', '"status":"canceled"', 1)
     new = string.sub(new, 1, -2) .. ARGV[6] .. '}'
-    canceled = canceled + transition({ run, KEYS[1], ARGV[2] .. id, KEYS[2], KEYS[3], KEYS[4], KEYS[5] },
-      { old, new, '', '', fields[2] or last, ARGV[7], ARGV[3] .. id, 'done', id })
+    canceled = canceled + transition({ run, KEYS[1], ARGV[2] .. id, KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6] },
+      { old, new, '', '', fields[2] or last, ARGV[7], ARGV[3] .. id, 'done', id, ARGV[8] })
   end
 end
 return { canceled, last }

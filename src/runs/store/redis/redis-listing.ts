@@ -3,13 +3,12 @@ import type { ListPosition, ListRequest, RunListing, RunPage } from '../run-list
 import type { RunRecord, RunScope, WebhookStatus } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { CANCEL_QUEUED, LIST_RUNS } from './redis-list-scripts.ts'
+import { RUN_STATUSES } from './redis-run-index.ts'
 
-/** Most runs one LIST_RUNS reads: a sparse filter over a long index takes a few round trips, none holding Redis long. */
-const READ_BUDGET = 1000
 /** Queue entries one CANCEL_QUEUED goes through. */
 const CANCEL_BATCH = 500
 
-/** An app's runs in Redis: listed from the app's index (redis-run-index.ts), its queued ones canceled by a script over its queue. */
+/** An app's runs in Redis: listed from the app's indexes by status (redis-run-index.ts), its queued ones canceled by a script over its queue. */
 export class RedisListing implements RunListing {
   readonly #ctx: RedisContext
 
@@ -19,22 +18,14 @@ export class RedisListing implements RunListing {
 
   async list (scope: RunScope, request: ListRequest): Promise<RunPage> {
     const keys = new ScopeKeys(scope)
-    const { limit } = request
+    const { limit, after } = request
     // one more than the page: whether anything follows it
-    const wanted = limit + 1
-    const filter = request.statuses?.join(',') ?? ''
+    const reply = await guard(LIST_RUNS.run(this.#ctx.redis, [keys.runs], [
+      keys.run(''), after === undefined ? '+inf' : after.createdAt, after?.runId ?? '', (request.statuses ?? RUN_STATUSES).join(','), limit + 1
+    ])) as Array<string | number>
     const found: Array<{ record: RunRecord, at: ListPosition }> = []
-    let after = request.after
-    for (;;) {
-      const reply = await guard(LIST_RUNS.run(this.#ctx.redis, [keys.runs], [
-        keys.run(''), after === undefined ? '+inf' : after.createdAt, after?.runId ?? '', filter, wanted - found.length, READ_BUDGET
-      ])) as Array<string | number>
-      for (let i = 3; i < reply.length; i += 4) {
-        const runId = String(reply[i])
-        found.push({ record: recordOf(String(reply[i + 2]), String(reply[i + 3])), at: { createdAt: Number(reply[i + 1]), runId } })
-      }
-      if (found.length >= wanted || Number(reply[0]) === 1) break
-      after = { createdAt: Number(reply[1]), runId: String(reply[2]) }
+    for (let i = 0; i < reply.length; i += 4) {
+      found.push({ record: recordOf(String(reply[i + 2]), String(reply[i + 3])), at: { createdAt: Number(reply[i + 1]), runId: String(reply[i]) } })
     }
     if (found.length <= limit) return { records: found.map(run => run.record), next: undefined }
     return { records: found.slice(0, limit).map(run => run.record), next: (found[limit - 1] as { at: ListPosition }).at }
@@ -46,8 +37,8 @@ export class RedisListing implements RunListing {
     let canceled = 0
     let from = '-'
     for (;;) {
-      const [count, last] = await guard(CANCEL_QUEUED.run(this.#ctx.redis, [keys.queue, keys.queuedBytes, keys.running, keys.expiry, keys.turns], [
-        keys.run(''), keys.events(''), keys.live(''), from, CANCEL_BATCH, ends, this.#ctx.settings.retentionSeconds
+      const [count, last] = await guard(CANCEL_QUEUED.run(this.#ctx.redis, [keys.queue, keys.queuedBytes, keys.running, keys.expiry, keys.turns, keys.runs], [
+        keys.run(''), keys.events(''), keys.live(''), from, CANCEL_BATCH, ends, this.#ctx.settings.retentionSeconds, this.#ctx.indexCutoff()
       ])) as [number, string]
       canceled += Number(count)
       if (last === '' || last === null) return canceled

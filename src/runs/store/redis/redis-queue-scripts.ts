@@ -74,7 +74,7 @@ if ARGV[10] ~= '' then fields[#fields + 1] = 'urgency'; fields[#fields + 1] = AR
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('RPUSH', KEYS[10], tonumber(ARGV[10]) or 3)
 redis.call('ZADD', KEYS[5], ARGV[8], ARGV[6])
-indexRun(KEYS[6], KEYS[1], ARGV[6], ARGV[9])
+indexRun(KEYS[6], ARGV[6], 'queued', ARGV[9])
 return 1
 `)
 
@@ -178,12 +178,14 @@ return 0
  * record's HSET), joins the running set and leaves the expiry set; its
  * request and body stay until it ends (TRANSITION drops them then), so that a start tried again
  * after its reply was lost finds them.
- * KEYS: run, queued bytes, running, expiry. ARGV: old record, new record, owner, run id.
+ * It moves from the app's queued index to its running one (redis-run-index.ts).
+ * KEYS: run, queued bytes, running, expiry, index. ARGV: old record, new record, owner, run id.
  */
-export const START_READ = new LuaScript(`
+export const START_READ = new LuaScript(`${INDEX_RUN_LUA}
 local fields = redis.call('HMGET', KEYS[1], 'record', 'request', 'body', 'webhook', 'queued_bytes')
 if fields[1] ~= ARGV[1] then return {0} end
 redis.call('HSET', KEYS[1], 'record', ARGV[2], 'owner', ARGV[3], 'queued_bytes', 0)
+reindexRun(KEYS[5], ARGV[4], 'queued', 'running')
 redis.call('SADD', KEYS[3], KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[4])
 local queued = tonumber(fields[5] or '0')

@@ -226,7 +226,7 @@ export class RedisQueue implements RunQueue {
       }
       const json = JSON.stringify(startedRecord(JSON.parse(old as string) as RunRecord, run.createdAt, startedAt))
       // its request and webhook read in the same step
-      const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.running, keys.expiry], [old as string, json, ctx.consumer, run.runId])) as [number, Buffer | null, Buffer | null, Buffer | null]
+      const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.running, keys.expiry, keys.runs], [old as string, json, ctx.consumer, run.runId])) as [number, Buffer | null, Buffer | null, Buffer | null]
       if (reply[0] !== 1) continue
       ctx.known.set(run.entry, json)
       const whole = wholeRun(run, reply[1], reply[2], reply[3])

@@ -80,9 +80,9 @@ export class RedisRecords implements RunRecords {
         const slot = keys.slot(keep.slot)
         ctx.claims.delete(slot)
         const { answer } = keep
-        if (await guard(FINISH_RECORDED.run(ctx.redis, [keys.claims, keys.run(run.runId), keys.events(run.runId), slot], [
+        if (await guard(FINISH_RECORDED.run(ctx.redis, [keys.claims, keys.runs, keys.run(run.runId), keys.events(run.runId), slot], [
           ctx.consumer, JSON.stringify(finished), outcome.resultJson, ctx.settings.retentionSeconds, keys.live(run.runId), run.runId,
-          answer.status, answer.contentType ?? '', answer.body, ctx.settings.retentionSeconds * 1000
+          answer.status, answer.contentType ?? '', answer.body, ctx.settings.retentionSeconds * 1000, ctx.indexCutoff()
         ])) === 1) return done
       }
     }

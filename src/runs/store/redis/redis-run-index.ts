@@ -1,24 +1,38 @@
 /**
- * The app's index of its recorded runs, written where a run is recorded (SUBMIT, CLAIM_KEY) in the
- * same step: a sorted set `as:{project/app}:runs` (ScopeKeys.runs), score the run's created_at in
- * ms, member its run id. It has no TTL (one key per app); members whose run hash is gone are
- * removed as they are met: by a listing, and here, a few per run recorded (the oldest, and two at
- * a place that moves with the time), so that the set stays within about twice the runs held,
- * whatever lives long at its old end.
- * Lua, prepended to a script: indexRun(index key, the run's key, run id, created_at ms).
+ * The app's index of its recorded runs, one sorted set per status (`as:{project/app}:runs:<status>`,
+ * from ScopeKeys.runs; score the run's created_at in ms, member its run id), kept in the step that
+ * records or moves the run: a run is in its status's set only, so a page of one status reads that
+ * status's runs, never the others (a filter that matches nothing reads nothing). A finished run's
+ * set is trimmed by time as a run ends in it (members created before the trim's cutoff, whose runs
+ * have expired); a member whose run hash is gone (expired sooner) is removed as a listing meets it.
+ * The sets have no TTL: five keys per app.
+ * Lua, prepended to a script:
+ * - statusOf(record JSON) → its status;
+ * - indexRun(index, run id, status, created_at ms): a run recorded;
+ * - reindexRun(index, run id, old status, new status, cutoff ms ('' none)): a run moved, at its score;
+ *   with a cutoff, its new status's members created before it go.
  */
 export const INDEX_RUN_LUA = `
-local function indexRun (index, runKey, runId, createdAt)
-  local prefix = string.sub(runKey, 1, #runKey - #runId)
-  local count = redis.call('ZCARD', index)
-  if count > 0 then
-    local at = tonumber(createdAt) % count
-    local seen = redis.call('ZRANGE', index, 0, 0)
-    for _, id in ipairs(redis.call('ZRANGE', index, at, at + 1)) do seen[#seen + 1] = id end
-    for _, id in ipairs(seen) do
-      if redis.call('EXISTS', prefix .. id) == 0 then redis.call('ZREM', index, id) end
-    end
-  end
-  redis.call('ZADD', index, createdAt, runId)
+local function statusOf (record)
+  return string.match(record, '"status":"(%a+)"')
+end
+local function indexRun (index, runId, status, createdAt)
+  redis.call('ZADD', index .. ':' .. status, createdAt, runId)
+end
+local function reindexRun (index, runId, from, to, cutoff)
+  if not from or not to or from == to then return end
+  local at = redis.call('ZSCORE', index .. ':' .. from, runId)
+  if not at then return end
+  redis.call('ZREM', index .. ':' .. from, runId)
+  redis.call('ZADD', index .. ':' .. to, at, runId)
+  if cutoff and cutoff ~= '' then redis.call('ZREMRANGEBYSCORE', index .. ':' .. to, '-inf', '(' .. cutoff) end
 end
 `
+
+/** Every status a run's record can have: one index each. */
+export const RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'canceled'] as const
+
+/** The RUN_RETENTION_SECONDS a finished run is kept, beyond the longest a run may wait and run first: members created before go from its status's index as runs end there. */
+export function indexCutoff (retentionSeconds: number, queueTtlSeconds: number, now = Date.now()): number {
+  return now - (retentionSeconds + queueTtlSeconds + 86_400) * 1000
+}

@@ -12,13 +12,15 @@ import { GROUP } from './redis-queue-scripts.ts'
  * back to the app's queued-bytes; a finished one drops its request and its webhook (the secret:
  * its owner has it for the delivery, and nobody else will need it), and, if it was running, leaves
  * the app's running set (the backlog is the queue's entries less that set).
- * A run that was queued leaves the app's expiry set and its turn order (redis-queue-scripts.ts).
- * KEYS: run, queue, events, queued bytes, running, expiry, turns. ARGV: old record, new record, result (''),
- * owner (''), entry (''), ttl seconds (0), live channel, message (''), run id.
+ * A run that was queued leaves the app's expiry set and its turn order (redis-queue-scripts.ts); it
+ * moves to its new status's index, trimmed of runs created before the cutoff (redis-run-index.ts).
+ * KEYS: run, queue, events, queued bytes, running, expiry, turns, index. ARGV: old record, new record, result (''),
+ * owner (''), entry (''), ttl seconds (0), live channel, message (''), run id, index cutoff ms ('' none).
  */
-export const TRANSITION_LUA = `
+export const TRANSITION_LUA = `${INDEX_RUN_LUA}
 local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events', 'turn')
 if current[1] ~= ARGV[1] then return 0 end
+reindexRun(KEYS[8], ARGV[9], statusOf(ARGV[1]), statusOf(ARGV[2]), ARGV[10])
 local set = { 'record', ARGV[2] }
 if ARGV[3] ~= '' then set[#set + 1] = 'result'; set[#set + 1] = ARGV[3] end
 if ARGV[4] ~= '' then set[#set + 1] = 'owner'; set[#set + 1] = ARGV[4] end
@@ -55,25 +57,26 @@ export const TRANSITION = new LuaScript(TRANSITION_LUA)
  * its key: nobody else writes it; 0 when it is not), moves to its end, and its answer is kept in
  * its key's slot (when the slot is still its run's), in one step. The record as it was is not
  * sent to compare: the owner and the status say the same in a few bytes.
- * The claim leaves the app's claims set.
- * KEYS: claims, run, events, slot. ARGV: owner, new record, result, ttl seconds, live channel, run id,
- * status, content type, body, answer ttl ms.
+ * The claim leaves the app's claims set; the run moves to its status's index (redis-run-index.ts).
+ * KEYS: claims, index, run, events, slot. ARGV: owner, new record, result, ttl seconds, live channel, run id,
+ * status, content type, body, answer ttl ms, index cutoff ms.
  */
-const FINISH_RECORDED_LUA = `
-local current = redis.call('HMGET', KEYS[2], 'record', 'events', 'owner')
+const FINISH_RECORDED_LUA = `${INDEX_RUN_LUA}
+local current = redis.call('HMGET', KEYS[3], 'record', 'events', 'owner')
 if current[3] ~= ARGV[1] or not current[1] or not string.find(current[1], '"status":"running"', 1, true) then return 0 end
-redis.call('HSET', KEYS[2], 'record', ARGV[2], 'result', ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-if current[2] then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
+reindexRun(KEYS[2], ARGV[6], 'running', statusOf(ARGV[2]), ARGV[11])
+redis.call('HSET', KEYS[3], 'record', ARGV[2], 'result', ARGV[3])
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+if current[2] then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
 redis.call('PUBLISH', ARGV[5], 'done')
-if redis.call('HGET', KEYS[4], 'run') == ARGV[6] then
-  redis.call('HSET', KEYS[4], 'status', ARGV[7], 'type', ARGV[8], 'body', ARGV[9])
-  redis.call('PEXPIRE', KEYS[4], ARGV[10])
-  redis.call('ZREM', KEYS[1], KEYS[4])
+if redis.call('HGET', KEYS[5], 'run') == ARGV[6] then
+  redis.call('HSET', KEYS[5], 'status', ARGV[7], 'type', ARGV[8], 'body', ARGV[9])
+  redis.call('PEXPIRE', KEYS[5], ARGV[10])
+  redis.call('ZREM', KEYS[1], KEYS[5])
 end
 return 1
 `
-export const FINISH_RECORDED = new BatchedScript(FINISH_RECORDED_LUA, { shared: 1, own: 3, args: 10 })
+export const FINISH_RECORDED = new BatchedScript(FINISH_RECORDED_LUA, { shared: 2, own: 3, args: 11 })
 
 /**
  * Appends event n to a run's events and tells its followers (`<n>\n<data>`), in order: 1
@@ -127,7 +130,7 @@ local function recordSyncRun (runKey, index, record, owner, webhook, ttl, runId,
   if webhook ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = webhook end
   redis.call('HSET', runKey, unpack(fields))
   redis.call('EXPIRE', runKey, ttl)
-  indexRun(index, runKey, runId, createdAt)
+  indexRun(index, runId, 'running', createdAt)
   return true
 end
 `
@@ -175,16 +178,17 @@ export const CLAIM_KEY = new BatchedScript(CLAIM_KEY_LUA, { shared: 1, own: 3, a
  * its run, if still running, ends with the record given ("replica lost", owned by the sidecar
  * that decided it: the lost one, should it come back, writes no more events and no end), and the
  * slot keeps that answer for its retries. 0 when the claim was renewed, answered or taken meanwhile.
- * KEYS: claims, slot, run, events. ARGV: run id, record, result, ttl seconds, live channel, status,
- * content type, body, answer ttl ms, lost after ms, owner.
+ * KEYS: claims, slot, run, events, index. ARGV: run id, record, result, ttl seconds, live channel, status,
+ * content type, body, answer ttl ms, lost after ms, owner, index cutoff ms.
  */
-export const FAIL_LOST_CLAIM = new LuaScript(`${NOW_LUA}
+export const FAIL_LOST_CLAIM = new LuaScript(`${INDEX_RUN_LUA}${NOW_LUA}
 local beat = redis.call('ZSCORE', KEYS[1], KEYS[2])
 if not beat or tonumber(beat) >= now - tonumber(ARGV[10]) then return 0 end
 redis.call('ZREM', KEYS[1], KEYS[2])
 if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] or redis.call('HEXISTS', KEYS[2], 'status') == 1 then return 0 end
 local current = redis.call('HMGET', KEYS[3], 'record', 'events')
-if current[1] and string.find(current[1], '"status":"running"', 1, true) then
+if current[1] and string.find(current[1], '"status":"running"', 1, true) and ARGV[2] ~= '' then
+  reindexRun(KEYS[5], ARGV[1], 'running', 'failed', ARGV[12])
   redis.call('HSET', KEYS[3], 'record', ARGV[2], 'result', ARGV[3], 'owner', ARGV[11])
   redis.call('EXPIRE', KEYS[3], ARGV[4])
   if current[2] then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
@@ -367,13 +371,13 @@ return lost
  * changed the record, HOLD_DELIVERY): a sidecar that dies right after the end leaves the delivery
  * to another, never a finished run with no delivery. Returns HOLD_DELIVERY's entry id, or false
  * when the record had changed (nothing written).
- * KEYS: TRANSITION's seven, then HOLD_DELIVERY's two. ARGV: TRANSITION's nine, then HOLD_DELIVERY's nine.
+ * KEYS: TRANSITION's eight, then HOLD_DELIVERY's two. ARGV: TRANSITION's ten, then HOLD_DELIVERY's nine.
  */
 export const END_AND_HOLD = new LuaScript(`
 local function transition (KEYS, ARGV)${TRANSITION_LUA}end
 local function hold (KEYS, ARGV)${HOLD_DELIVERY_LUA}end
-if transition({ unpack(KEYS, 1, 7) }, { unpack(ARGV, 1, 9) }) ~= 1 then return false end
-return hold({ KEYS[8], KEYS[9] }, { unpack(ARGV, 10, 18) })
+if transition({ unpack(KEYS, 1, 8) }, { unpack(ARGV, 1, 10) }) ~= 1 then return false end
+return hold({ KEYS[9], KEYS[10] }, { unpack(ARGV, 11, 19) })
 `)
 
 /**
