@@ -17,6 +17,8 @@ export interface RunsSetup {
   readonly other?: Harness
   /** The Redis store's keys of app p/a, sorted (Redis only). */
   readonly keys?: () => Promise<string[]>
+  /** The members of app p/a's due set (`…:expiry`: queued runs by their time limit, sidecars' leases), Redis only. */
+  readonly due?: () => Promise<string[]>
 }
 
 /** runsSetup's pieces, closed at `t`'s teardown; `twoReplicas`: a second sidecar with the same settings and store. */
@@ -28,8 +30,9 @@ export async function runsSetup (t: { teardown: (fn: () => unknown) => void }, b
   const h = await runsSidecarFor(t, app.url, all)
   const other = twoReplicas ? await runsSidecarFor(t, app.url, all) : undefined
   const keys = store === undefined ? undefined : async () => (await store.probe.keys('as:{p/a}:*')).sort()
+  const due = store === undefined ? undefined : async () => await store.probe.zrange('as:{p/a}:expiry', '0', '-1')
   return {
     app, h, client: runsClient({ base: h.base }), receiver, hook: `webhookEndpoint=${encodeURIComponent(receiver.url + '/hook')}`,
-    ...(other === undefined ? {} : { other }), ...(keys === undefined ? {} : { keys })
+    ...(other === undefined ? {} : { other }), ...(keys === undefined ? {} : { keys }), ...(due === undefined ? {} : { due })
   }
 }

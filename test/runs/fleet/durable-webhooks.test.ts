@@ -76,7 +76,7 @@ t.test('SIGTERM with a delivery pending: what the grace period did not finish is
   await receiver.waitForAttempts(1)
   sidecars[0].child.process.kill('SIGTERM')
   t.equal(await sidecars[0].child.exited, 0, 'it stopped as a drain does (exit 0)')
-  await receiver.waitForAttempts(2, 30_000) // the other sidecar takes it at its next heartbeat (10 s)
+  await receiver.waitForAttempts(2, 30_000) // the other sidecar takes it at once: the stopping one tells it on the app's channel
   await new Promise(resolve => setTimeout(resolve, 500))
   checkArrived(t, receiver, 'left-on-sigterm', 2)
 })

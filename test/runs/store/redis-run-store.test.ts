@@ -196,22 +196,25 @@ t.test('redis run store', async t => {
 
   t.test('a keyed sync run\'s claim never lapses: its sidecar silent past lostAfterMs, the run ends "replica lost", the retry replays that, the late end is refused', async t => {
     await flushRedis(redisUrl)
-    // 'paused' renews nothing within the test (its heartbeat is a minute): a sidecar paused, as others see it
-    const a = new RedisRunStore(redisUrl, SETTINGS, { heartbeatMs: 60_000, lostAfterMs: 1000, consumer: 'paused' })
+    // 'paused' claims, then stops beating and looking (closed while it holds the claim, as a frozen
+    // process looks to the others); it comes back as a store of the same name
+    const a = new RedisRunStore(redisUrl, SETTINGS, { heartbeatMs: 200, lostAfterMs: 1000, consumer: 'paused' })
     const b = new RedisRunStore(redisUrl, SETTINGS, { heartbeatMs: 200, lostAfterMs: 1000, consumer: 'survivor' })
-    t.teardown(async () => { await a.close(); await b.close() })
-    await Promise.all([a.reachable(5000), b.reachable(5000)])
+    const back = new RedisRunStore(redisUrl, SETTINGS, { heartbeatMs: 200, lostAfterMs: 1000, consumer: 'paused' })
+    t.teardown(async () => { await b.close(); await back.close() })
+    await Promise.all([a.reachable(5000), b.reachable(5000), back.reachable(5000)])
     const keyed = (runId: string): TakenRun => recordedRun({ scope: SCOPE, runId, request: { method: 'POST', path: '/x', headers: [], body: null }, webhook: undefined, createdAt: Date.now() })
     const first = keyed('first')
     t.equal(await a.keys.claim(SCOPE, 'slot', { runId: 'first', digest: 'd', async: false }, first), undefined, 'the first request claims the key and reaches the app')
     const early = await b.keys.claim(SCOPE, 'slot', { runId: 'retry', digest: 'd', async: false }, keyed('retry'))
     t.same([early?.runId, early?.answer], ['first', undefined], 'a retry at once: the key is held (409)')
+    await a.close()
     const failed = await eventually(async () => (await b.records.get(SCOPE, 'first')).record.status === 'failed', 5000).then(async () => await b.records.get(SCOPE, 'first'))
     t.match(failed, { record: { status: 'failed', status_code: 502 }, resultJson: '{"message":"replica lost"}' }, 'the survivor\'s heartbeat ends it "replica lost", no retry needed')
     const retry = await b.keys.claim(SCOPE, 'slot', { runId: 'retry', digest: 'd', async: false }, keyed('retry'))
     t.same([retry?.runId, retry?.answer?.status, retry?.answer?.contentType, retry?.answer?.body.toString()], ['first', 502, 'application/json', '{"message":"replica lost"}'], 'the retry replays that: never a second run')
     // the paused sidecar comes back with its app's answer: refused
-    const late = await a.records.finish(first, { status: 'succeeded', statusCode: 200, resultJson: '"late"', runTimeMs: 5, error: undefined, completedAt: Date.now() },
+    const late = await back.records.finish(first, { status: 'succeeded', statusCode: 200, resultJson: '"late"', runTimeMs: 5, error: undefined, completedAt: Date.now() },
       { slot: 'slot', answer: { status: 200, contentType: 'text/plain', body: Buffer.from('late') } })
     t.equal(late.endedElsewhere, true, 'its end is not recorded')
     t.same((await b.records.get(SCOPE, 'first')).record, failed.record, 'the record as the survivor decided it')

@@ -16,6 +16,7 @@ import { answerWithin } from './redis-deadline.ts'
 import { indexCutoff } from './redis-run-index.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS } from '../../run-expiry.ts'
 import { DROP_ENTRY, END_AND_HOLD, SCRIPTS, TRANSITION } from './redis-scripts.ts'
+import { RedisLease } from './redis-lease.ts'
 
 type Redis = RedisClient
 
@@ -90,20 +91,26 @@ export function parseWebhook (json: string): WebhookTarget {
 
 /**
  * The commands this store sends with `redis.call`, kept out of the auto-pipeline (see the
- * constructor): background ones among them (the probe, the expiry sweep) would otherwise hold the
+ * constructor): background ones among them (the probe, the due set's looks) would otherwise hold the
  * next auto-pipelined batch behind them while Redis does not answer (ioredis sends one batch at a time).
  */
-const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE', 'ZRANGEBYSCORE']
+const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE', 'ZRANGE', 'ZRANGEBYSCORE']
 
-/** The ends of runs kept to write again after a failover: at most this many, this many bytes of results. */
-const ENDED_MAX = 10_000
-const ENDED_MAX_BYTES = 8 * 1024 * 1024
+/** The records of runs held kept to compare against: at most this many. */
+const KNOWN_MAX = 10_000
 
 /** How long after ioredis gives a connection up it is made again. */
 const RECONNECT_ENDED_MS = 1000
 
-/** How often the store's availability is checked while its connection is open (sidecar_run_store_up). */
+/** How often the store's availability is checked while it is taken for unavailable, until it answers as a primary (sidecar_run_store_up). */
 const PROBE_MS = 2000
+
+/**
+ * Told when a command finds the store unavailable (no answer in time, an unavailable reply): each
+ * context checks its own store at once. A store that answers is not probed: a stall or a demotion
+ * shows in the commands that meet it.
+ */
+const suspicions = new Set<() => void>()
 
 /**
  * What the Redis store's roles (queue, records, key claims, deliveries) and its reaper share: the
@@ -126,30 +133,27 @@ export class RedisContext {
   readonly channels: Channels
   /** The topology's publish: PUBLISH on one server, SPUBLISH (sharded, the channel in the keys' slot) on a cluster. */
   readonly publish: 'PUBLISH' | 'SPUBLISH'
-  /** Entries this store holds (taken, not ended), by id: the heartbeat keeps them claimed. */
-  readonly held = new Map<string, string>()
-  /**
-   * Runs this store ended lately, by entry: should a failover lose the end (a primary that
-   * acknowledged it then lost its place before its replica had it), the heartbeat finds the entry
-   * still pending here and writes the end again (redis-reaper.ts). Kept for RUN_LOST_AFTER_SECONDS.
-   */
-  readonly ended: LRUCache<string, EndedRun>
+  /** What this store holds, which its heartbeat keeps (redis-lease.ts); `holding` is told when it starts holding. */
+  readonly lease: RedisLease<EndedRun>
   /**
    * The record of each run this store holds as it last wrote or read it, by entry: the start and
    * the end compare-and-set against it without reading it first (one round trip each; a cancel
    * meanwhile makes it fail, and the record is read then).
    */
-  readonly known = new LRUCache<string, string>({ max: ENDED_MAX })
-  /** A take's answer was lost (a timeout, a cut connection): the run it took may be pending here unknown (the heartbeat looks). */
-  takeCut = false
-  /** Idempotency-Key slots this store claimed whose answer is not kept yet, with their run ids: their lease is renewed with the heartbeat. */
-  readonly claims = new Map<string, string>()
+  readonly known = new LRUCache<string, string>({ max: KNOWN_MAX })
   /** The queues whose consumer group this store knows exists. */
   readonly groups = new Set<string>()
   listener: RunStoreListener | undefined
+  /** Told when this store starts holding something (the run store starts its heartbeat). */
+  holding: (() => void) | undefined
+  /** Told of a time something of the app falls due (a run this store queued, at its time limit). */
+  dueAt: ((at: number) => void) | undefined
   closed = false
   #available = false
-  readonly #probe: NodeJS.Timeout
+  /** The probe while the store is taken for unavailable. */
+  #probe: NodeJS.Timeout | undefined
+  #checking = false
+  readonly #suspect = (): void => { if (this.#available) this.#check() }
 
   constructor (address: RunStoreAddress | string, settings: RedisStoreSettings, options: RedisRunStoreOptions) {
     this.settings = settings
@@ -157,8 +161,7 @@ export class RedisContext {
     this.consumer = options.consumer ?? randomBytes(6).toString('hex')
     this.heartbeatMs = options.heartbeatMs ?? 10_000
     this.lostAfterMs = options.lostAfterMs ?? 30_000
-    // bounded: under load the newest ends are the ones a failover can have lost
-    this.ended = new LRUCache({ max: ENDED_MAX, maxSize: ENDED_MAX_BYTES, sizeCalculation: ended => 512 + (ended.resultJson?.length ?? 0), ttl: this.lostAfterMs })
+    this.lease = new RedisLease(this.lostAfterMs, () => { this.holding?.() })
     // two connections, both named (CLIENT SETNAME takes no space): requests and pub/sub share one
     // (RESP3 pushes), the blocking queue read has the other
     const common: RedisOptions = {
@@ -199,11 +202,22 @@ export class RedisContext {
       // falls back to EVAL); on a cluster, SCRIPT LOAD reaches any node: the app's node loads them on first use
       if (!isCluster(this.redis)) for (const script of [...SCRIPTS, ...QUEUE_SCRIPTS]) script.load(this.redis).catch(() => {})
       this.#setAvailable(true)
+      this.#check() // a connection made again may reach a server that no longer serves (a replica now)
     })
     this.redis.on('close', () => { this.#setAvailable(false) })
-    // a connection can stay open to a Redis that no longer answers, or that is no primary any more
-    this.#probe = setInterval(() => { void this.#answers().then(up => { this.#setAvailable(up) }) }, PROBE_MS)
-    this.#probe.unref()
+    // a connection can stay open to a Redis that no longer answers, or that is no primary any more:
+    // a command that finds it so has it checked
+    suspicions.add(this.#suspect)
+  }
+
+  /** Checks now whether the store serves (one at a time). */
+  #check (): void {
+    if (this.#checking || this.closed) return
+    this.#checking = true
+    void this.#answers().then(up => {
+      this.#checking = false
+      this.#setAvailable(up)
+    })
   }
 
   /** Whether the primary answers (within COMMAND_TIMEOUT_MS) as a primary: a replica or a loading server does not serve. */
@@ -227,7 +241,7 @@ export class RedisContext {
 
   /** Acknowledges and deletes an entry whose run will not run here. */
   async forget (keys: ScopeKeys, entry: string): Promise<void> {
-    this.held.delete(entry)
+    this.lease.held.delete(entry)
     if (entry === '') return
     await guard(DROP_ENTRY.run(this.redis, [keys.queue], [GROUP, entry]))
   }
@@ -287,6 +301,7 @@ export class RedisContext {
   close (): void {
     this.closed = true
     clearInterval(this.#probe)
+    suspicions.delete(this.#suspect)
     this.follow.close()
     this.blocking.disconnect()
     this.redis.disconnect()
@@ -296,6 +311,13 @@ export class RedisContext {
     if (this.#available === available || this.closed) return
     this.#available = available
     if (available) this.groups.clear() // the server may have restarted empty
+    // probed until it serves again; not while it does
+    clearInterval(this.#probe)
+    this.#probe = undefined
+    if (!available) {
+      this.#probe = setInterval(() => { this.#check() }, PROBE_MS)
+      this.#probe.unref()
+    }
     this.listener?.availability(available)
   }
 }
@@ -311,10 +333,9 @@ export async function guard<T> (pending: Promise<T>, timeoutMs = COMMAND_TIMEOUT
   try {
     return await (timeoutMs === Infinity ? pending : answerWithin(pending, timeoutMs))
   } catch (error) {
-    if (error instanceof RunStoreUnavailableError) throw error
-    if ((error as Error).name !== 'ReplyError') throw new RunStoreUnavailableError((error as Error).message)
-    if (unavailableReply(error as ReplyLike) === undefined) throw error
-    throw new RunStoreUnavailableError((error as Error).message)
+    if (!(error instanceof RunStoreUnavailableError) && (error as Error).name === 'ReplyError' && unavailableReply(error as ReplyLike) === undefined) throw error
+    for (const suspect of suspicions) suspect()
+    throw error instanceof RunStoreUnavailableError ? error : new RunStoreUnavailableError((error as Error).message)
   }
 }
 

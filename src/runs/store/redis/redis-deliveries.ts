@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import type { DurableDeliveries } from '../durable-deliveries.ts'
 import type { HeldDelivery, NewDelivery } from '../../run-data.ts'
+import { LEFT, LOOK_NOW } from './redis-due.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue } from './redis-context.ts'
-import { DELIVERY_DONE, DROP_ENTRY, HOLD_DELIVERY, SENDERS } from './redis-scripts.ts'
+import { DELIVERY_DONE, DROP_ENTRY, HOLD_DELIVERY, LEAVE_DELIVERY, SENDERS } from './redis-scripts.ts'
 
 /** How long a delivery is kept at most, should every sidecar that could finish it be gone (a day). */
 const DELIVERY_TTL_SECONDS = 86_400
@@ -35,16 +36,25 @@ export class RedisDeliveries implements DurableDeliveries {
     const [entry, id] = delivery.entry.split(' ') as [string, string]
     // held (its claim renewed by the heartbeat) until its end is written: no other sidecar takes it over meanwhile
     await guard(DELIVERY_DONE.run(this.#ctx.redis, [keys.deliveries, keys.delivery(id)], [entry]))
-    this.#ctx.held.delete(entry)
+    this.#ctx.lease.held.delete(entry)
   }
+
+  /** This sidecar is stopping: it takes no delivery over (another does). */
+  get leaving (): boolean { return this.#leaving }
 
   async leave (delivery: HeldDelivery, stopping: boolean): Promise<void> {
     const keys = new ScopeKeys(delivery.scope)
     const [entry] = delivery.entry.split(' ') as [string, string]
-    this.#ctx.held.delete(entry)
+    this.#ctx.lease.held.delete(entry)
     if (stopping) this.#leaving = true
-    // idle as long as a lost sidecar's: the next sidecar to look takes it over
-    await guard(this.#ctx.redis.call('XCLAIM', keys.deliveries, SENDERS, this.#ctx.consumer, 0, entry, 'IDLE', this.#ctx.lostAfterMs + 1, 'JUSTID'))
+    // idle as long as a lost sidecar's, and due at once: the next sidecar to look takes it over
+    await guard(LEAVE_DELIVERY.run(this.#ctx.redis, [keys.deliveries, keys.expiry], [SENDERS, this.#ctx.consumer, entry, this.#ctx.lostAfterMs + 1, `${LEFT}${entry}`]))
+    this.#ctx.dueAt?.(Date.now())
+    // stopping, this sidecar takes none over: the others are told to look now
+    if (stopping) {
+      const { redis, publish } = this.#ctx
+      await guard(publish === 'SPUBLISH' ? redis.spublish(keys.cancel, LOOK_NOW) : redis.publish(keys.cancel, LOOK_NOW))
+    }
   }
 
   /** Deliveries of lost (or stopped) sidecars: this one holds them now and makes their remaining attempts (the heartbeat's reaper). */
@@ -62,7 +72,7 @@ export class RedisDeliveries implements DurableDeliveries {
         await DROP_ENTRY.run(redis, [keys.deliveries], [SENDERS, entry])
         continue
       }
-      this.#ctx.held.set(entry, keys.deliveries)
+      this.#ctx.lease.held.set(entry, keys.deliveries)
       this.#ctx.listener?.deliveryLost?.({
         scope,
         runId: stored.run,
@@ -91,7 +101,7 @@ export function holdDelivery (ctx: RedisContext, delivery: NewDelivery, id: stri
       delivery.trace?.traceparent ?? '', delivery.trace?.tracestate ?? ''
     ]],
     held: entry => {
-      ctx.held.set(entry, keys.deliveries)
+      ctx.lease.held.set(entry, keys.deliveries)
       return { ...delivery, attempts: 0, entry: `${entry} ${id}` }
     }
   }

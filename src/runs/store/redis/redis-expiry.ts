@@ -4,41 +4,22 @@ import type { RunRecord, TakenRun } from '../../run-data.ts'
 import { guard, parseWebhook, type RedisContext } from './redis-context.ts'
 
 /**
- * How often every sidecar looks for queued runs past their time limit (each fails within 1 s of
- * it: docs/controlling-work.md, "Time limits").
- */
-export const SWEEP_MS = 500
-/** Most runs one sweep fails; the rest are the next sweep's. */
-const SWEEP_BATCH = 64
-
-/**
  * Fails the app's queued runs whose time limit passed (`Cancel-After`, ASYNC_QUEUE_TTL_SECONDS),
- * whether or not a slot frees: every sidecar sweeps the app's expiry set (SUBMIT adds a run, its
- * start or end removes it), and the compare-and-set of the record lets one of them fail each run.
- * Its webhook is then this sidecar's to send (listener.expired), written down before its first
- * attempt like any delivery; a sidecar that dies between the two loses that one webhook.
+ * whether or not a slot frees: SUBMIT puts each in the app's due set (redis-due.ts), its start or
+ * end takes it out, and a sidecar that finds it due fails it (the compare-and-set of the record lets
+ * one sidecar do so). Its webhook is then this sidecar's to send (listener.expired), written down
+ * before its first attempt like any delivery; a sidecar that dies between the two loses that one webhook.
  */
 export class RedisExpiry {
   readonly #ctx: RedisContext
-  #sweeping = false
 
   constructor (ctx: RedisContext) {
     this.#ctx = ctx
   }
 
-  async sweep (): Promise<void> {
-    const ctx = this.#ctx
-    if (this.#sweeping || !ctx.available) return
-    this.#sweeping = true
-    try {
-      // sent alone (SENT_WITH_CALL): a sweep waiting on a stalled Redis never delays a request's commands
-      const due = await guard(ctx.redis.call('ZRANGEBYSCORE', ctx.own.expiry, '-inf', Date.now(), 'LIMIT', 0, SWEEP_BATCH)) as string[]
-      for (const runId of due) await this.#expire(runId)
-    } catch {
-      // the store is down (availability says so) or a run could not be read: the next sweep tries again
-    } finally {
-      this.#sweeping = false
-    }
+  /** The runs due: each failed if still queued and past its limit (as this sidecar counts it). */
+  async expire (runIds: readonly string[]): Promise<void> {
+    for (const runId of runIds) await this.#expire(runId)
   }
 
   async #expire (runId: string): Promise<void> {

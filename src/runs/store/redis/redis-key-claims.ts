@@ -68,7 +68,7 @@ export class RedisKeyClaims implements KeyClaims {
     }
     if (held === -1) throw new RunIdTakenError()
     if (held === null) {
-      ctx.claims.set(key, claim.runId)
+      ctx.lease.claims.set(key, claim.runId)
       return undefined
     }
     const [runId, digest, async, status, type, body] = held as Array<Buffer | null>
@@ -84,7 +84,7 @@ export class RedisKeyClaims implements KeyClaims {
 
   async keepAnswer (scope: RunScope, slot: string, runId: string, answer: KeptAnswer): Promise<void> {
     const key = new ScopeKeys(scope).slot(slot)
-    this.#ctx.claims.delete(key)
+    this.#ctx.lease.claims.delete(key)
     await guard(KEEP_ANSWER.run(this.#ctx.redis, [key, new ScopeKeys(scope).claims],
       [runId, answer.status, answer.contentType ?? '', answer.body, this.#ctx.settings.retentionSeconds * 1000]))
   }
@@ -92,7 +92,7 @@ export class RedisKeyClaims implements KeyClaims {
   async drop (scope: RunScope, slot: string, runId: string, forgetRun = false): Promise<void> {
     const keys = new ScopeKeys(scope)
     const key = keys.slot(slot)
-    this.#ctx.claims.delete(key)
+    this.#ctx.lease.claims.delete(key)
     await guard(DROP_KEY.run(this.#ctx.redis, [key, keys.run(runId), keys.claims], [runId, forgetRun ? '1' : '0']))
   }
 }

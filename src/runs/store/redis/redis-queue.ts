@@ -29,10 +29,11 @@ function wholeRun (run: TakenRun, request: Buffer | null, body: Buffer | null, w
 
 /**
  * How long one blocking wait for a wake-up lasts before the queue is asked again: an idle
- * sidecar's cost, and the longest a run waits should its wake-up be lost (a taker that died
- * holding it). A stop does not wait for it (the wait is abandoned, its connection closed).
+ * sidecar's cost (two commands a wait), and the longest a run waits should its wake-up be lost (a
+ * taker that died holding it: it is popped and taken in one write, so hardly ever). A stop does not
+ * wait for it (the wait is abandoned, its connection closed).
  */
-const BLOCK_SECONDS = 10
+const BLOCK_SECONDS = 300
 
 /**
  * The queue of async runs in Redis: a stream per app with a consumer group, and the runs' turn
@@ -77,6 +78,7 @@ export class RedisQueue implements RunQueue {
     if (outcome === -2) throw new AsyncQueueFullError()
     if (outcome === -3) throw new AsyncQueueFullError('ASYNC_QUEUE_MAX_BYTES')
     this.#taker.queued(run.urgency ?? DEFAULT_URGENCY)
+    this.#ctx.dueAt?.(expiry)
     this.#wake() // a take waiting while only capped callers' runs were queued
     return { record, resultJson: undefined, async: true }
   }
@@ -215,7 +217,7 @@ export class RedisQueue implements RunQueue {
         if (view?.record.status === 'running' && owner === ctx.consumer) return await this.#withRequest(keys, run)
         if (view?.record.status === 'running') {
           // another sidecar took the run over while this one was silent (a pause) and runs it: its entry is the other's now
-          ctx.held.delete(run.entry)
+          ctx.lease.held.delete(run.entry)
           return undefined
         }
         if (view === undefined || view.record.status !== 'queued') {
@@ -248,7 +250,7 @@ export class RedisQueue implements RunQueue {
     } finally {
       // not given back (the store is down): no longer kept claimed either, so once the store is
       // back a reaper (this one or another replica's) takes it over as a lost sidecar's queued run
-      this.#ctx.held.delete(run.entry)
+      this.#ctx.lease.held.delete(run.entry)
     }
   }
 
@@ -279,7 +281,7 @@ export class RedisQueue implements RunQueue {
   /** A run TAKE handed this store (or the reaper took over), held here, taken `unread` (its request comes with the start). */
   #taken ([runId, entry, record, urgency, caller]: TakeReply): TakenRun {
     const ctx = this.#ctx
-    ctx.held.set(entry, ctx.own.queue)
+    ctx.lease.held.set(entry, ctx.own.queue)
     ctx.known.set(entry, record)
     const queued = JSON.parse(record) as RunRecord
     const priority = urgency === '' ? {} : { urgency: Number(urgency), caller }

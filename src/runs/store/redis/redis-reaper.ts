@@ -1,11 +1,12 @@
 import { finishedRecord, isFinished, REPLICA_LOST } from '../../run-record.ts'
 import type { RunView, TakenRun } from '../../run-data.ts'
-import { type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
+import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import type { RedisDeliveries } from './redis-deliveries.ts'
 import type { RedisQueue } from './redis-queue.ts'
 import { GROUP } from './redis-queue-scripts.ts'
 import { failLostClaim } from './redis-key-claims.ts'
-import { FORGET_CONSUMERS, KEEP_HELD, LOST_CLAIMS, RENEW_CLAIMS, SENDERS } from './redis-scripts.ts'
+import { FORGET_CONSUMERS, KEEP_HELD, LEASE_BEAT, LOST_CLAIMS, RENEW_CLAIMS, SENDERS } from './redis-scripts.ts'
+import { GONE, LEASE, LEFT } from './redis-due.ts'
 
 /** A consumer idle this many times RUN_LOST_AFTER_SECONDS, holding nothing, belonged to a sidecar long gone (a live one touches its groups every heartbeat). */
 const GONE_AFTER_LOST = 2
@@ -21,16 +22,18 @@ export async function forgetConsumers (ctx: RedisContext, consumer: string, idle
 const groupOf = (stream: string): string => stream.endsWith(':deliveries') ? SENDERS : GROUP
 
 /**
- * The Redis store's heartbeat: it refreshes this sidecar's claim (XCLAIM … JUSTID) on every entry
- * it holds and renews its Idempotency-Key claims; then takes over the entries of lost sidecars
- * (XAUTOCLAIM): a run that had not started runs here, one that had is failed with "replica lost",
- * a delivery gets its remaining attempts here; a lost sidecar's keyed sync runs fail "replica lost".
+ * The Redis store's heartbeat and reaper. While this sidecar holds anything (redis-lease.ts), its
+ * heartbeat refreshes its claim (XCLAIM … JUSTID) on every entry it holds, renews its
+ * Idempotency-Key claims and moves its lease in the app's due set (`lease:<consumer>`, the time by
+ * which it must beat again). When a lease falls due (redis-due.ts: its sidecar is lost, or paused)
+ * the reaper takes over the entries of lost sidecars (XAUTOCLAIM): a run that had not started runs
+ * here, one that had is failed with "replica lost", a delivery gets its remaining attempts here; a
+ * lost sidecar's keyed sync runs fail "replica lost". An idle sidecar sends none of this.
  */
 export class RedisReaper {
   readonly #ctx: RedisContext
   readonly #queue: RedisQueue
   readonly #deliveries: RedisDeliveries
-  #beats = 0
 
   constructor (ctx: RedisContext, queue: RedisQueue, deliveries: RedisDeliveries) {
     this.#ctx = ctx
@@ -38,38 +41,97 @@ export class RedisReaper {
     this.#deliveries = deliveries
   }
 
-  /** Heartbeat: refreshes the claim on every entry held; then takes over the entries of lost sidecars. */
-  async keepAndReap (): Promise<void> {
+  /** This sidecar's lease member in the app's due set. */
+  get #lease (): string { return `${LEASE}${this.#ctx.consumer}` }
+
+  /** A beat: refreshes what is held, and the lease's time (by the next beat, and RUN_LOST_AFTER_SECONDS after it). */
+  async keep (): Promise<void> {
     const ctx = this.#ctx
     if (!ctx.available || ctx.closed) return
     try {
-      const byQueue = new Map<string, string[]>()
-      for (const [id, queue] of ctx.held) {
-        const ids = byQueue.get(queue)
-        if (ids === undefined) byQueue.set(queue, [id])
-        else ids.push(id)
-      }
-      // fencing: what another sidecar took over while this one was silent (a pause) is no longer held here
-      for (const [stream, ids] of byQueue) {
+      // fencing: what another sidecar took over while this one was silent (a pause) is no longer
+      // held here. Each stream's entries as held when its refresh is sent: one left meanwhile (a
+      // delivery handed on) is not refreshed after it was left.
+      for (const stream of new Set(ctx.lease.held.values())) {
+        const ids = [...ctx.lease.held].filter(([, held]) => held === stream).map(([id]) => id)
+        if (ids.length === 0) continue
         const lost = await KEEP_HELD.run(ctx.redis, [stream], [groupOf(stream), ctx.consumer, ...ids]) as string[]
-        for (const id of lost) ctx.held.delete(id)
+        for (const id of lost) ctx.lease.held.delete(id)
       }
-      if (ctx.claims.size > 0) {
-        const lost = await RENEW_CLAIMS.run(ctx.redis, [ctx.own.claims, ...ctx.claims.keys()], [...ctx.claims.values(), ctx.claimLeaseMs]) as string[]
-        for (const key of lost) ctx.claims.delete(key)
+      if (ctx.lease.claims.size > 0) {
+        const lost = await RENEW_CLAIMS.run(ctx.redis, [ctx.own.claims, ...ctx.lease.claims.keys()], [...ctx.lease.claims.values(), ctx.claimLeaseMs]) as string[]
+        for (const key of lost) ctx.lease.claims.delete(key)
       }
-      // keyed sync runs of lost sidecars: ended "replica lost", their keys answering so
-      const lostClaims = await LOST_CLAIMS.run(ctx.redis, [ctx.own.claims], [ctx.lostAfterMs]) as string[]
-      for (let i = 0; i < lostClaims.length; i += 2) await failLostClaim(ctx, ctx.own, lostClaims[i] as string, lostClaims[i + 1] as string)
       await this.#ownPending()
-      await this.#reap(ctx.own.queue)
-      await this.#deliveries.reap(ctx.own)
-      // consumers of sidecars long gone, their entries taken over above: removed from the app's
-      // groups, once per lost window (they are gone after two; an idle sidecar's cost stays low)
-      if (++this.#beats % Math.max(1, Math.round(ctx.lostAfterMs / ctx.heartbeatMs)) === 0) {
-        await forgetConsumers(ctx, '', GONE_AFTER_LOST * ctx.lostAfterMs)
-      }
+      // after the refreshes: when the lease falls due, what it held is idle that long
+      await guard(LEASE_BEAT.run(ctx.redis, [ctx.own.expiry], [this.#lease, ctx.lostAfterMs]))
     } catch {} // Redis went away meanwhile: the next beat tries again
+  }
+
+  /**
+   * Takes over what lost sidecars held: entries idle past RUN_LOST_AFTER_SECONDS (runs, deliveries)
+   * and keyed sync runs' claims not renewed as long. When a lease falls due, and once as the store
+   * first answers (a sidecar that died before its lease was written, or one of a version without leases).
+   */
+  async takeOver (): Promise<void> {
+    const ctx = this.#ctx
+    if (!ctx.available || ctx.closed) return
+    // keyed sync runs of lost sidecars: ended "replica lost", their keys answering so
+    const lostClaims = await LOST_CLAIMS.run(ctx.redis, [ctx.own.claims], [ctx.lostAfterMs]) as string[]
+    for (let i = 0; i < lostClaims.length; i += 2) await failLostClaim(ctx, ctx.own, lostClaims[i] as string, lostClaims[i + 1] as string)
+    await this.#reap(ctx.own.queue)
+    await this.#deliveries.reap(ctx.own)
+  }
+
+  /** The safety sweep: what lost sidecars left that no lease covers, and the consumers of sidecars long gone. */
+  async sweep (): Promise<void> {
+    await this.takeOver()
+    if (this.#ctx.available && !this.#ctx.closed) await forgetConsumers(this.#ctx, '', GONE_AFTER_LOST * this.#ctx.lostAfterMs)
+  }
+
+  /**
+   * The first beat, as this sidecar starts holding something: its lease is written at once, before
+   * anything else (what it just took is idle from before, so when the lease falls due it is idle that long).
+   */
+  async first (): Promise<void> {
+    const ctx = this.#ctx
+    await guard(LEASE_BEAT.run(ctx.redis, [ctx.own.expiry], [this.#lease, ctx.lostAfterMs]))
+  }
+
+  /** Nothing held any more: the lease leaves the due set (the heartbeat stops). */
+  async release (): Promise<void> {
+    await guard(this.#ctx.redis.zrem(this.#ctx.own.expiry, this.#lease))
+  }
+
+  /**
+   * Leases fell due: their sidecars' entries and claims are taken over (and this one's own pending
+   * entries looked at); each lost lease becomes a `gone:` member, due when its consumer may be
+   * removed from the app's groups (idle GONE_AFTER_LOST × RUN_LOST_AFTER_SECONDS), which that one's
+   * turn does.
+   */
+  async reap (members: readonly string[]): Promise<void> {
+    const ctx = this.#ctx
+    if (!ctx.available || ctx.closed) return
+    const lost = members.filter(member => member.startsWith(LEASE) && member !== this.#lease)
+    const left = members.filter(member => member.startsWith(LEFT))
+    const gone = members.filter(member => member.startsWith(GONE))
+    // this sidecar's own lease fell due (a pause, or a release that failed): moved on, or removed
+    if (members.includes(this.#lease)) await (ctx.lease.busy ? this.keep() : this.release())
+    if (lost.length > 0 || left.length > 0) await this.takeOver()
+    // a stopping sidecar takes no delivery over: left ones stay due, for another
+    if (left.length > 0 && !this.#deliveries.leaving) await guard(ctx.redis.zrem(ctx.own.expiry, ...left))
+    if (lost.length > 0) {
+      const later = Date.now() + GONE_AFTER_LOST * ctx.lostAfterMs
+      const moves: Array<string | number> = []
+      for (const member of lost) moves.push(later, `${GONE}${member.slice(LEASE.length)}`)
+      await guard(ctx.redis.zadd(ctx.own.expiry, ...moves))
+      await guard(ctx.redis.zrem(ctx.own.expiry, ...lost))
+    }
+    if (gone.length > 0) {
+      // consumers of sidecars long gone, their entries taken over: removed from the app's groups
+      await forgetConsumers(ctx, '', GONE_AFTER_LOST * ctx.lostAfterMs)
+      await guard(ctx.redis.zrem(ctx.own.expiry, ...gone))
+    }
   }
 
   /**
@@ -83,21 +145,21 @@ export class RedisReaper {
    */
   async #ownPending (): Promise<void> {
     const ctx = this.#ctx
-    ctx.ended.purgeStale()
-    if (ctx.ended.size === 0 && !ctx.takeCut) return
-    ctx.takeCut = false
+    ctx.lease.ended.purgeStale()
+    if (ctx.lease.ended.size === 0 && !ctx.lease.takeCut) return
+    ctx.lease.takeCut = false
     const queue = ctx.own.queue
     const pending = await ctx.redis.xpending(queue, GROUP, 'IDLE', ctx.heartbeatMs, '-', '+', 100, ctx.consumer) as Array<[string, ...unknown[]]>
     for (const [entry] of pending) {
-      if (ctx.held.has(entry)) continue
-      const ended = ctx.ended.get(entry)
+      if (ctx.lease.held.has(entry)) continue
+      const ended = ctx.lease.ended.get(entry)
       if (ended === undefined) {
         const [found] = await ctx.redis.xrange(queue, entry, entry)
         const runId = found?.[1][1]
         if (runId !== undefined) await this.#queue.reclaim({ queue, id: entry, runId })
         continue
       }
-      ctx.ended.delete(entry)
+      ctx.lease.ended.delete(entry)
       const [view, raw, , owner] = await ctx.readOrMissing(ended.keys, ended.runId)
       if (view === undefined || isFinished(view.record) || (owner !== ctx.consumer && owner !== '')) {
         await ctx.forget(ended.keys, entry)

@@ -78,7 +78,7 @@ export class RedisRecords implements RunRecords {
         if (await ctx.transition(keys, run.runId, old, finished, { result: outcome.resultJson, done: true })) return done
       } else {
         const slot = keys.slot(keep.slot)
-        ctx.claims.delete(slot)
+        ctx.lease.claims.delete(slot)
         const { answer } = keep
         if (await guard(FINISH_RECORDED.run(ctx.redis, [keys.claims, keys.runs, keys.run(run.runId), keys.events(run.runId), slot], [
           ctx.consumer, JSON.stringify(finished), outcome.resultJson, ctx.settings.retentionSeconds, keys.live(run.runId), run.runId,
@@ -105,12 +105,12 @@ export class RedisRecords implements RunRecords {
         // this end written already: its reply was lost (a timeout, a dropped connection, a primary
         // killed after it wrote and passed it on) and the end tried again: it is this run's end, and
         // the delivery written with it is this sidecar's to send
-        ctx.held.delete(run.entry)
+        ctx.lease.held.delete(run.entry)
         const delivery = deliveryOf === undefined ? undefined : await heldEndDelivery(ctx, deliveryOf(view))
         return delivery === undefined ? view : { ...view, delivery }
       }
       if (endedAlready || (status === 'running' && owner !== ctx.consumer)) {
-        ctx.held.delete(run.entry) // acknowledged by whoever ended it
+        ctx.lease.held.delete(run.entry) // acknowledged by whoever ended it
         // a cancel came first (this sidecar reports it), or another sidecar took this one for lost and ended or ran the run (that stands)
         return status === 'canceled' ? view : { ...view, endedElsewhere: true }
       }
@@ -135,8 +135,8 @@ export class RedisRecords implements RunRecords {
       ended = entry === undefined ? undefined : { ...view, delivery: writing.held(entry) }
     }
     if (ended === undefined) return undefined
-    ctx.held.delete(run.entry)
-    if (run.entry !== '') ctx.ended.set(run.entry, { keys, runId: run.runId, record: finished, resultJson: outcome.resultJson })
+    ctx.lease.held.delete(run.entry)
+    if (run.entry !== '') ctx.lease.ended.set(run.entry, { keys, runId: run.runId, record: finished, resultJson: outcome.resultJson })
     return ended
   }
 
@@ -145,7 +145,7 @@ export class RedisRecords implements RunRecords {
    * still reported (its webhook sent, from what this sidecar holds), and the loss told.
    */
   async #vanished (keys: ScopeKeys, run: TakenRun, outcome: RunOutcome): Promise<RunView> {
-    this.#ctx.held.delete(run.entry)
+    this.#ctx.lease.held.delete(run.entry)
     await this.#ctx.forget(keys, run.entry).catch(() => {})
     this.#ctx.listener?.truncated?.(run.scope, run.runId, 'its record, lost by the run store (restarted empty or evicting keys); its webhook is still sent')
     return { record: finishedRecord(queuedRecord(run), outcome), resultJson: outcome.resultJson, async: true }

@@ -4,13 +4,17 @@ import type { RunScope } from '../../run-data.ts'
 import { RedisCallCancels } from './redis-call-cancels.ts'
 import { RedisContext, type RedisRunStoreOptions, type RedisStoreSettings } from './redis-context.ts'
 import { RedisDeliveries } from './redis-deliveries.ts'
-import { RedisExpiry, SWEEP_MS } from './redis-expiry.ts'
+import { LOOK_NOW, RedisDue } from './redis-due.ts'
+import { RedisExpiry } from './redis-expiry.ts'
 import { RedisKeyClaims } from './redis-key-claims.ts'
 import { RedisListing } from './redis-listing.ts'
 import { checkPersistence, type PersistenceWarn } from './redis-persistence.ts'
 import { RedisQueue } from './redis-queue.ts'
 import { forgetConsumers, RedisReaper } from './redis-reaper.ts'
 import { RedisRecords } from './redis-records.ts'
+
+/** Every how many liveness looks the sidecar also takes over what no lease covers. */
+const SWEEP_TICKS = 10
 
 /** How long a stop waits for Redis to take this sidecar out of its groups (a Redis gone: the others do it later). */
 const LEAVE_WAIT_MS = 1000
@@ -34,8 +38,12 @@ export class RedisRunStore implements RunStore {
   readonly deliveries: RedisDeliveries
   readonly #ctx: RedisContext
   readonly #calls: RedisCallCancels
-  readonly #timer: NodeJS.Timeout
-  readonly #sweep: NodeJS.Timeout
+  readonly #reaper: RedisReaper
+  readonly #due: RedisDue
+  /** The liveness look at the app's due set, once every RUN_LOST_AFTER_SECONDS. */
+  readonly #tick: NodeJS.Timeout
+  /** The heartbeat, while this sidecar holds anything. */
+  #beat: NodeJS.Timeout | undefined
 
   constructor (address: RunStoreAddress | string, settings: RedisStoreSettings, options: RedisRunStoreOptions = {}) {
     const ctx = new RedisContext(address, settings, options)
@@ -49,12 +57,46 @@ export class RedisRunStore implements RunStore {
     const calls = new RedisCallCancels(ctx)
     this.#calls = calls
     // the app's cancel channel: an async run's cancel (its run id), or an ask for an in-flight call
-    ctx.follow.onMessage(ctx.own.cancel, message => { if (!calls.heard(settings.scope, message)) ctx.listener?.canceled(settings.scope, message) })
-    this.#timer = setInterval(() => { void reaper.keepAndReap() }, ctx.heartbeatMs)
-    this.#timer.unref()
+    ctx.follow.onMessage(ctx.own.cancel, message => {
+      if (message === LOOK_NOW) this.#due.schedule(Date.now())
+      else if (!calls.heard(settings.scope, message)) ctx.listener?.canceled(settings.scope, message)
+    })
+    this.#reaper = reaper
     const expiry = new RedisExpiry(ctx)
-    this.#sweep = setInterval(() => { void expiry.sweep() }, SWEEP_MS)
-    this.#sweep.unref()
+    const due = new RedisDue(ctx, { runs: async runIds => { await expiry.expire(runIds) }, leases: async members => { await reaper.reap(members) } })
+    this.#due = due
+    ctx.dueAt = at => { due.schedule(at) }
+    ctx.holding = () => { this.#startBeating() }
+    // an idle sidecar's commands: one look at what falls due next, once per lost window, and a
+    // takeover of what no lease covers every SWEEP_TICKS (entries of a sidecar that died before its
+    // lease was written, or of a version without leases), with its consumers gone
+    let ticks = 0
+    this.#tick = setInterval(() => {
+      void due.tick().catch(() => {})
+      if (++ticks % SWEEP_TICKS === 0) void reaper.sweep().catch(() => {})
+    }, ctx.lostAfterMs)
+    this.#tick.unref()
+    // as the store first answers: what lost sidecars left (one of a version without leases, one that
+    // died before its lease was written), and the first look at what falls due
+    ctx.redis.once('ready', () => { void reaper.takeOver().catch(() => {}) })
+    ctx.redis.on('ready', () => { void due.tick().catch(() => {}) })
+  }
+
+  /** Something is held now: the heartbeat runs (its first beat at once: the lease is in the due set before anything could be lost), until nothing is. */
+  #startBeating (): void {
+    if (this.#beat !== undefined || this.#ctx.closed) return
+    const reaper = this.#reaper
+    void reaper.first().catch(() => {})
+    this.#beat = setInterval(() => {
+      if (this.#ctx.lease.busy) {
+        void reaper.keep()
+        return
+      }
+      clearInterval(this.#beat)
+      this.#beat = undefined
+      void reaper.release().catch(() => {})
+    }, this.#ctx.heartbeatMs)
+    this.#beat.unref()
   }
 
   get available (): boolean { return this.#ctx.available }
@@ -82,11 +124,13 @@ export class RedisRunStore implements RunStore {
   async close (): Promise<void> {
     const ctx = this.#ctx
     if (ctx.closed) return
-    clearInterval(this.#timer)
-    clearInterval(this.#sweep)
+    clearInterval(this.#tick)
+    clearInterval(this.#beat)
+    this.#due.stop()
     ctx.blocking.disconnect() // no read left to make this sidecar a consumer again
     if (ctx.available) {
-      const leaving = forgetConsumers(ctx, ctx.consumer, 0).catch(() => {})
+      // holding nothing: no trace left (holding something, the lease stays, and the others take it over)
+      const leaving = Promise.all([forgetConsumers(ctx, ctx.consumer, 0), ctx.lease.holds ? undefined : this.#reaper.release()]).catch(() => {})
       await Promise.race([leaving, new Promise(resolve => setTimeout(resolve, LEAVE_WAIT_MS).unref())])
     }
     ctx.close()

@@ -20,11 +20,12 @@ import { GROUP } from './redis-queue-scripts.ts'
 export const TRANSITION_LUA = `${INDEX_RUN_LUA}
 local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events', 'turn')
 if current[1] ~= ARGV[1] then return 0 end
-reindexRun(KEYS[8], ARGV[9], statusOf(ARGV[1]), statusOf(ARGV[2]), ARGV[10])
 local set = { 'record', ARGV[2] }
 if ARGV[3] ~= '' then set[#set + 1] = 'result'; set[#set + 1] = ARGV[3] end
 if ARGV[4] ~= '' then set[#set + 1] = 'owner'; set[#set + 1] = ARGV[4] end
+-- the first write may grow memory: a Redis out of memory refuses the whole script there, not halfway
 redis.call('HSET', KEYS[1], unpack(set))
+reindexRun(KEYS[8], ARGV[9], statusOf(ARGV[1]), statusOf(ARGV[2]), ARGV[10])
 if string.find(ARGV[1], '"status":"running"', 1, true) then redis.call('SREM', KEYS[5], KEYS[1])
 elseif string.find(ARGV[1], '"status":"queued"', 1, true) then
   redis.call('ZREM', KEYS[6], ARGV[9])
@@ -64,8 +65,8 @@ export const TRANSITION = new LuaScript(TRANSITION_LUA)
 const FINISH_RECORDED_LUA = `${INDEX_RUN_LUA}
 local current = redis.call('HMGET', KEYS[3], 'record', 'events', 'owner')
 if current[3] ~= ARGV[1] or not current[1] or not string.find(current[1], '"status":"running"', 1, true) then return 0 end
-reindexRun(KEYS[2], ARGV[6], 'running', statusOf(ARGV[2]), ARGV[11])
 redis.call('HSET', KEYS[3], 'record', ARGV[2], 'result', ARGV[3])
+reindexRun(KEYS[2], ARGV[6], 'running', statusOf(ARGV[2]), ARGV[11])
 redis.call('EXPIRE', KEYS[3], ARGV[4])
 if current[2] then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
 redis.call('PUBLISH', ARGV[5], 'done')
@@ -188,8 +189,8 @@ redis.call('ZREM', KEYS[1], KEYS[2])
 if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] or redis.call('HEXISTS', KEYS[2], 'status') == 1 then return 0 end
 local current = redis.call('HMGET', KEYS[3], 'record', 'events')
 if current[1] and string.find(current[1], '"status":"running"', 1, true) and ARGV[2] ~= '' then
-  reindexRun(KEYS[5], ARGV[1], 'running', 'failed', ARGV[12])
   redis.call('HSET', KEYS[3], 'record', ARGV[2], 'result', ARGV[3], 'owner', ARGV[11])
+  reindexRun(KEYS[5], ARGV[1], 'running', 'failed', ARGV[12])
   redis.call('EXPIRE', KEYS[3], ARGV[4])
   if current[2] then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
   redis.call('PUBLISH', ARGV[5], 'done')
@@ -367,6 +368,39 @@ return lost
 `)
 
 /**
+ * A holding sidecar's lease in the app's due set (redis-due.ts): due RUN_LOST_AFTER_SECONDS after
+ * now, by Redis's clock (the one XAUTOCLAIM's idle times and the claims set use: a sidecar's own
+ * clock may be off). Written after the beat's refreshes, so when it falls due what it held is idle
+ * that long. KEYS: due set. ARGV: member, lost after ms.
+ */
+export const LEASE_BEAT = new LuaScript(`${NOW_LUA}
+return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+`)
+
+/**
+ * A delivery left for another sidecar: its entry made idle as long as a lost sidecar's (XCLAIM …
+ * IDLE), and due in the app's due set at once, in one step sent behind this sidecar's earlier
+ * refreshes (a heartbeat's refresh sent before it cannot make it less idle after).
+ * KEYS: deliveries stream, due set. ARGV: group, consumer, entry, idle ms, member.
+ */
+export const LEAVE_DELIVERY = new LuaScript(`
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
+return redis.call('ZADD', KEYS[2], 0, ARGV[5])
+`)
+
+/**
+ * What is due in the app's due set by Redis's clock: {now, the head's score after them ('' none),
+ * members due…} (at most `count`). KEYS: due set. ARGV: count.
+ */
+export const LOOK_DUE = new LuaScript(`${NOW_LUA}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local after = redis.call('ZRANGE', KEYS[1], #due, #due, 'WITHSCORES')
+local out = { now, after[2] or '' }
+for _, member in ipairs(due) do out[#out + 1] = member end
+return out
+`)
+
+/**
  * A run's end and its webhook's delivery written down in one step (TRANSITION, then, when it
  * changed the record, HOLD_DELIVERY): a sidecar that dies right after the end leaves the delivery
  * to another, never a finished run with no delivery. Returns HOLD_DELIVERY's entry id, or false
@@ -393,6 +427,6 @@ return redis.call('XDEL', KEYS[1], ARGV[2])
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
   TRANSITION, APPEND_EVENT, OPEN_RUN, DROP_ENTRY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
-  FAIL_LOST_CLAIM, LOST_CLAIMS,
+  FAIL_LOST_CLAIM, LOST_CLAIMS, LEASE_BEAT, LOOK_DUE, LEAVE_DELIVERY,
   ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
 ]

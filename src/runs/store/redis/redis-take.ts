@@ -53,7 +53,8 @@ export class TurnTaker {
       reply = await guard(TAKE.run(client, [own.turns, own.fair, own.clock, own.wake, own.queue], [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0, this.capped().join('\n')]), client === ctx.redis ? undefined : Infinity)
     } catch (error) {
       // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; the heartbeat finds it
-      ctx.takeCut = true
+      ctx.lease.takeCut = true
+      ctx.holding?.() // the heartbeat looks for it
       throw error
     }
     if (reply === 0) return STALE

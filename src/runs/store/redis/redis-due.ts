@@ -1,0 +1,91 @@
+import { guard, type RedisContext } from './redis-context.ts'
+import { LOOK_DUE } from './redis-scripts.ts'
+
+/**
+ * Members of the app's due set that are not runs (a run id has no ':'): `lease:<consumer>`, the time
+ * (Redis's clock) by which a sidecar holding entries or claims must have beaten again, else it is
+ * lost; `left:<entry>`, a delivery a sidecar left for another (due at once); and
+ * `gone:<consumer>`, when a lost sidecar's consumer may be removed from the app's groups.
+ */
+export const LEASE = 'lease:'
+/** Said on the app's cancel channel by a sidecar that left something due at once (a stop's deliveries): every sidecar looks now. */
+export const LOOK_NOW = ':due'
+export const LEFT = 'left:'
+export const GONE = 'gone:'
+
+/** Most members one look fails or reaps; the rest are the next look's. */
+const BATCH = 64
+/** The least time between two looks: what is due again at once (a store failing, a batch left) never makes a loop. */
+const LOOK_GAP_MS = 100
+
+/** What falls due: queued runs past their time limit, and lease or gone members (sidecars lost, or long gone). */
+export interface DueHandlers {
+  readonly runs: (runIds: readonly string[]) => Promise<void>
+  readonly leases: (members: readonly string[]) => Promise<void>
+}
+
+/**
+ * When this sidecar looks at the app's due set (`…:expiry`, a sorted set by epoch ms: every queued
+ * run at its time limit, every holding sidecar's lease, and the gone sidecars to forget): at the
+ * first time due it knows of (a run it queued, the set's head as last read), and otherwise once
+ * every RUN_LOST_AFTER_SECONDS (`tick`: one ZRANGE of the head, the only command an idle sidecar
+ * sends). A look reads what is due and hands it on, then reads the head again.
+ */
+export class RedisDue {
+  readonly #ctx: RedisContext
+  readonly #handlers: DueHandlers
+  #timer: NodeJS.Timeout | undefined
+  #at = Infinity
+  #looking = false
+  /** Redis's clock less this one's, as the last look saw it (the set's times are Redis's, but for runs' time limits). */
+  #offset = 0
+
+  constructor (ctx: RedisContext, handlers: DueHandlers) {
+    this.#ctx = ctx
+    this.#handlers = handlers
+  }
+
+  /** Something falls due at `at` (epoch ms): a look then, unless one is due sooner (or it is two ticks away or more: a tick sees it). */
+  schedule (at: number): void {
+    if (at >= this.#at || at - Date.now() > 2 * this.#ctx.lostAfterMs) return
+    clearTimeout(this.#timer)
+    this.#at = at
+    this.#timer = setTimeout(() => { void this.#look() }, Math.max(LOOK_GAP_MS, at - Date.now()))
+    this.#timer.unref()
+  }
+
+  /** The liveness look: the set's head, scheduled (sent alone: a stalled Redis never delays a request's commands behind it). */
+  async tick (): Promise<void> {
+    if (this.#ctx.closed || this.#looking) return
+    // RESP3 (this store's protocol) answers [[member, score]]; RESP2 [member, score]
+    const head = (await guard(this.#ctx.redis.call('ZRANGE', this.#ctx.own.expiry, 0, 0, 'WITHSCORES')) as unknown[]).flat()
+    if (head.length === 2) this.schedule(Number(head[1]) - this.#offset)
+  }
+
+  stop (): void {
+    clearTimeout(this.#timer)
+    this.#at = Infinity
+  }
+
+  async #look (): Promise<void> {
+    this.#at = Infinity
+    if (this.#ctx.closed || this.#looking) return
+    this.#looking = true
+    let next: number | undefined
+    try {
+      const [now, after, ...due] = await guard(LOOK_DUE.run(this.#ctx.redis, [this.#ctx.own.expiry], [BATCH])) as [number, string, ...string[]]
+      this.#offset = Number(now) - Date.now()
+      if (after !== '') next = Number(after) - this.#offset
+      const runs = due.filter(member => !member.includes(':'))
+      const leases = due.filter(member => member.includes(':'))
+      if (runs.length > 0) await this.#handlers.runs(runs)
+      if (leases.length > 0) await this.#handlers.leases(leases)
+    } catch {
+      // the store is down (availability says so, and the tick looks again), or a run could not be read: looked at again soon
+      next = Date.now() + this.#ctx.heartbeatMs
+    } finally {
+      this.#looking = false
+    }
+    if (next !== undefined) this.schedule(next)
+  }
+}
