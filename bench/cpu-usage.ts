@@ -20,7 +20,7 @@ function ticks (line: string | undefined, indexes: number[]): number | undefined
 }
 
 /** User + system CPU seconds `pid` has used so far (fields after the command name, which may hold spaces). */
-const processCpuSeconds = (pid: number): number | undefined => {
+export const processCpuSeconds = (pid: number): number | undefined => {
   const stat = readProc(`${pid}/stat`)
   return ticks(stat?.slice(stat.lastIndexOf(')') + 2), [11, 12])
 }

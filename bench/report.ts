@@ -80,6 +80,8 @@ export function formatOf (ratio: Ratio): (v: number) => string {
     case 'MB': return v => `${v.toFixed(1)} MB`
     case 'B': return v => `${int(v)} B`
     case '/run': return v => `${v.toFixed(2)} per run`
+    case 'µs': return v => `${int(v)} µs`
+    case '/s': return v => `${v.toFixed(3)}/s`
     case 'ms': return v => `${signedMs(v)} ms`
   }
 }

@@ -108,8 +108,8 @@ export interface Ratio {
   readonly label: string
   /** Null when a side is missing or invalid. */
   readonly value: number | null
-  /** `B`: bytes; `/run`: a count per run (Redis commands). */
-  readonly unit: '×' | 'ms' | '%' | 'req/s' | 'vCPU' | 'MB' | 'B' | '/run'
+  /** `B`: bytes; `/run`: a count per run (Redis commands); `µs`: CPU time; `/s`: a small rate (Redis commands at idle). */
+  readonly unit: '×' | 'ms' | '%' | 'req/s' | 'vCPU' | 'MB' | 'B' | '/run' | 'µs' | '/s'
   /** The same comparison within each round (null where a side is missing or invalid). */
   readonly perRound?: Array<number | null>
   /** Per round: both sides were quiet. */

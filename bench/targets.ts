@@ -197,6 +197,14 @@ async function startProxyScript (ctx: BenchContext, name: 'bare-http-proxy' | 'f
     async (child, port) => { await waitForPort(child, port) })
 }
 
+/**
+ * A bench process in plain JavaScript, run on bare Node like the compiled sidecar (bench/<script>.mjs:
+ * the BullMQ peer's producer and workers), with PORT, HOST and `env`; ready when GET /health answers 200.
+ */
+export async function startScriptServer (ctx: BenchContext, script: string, name: string, env: NodeJS.ProcessEnv): Promise<StartedServer> {
+  return await startServer(ctx, name, [...cpuProfArgs(ctx, name), join(ctx.root, `bench/${script}.mjs`)], env, healthy('/health'))
+}
+
 export interface SidecarStartOptions {
   appOrigin: string
   jwksUrl: URL

@@ -3,21 +3,23 @@ import type { Measurement } from '../load.ts'
 import { runPaced } from '../paced-load.ts'
 import { between, perRun, RedisTraffic, type TrafficCounts } from '../redis-traffic.ts'
 import type { BenchRedis } from './bench-redis.ts'
-import { appStats, type Fleet, PACED_RATE, resetApp, runsSucceeded, settled, succeededRuns } from './async-runs.ts'
+import { appStats, type Fleet, PACED_RATE, resetApp, runsSucceeded } from './async-runs.ts'
 
 /**
  * What one async run costs the Redis (issue 30): a busy span (PACED_RATE runs a second for the
- * phase, submitted to the first sidecar, run at the app, until the sidecars counted each one
- * succeeded: its end written) and then an idle span as long (no runs), each counted by the server
- * (INFO commandstats) and by MONITOR on a connection of its own (bench/redis-traffic.ts). Per run
- * = (busy − idle × busy seconds ÷ idle seconds) ÷ runs. Knowing that every run ended takes reads
- * of the sidecars' /metrics, which ask the run store for their queue gauges: the idle span makes
- * as many reads, so they cancel out.
+ * phase, submitted to the fleet, run at the app, until the fleet counted each one succeeded: its
+ * end written) and then an idle span as long (no runs), each counted by the server (INFO
+ * commandstats) and by MONITOR on a connection of its own (bench/redis-traffic.ts). Per run =
+ * (busy − idle × busy seconds ÷ idle seconds) ÷ runs. Knowing that every run ended takes reads of
+ * the sidecars' /metrics, which ask the run store for their queue gauges (the BullMQ workers count
+ * theirs without Redis): the idle span ends with as many reads, so they cancel out. The idle
+ * commands per second and process come from the idle span before those reads, from MONITOR alone
+ * (client lines and lines from scripts; no INFO read of the bench's own lands in it).
  */
 export async function commandsPhase (fleet: Fleet, redis: BenchRedis, durationSeconds: number): Promise<Measurement> {
-  const { sidecars, app } = fleet
-  await settled(sidecars)
-  const before = await succeededRuns(sidecars)
+  const { app } = fleet
+  await fleet.settled()
+  const before = await fleet.succeeded()
   const traffic = await RedisTraffic.start(redis.url, [await redis.probeAddress()])
   try {
     const counts = async (): Promise<TrafficCounts> => traffic.counts(await redis.commandCalls())
@@ -28,15 +30,18 @@ export async function commandsPhase (fleet: Fleet, redis: BenchRedis, durationSe
     for (const deadline = performance.now() + 60_000; performance.now() < deadline; await sleep(10)) {
       if ((await appStats(app)).calls >= submitted.ok) break
     }
-    const { done, reads } = await runsSucceeded(sidecars, before, submitted.ok)
+    const { done, reads } = await runsSucceeded(fleet, before, submitted.ok)
     const busyEnd = await counts()
     const busySeconds = (performance.now() - busyFrom) / 1000
     await sleep(busySeconds * 1000)
-    for (let i = 0; i < reads; i++) await succeededRuns(sidecars)
+    const quietEnd = traffic.counts(new Map())
+    const quietSeconds = (performance.now() - busyFrom) / 1000 - busySeconds
+    for (let i = 0; i < reads; i++) await fleet.succeeded()
     const idleEnd = await counts()
     const idleSeconds = (performance.now() - busyFrom) / 1000 - busySeconds
     const busy = between(atStart, busyEnd)
     const idle = between(busyEnd, idleEnd)
+    const quiet = between(busyEnd, quietEnd)
     const runs = Math.max(1, done)
     const each = perRun(busy, idle, busySeconds / idleSeconds, runs)
     const byCommand = (prefix: string, record: Record<string, number>): Array<[string, number]> =>
@@ -52,6 +57,7 @@ export async function commandsPhase (fleet: Fleet, redis: BenchRedis, durationSe
         scriptCallsPerRun: each.scriptCalls,
         luaCommandsPerRun: each.luaCommands,
         idleCommandsPerSecond: idle.commands / idleSeconds,
+        idleCommandsPerProcessPerSecond: (quiet.clientCommands + quiet.luaCommands) / quietSeconds / fleet.processes,
         ...Object.fromEntries([...byCommand('client.', each.byClientCommand), ...byCommand('lua.', each.byLuaCommand)])
       }
     }

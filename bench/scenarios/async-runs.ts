@@ -4,11 +4,13 @@ import { scrapeMetrics, sumOf } from '../../test/helpers/admin-metrics.ts'
 import { Latencies, type LoadRequest, type Measurement, summarize } from '../load.ts'
 import { runPaced } from '../paced-load.ts'
 import { APP_NAME, GREETING_BODY, PROJECT_ID, type StartedServer, type StartedSidecar } from '../targets.ts'
+import type { BenchRedis } from './bench-redis.ts'
 
 /**
  * The async scenario's runs at the slow app (bench/servers.ts `slow-app`, HOLD_MS a call, counting
  * its own calls in progress): the completion phase with a backlog (runs/s, slot utilisation at the
- * app) and the paced phase (submit → app latency below capacity); what the other phases share.
+ * app) and the paced phase (submit → app latency below capacity, and what the runs cost the Redis);
+ * what the other phases share. A Fleet is a sidecar fleet or the BullMQ peer (async-bullmq.ts).
  */
 export type Sidecar = StartedSidecar
 
@@ -41,12 +43,12 @@ export async function settled (sidecars: Sidecar[]): Promise<void> {
   throw new Error('the sidecars did not settle within 60 s')
 }
 
-/** Waits until the sidecars counted `runs` more succeeded runs than `before` (at most `timeoutMs`); returns how many they did and the /metrics reads it took. */
-export async function runsSucceeded (sidecars: Sidecar[], before: number, runs: number, timeoutMs = 120_000): Promise<{ done: number, reads: number }> {
+/** Waits until the fleet counted `runs` more succeeded runs than `before` (at most `timeoutMs`); returns how many it did and the reads it took. */
+export async function runsSucceeded (fleet: Fleet, before: number, runs: number, timeoutMs = 120_000): Promise<{ done: number, reads: number }> {
   let [done, reads] = [0, 0]
   for (const deadline = performance.now() + timeoutMs; performance.now() < deadline; await sleep(10)) {
     reads++
-    done = await succeededRuns(sidecars) - before
+    done = await fleet.succeeded() - before
     if (done >= runs) break
   }
   return { done, reads }
@@ -57,14 +59,33 @@ interface AppStats { averageConcurrency: number, maxConcurrency: number, calls: 
 export const appStats = async (app: StartedServer): Promise<AppStats> => await (await fetch(`${app.origin}/stats`)).json() as AppStats
 export const resetApp = async (app: StartedServer): Promise<void> => { await (await fetch(`${app.origin}/reset`, { method: 'POST' })).arrayBuffer() }
 
-/** Sidecars of one app sharing the Redis run store in front of the slow app, `slots` each (REPLICA_CONCURRENCY). */
+/** Processes sharing one Redis that take runs and run them at the slow app: sidecars, or the BullMQ peer's workers. */
 export interface Fleet {
-  readonly sidecars: Sidecar[]
-  readonly slotsEach: number
+  /** Runs at once at the app, all processes together (sidecars × REPLICA_CONCURRENCY; workers × concurrency). */
+  readonly slots: number
+  /** The processes holding Redis connections (the idle traffic is per process). */
+  readonly processes: number
   readonly app: StartedServer
-  /** An async submission to the first sidecar. */
+  /** An async submission (to the first sidecar; to the BullMQ producer). */
   readonly submit: LoadRequest
+  /** Runs ended as succeeded so far (the end written), all processes together. */
+  succeeded: () => Promise<number>
+  /** Resolves when no run is queued or running (the warm-up's ended). */
+  settled: () => Promise<void>
+  /** Keys that stop growing at a length cap (BullMQ's events stream): left out of the bytes kept per run, which a run keeps for its retention. */
+  readonly cappedKeys: string[]
 }
+
+/** Sidecars of one app sharing the Redis run store in front of the slow app, `slotsEach` each (REPLICA_CONCURRENCY), submitted to the first. */
+export const sidecarFleet = (sidecars: Sidecar[], slotsEach: number, app: StartedServer, submit: LoadRequest): Fleet => ({
+  slots: sidecars.length * slotsEach,
+  processes: sidecars.length,
+  app,
+  submit,
+  succeeded: async () => await succeededRuns(sidecars),
+  settled: async () => { await settled(sidecars) },
+  cappedKeys: []
+})
 
 /** Submits `runs` async runs to `request`'s sidecar, 20 at a time (each `body()`, else the request's); their latencies (202s only) and status codes. */
 export async function submitAll (request: LoadRequest, runs: number, body?: () => string): Promise<{ latencies: Latencies, statusCodes: Record<string, number> }> {
@@ -103,10 +124,9 @@ export async function submitAll (request: LoadRequest, runs: number, body?: () =
  * succeeded), as issue 14 timed it; latencies: the submissions'.
  */
 export async function completionPhase (fleet: Fleet, durationSeconds: number): Promise<Measurement> {
-  const { sidecars, app } = fleet
-  const slots = sidecars.length * fleet.slotsEach
-  await settled(sidecars)
-  const before = await succeededRuns(sidecars)
+  const { app, slots } = fleet
+  await fleet.settled()
+  const before = await fleet.succeeded()
   const runs = Math.round(slots * 1000 / HOLD_MS * (durationSeconds * 1.2 + 2))
   const startedAt = performance.now()
   const { latencies, statusCodes } = await submitAll(fleet.submit, runs)
@@ -114,10 +134,10 @@ export async function completionPhase (fleet: Fleet, durationSeconds: number): P
   await resetApp(app)
   await sleep(durationSeconds * 1000)
   const window = await appStats(app)
-  const doneInWindow = await succeededRuns(sidecars) - before
+  const doneInWindow = await fleet.succeeded() - before
   // started ≤ succeeded + slots: more than that accepted means some never started, so the queue was never empty
   const backlogLeft = accepted - doneInWindow - slots
-  const { done } = await runsSucceeded(sidecars, before, accepted)
+  const { done } = await runsSucceeded(fleet, before, accepted)
   const seconds = (performance.now() - startedAt) / 1000
   const measured = summarize(latencies, {
     ok: done, errors: 0, timeouts: 0, non2xx: runs - accepted, statusCodes, durationSeconds: seconds, connections: 20
@@ -137,20 +157,33 @@ export async function completionPhase (fleet: Fleet, durationSeconds: number): P
 }
 
 /**
- * Submit → app below capacity: PACED_RATE async runs a second, evenly paced, to the first
- * sidecar, each body `{"t": <epoch µs when sent>}`; the app records arrival − t (one clock).
- * Latencies: those; extra: the submissions' own p50/p99 (the 202).
+ * Submit → app below capacity: PACED_RATE async runs a second, evenly paced, to the fleet's
+ * submission, each body `{"t": <epoch µs when sent>}`; the app records arrival − t (one clock).
+ * Latencies: those; extra: the submissions' own p50/p99 (the 202). With `redis`, also what the runs
+ * cost it, measured here because the commands phase's MONITOR has the server format every command
+ * once more: its CPU seconds from the first submission until the fleet counted every run ended, ÷
+ * runs; and the bytes kept per finished run (used_memory at rest after − before, ÷ runs), the
+ * growth of the fleet's capped keys left out (and given apart): at 100 runs/s for an hour they are
+ * full, whatever the phase's length.
  */
-export async function pacedPhase (fleet: Fleet, durationSeconds: number): Promise<Measurement> {
-  const { sidecars, app } = fleet
-  await settled(sidecars)
+export async function pacedPhase (fleet: Fleet, durationSeconds: number, redis?: BenchRedis): Promise<Measurement> {
+  const { app } = fleet
+  await fleet.settled()
   await resetApp(app)
+  const before = await fleet.succeeded()
+  const cappedBytes = async (store: BenchRedis): Promise<number> => (await Promise.all(fleet.cappedKeys.map(async key => await store.keyBytes(key)))).reduce((a, b) => a + b, 0)
+  const memoryBefore = redis === undefined ? undefined : { used: await redis.usedMemoryAtRest(), capped: await cappedBytes(redis) }
+  const cpuBefore = redis?.cpuSeconds()
   const submitted = await runPaced(fleet.submit, PACED_RATE, durationSeconds, () => `{"t":${Math.round(nowUs())}}`)
   let lags: number[] = []
   for (const deadline = performance.now() + 60_000; performance.now() < deadline; await sleep(50)) {
     lags = await (await fetch(`${app.origin}/lags`)).json() as number[]
     if (lags.length >= submitted.ok) break
   }
+  const { done } = await runsSucceeded(fleet, before, submitted.ok)
+  const cpuAfter = redis?.cpuSeconds()
+  const memoryAfter = redis === undefined ? undefined : { used: await redis.usedMemoryAtRest(), capped: await cappedBytes(redis) }
+  const runs = Math.max(1, done)
   const measured = summarize(Float64Array.from(lags), {
     ok: lags.length,
     errors: submitted.errors,
@@ -161,5 +194,19 @@ export async function pacedPhase (fleet: Fleet, durationSeconds: number): Promis
     connections: submitted.connections,
     targetRate: PACED_RATE
   })
-  return { ...measured, valid: measured.valid && lags.length === submitted.ok, extra: { submitP50Ms: submitted.p50Ms, submitP99Ms: submitted.p99Ms } }
+  return {
+    ...measured,
+    valid: measured.valid && lags.length === submitted.ok && done === submitted.ok,
+    extra: {
+      submitP50Ms: submitted.p50Ms,
+      submitP99Ms: submitted.p99Ms,
+      ...(cpuBefore === undefined || cpuAfter === undefined ? {} : { redisCpuUsPerRun: (cpuAfter - cpuBefore) / runs * 1e6 }),
+      ...(memoryBefore === undefined || memoryAfter === undefined
+        ? {}
+        : {
+            redisBytesPerRun: (memoryAfter.used - memoryAfter.capped - memoryBefore.used + memoryBefore.capped) / runs,
+            ...(fleet.cappedKeys.length === 0 ? {} : { redisCappedBytesPerRun: (memoryAfter.capped - memoryBefore.capped) / runs })
+          })
+    }
+  }
 }

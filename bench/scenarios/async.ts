@@ -3,9 +3,11 @@ import { atMost, builds, ownFigure, pairRatios, type PhaseRounds, rateNotReached
 import { runLoad } from '../load.ts'
 import type { BenchContext, Check, Evaluation, LoadPhase, PreparedScenario, Ratio, RunningTarget, Scenario, TargetDef, TargetResult } from '../scenario.ts'
 import { APP_NAME, expectGreeting, PROJECT_ID, runRequest, shareServers, startBenchServer, startExampleApp, startSidecarProcess } from '../targets.ts'
+import { againstBullmq } from './async-bullmq-checks.ts'
+import { BULLMQ_VERSION, CONCURRENCY, expectJobQueued, startBullmqPeer, WORKERS } from './async-bullmq.ts'
 import { commandList, commandsPhase } from './async-commands.ts'
 import { LAG_INTERVAL_MS, LAG_STREAMS, lagPhase } from './async-lag.ts'
-import { completionPhase, first, HOLD_MS, PACED_RATE, pacedPhase, runsUrl, type Sidecar } from './async-runs.ts'
+import { completionPhase, first, type Fleet, HOLD_MS, PACED_RATE, pacedPhase, runsUrl, type Sidecar, sidecarFleet } from './async-runs.ts'
 import { benchRedis } from './bench-redis.ts'
 
 /**
@@ -13,9 +15,10 @@ import { benchRedis } from './bench-redis.ts'
  * the events route, plain calls with RUN_STORE_URL unset and set (issue 14); and, with 2 and 4
  * sidecars × 2 slots sharing one Redis in front of a 20 ms app: runs completed with a backlog and
  * the app's slot utilisation, submit → app latency below capacity, round trips and Redis commands
- * per run (issue 30). Targets: ≥ 2,000 submissions/s with Redis, lag p99 ≤ 5 ms (memory) / ≤ 10
- * ms (Redis), plain calls within 3%; utilisation ≥ 0.95 (≥ 0.9 on 2 cores), ≤ 4 round trips and
- * ≤ 15 commands per run, submit → app p99 ≤ 5 ms.
+ * per run (issue 30); the same phases on BullMQ doing the same work on the same Redis, the sidecars
+ * no worse than it (issue 39). Targets: ≥ 2,000 submissions/s with Redis, lag p99 ≤ 5 ms (memory) /
+ * ≤ 10 ms (Redis), plain calls within 3%; utilisation ≥ 0.95 (≥ 0.9 on 2 cores), ≤ 4 round trips
+ * and ≤ 15 commands per run, submit → app p99 ≤ 5 ms.
  */
 const SUBMIT_TARGET = 2000
 const LAG_MEMORY_MS = 5
@@ -29,6 +32,8 @@ const UTILISATION_TARGET = TWO_CORES ? 0.9 : 0.95
 const ROUND_TRIPS_TARGET = 4
 const COMMANDS_TARGET = 15
 const SUBMIT_TO_APP_MS = 5
+/** The phases of fleet-2 and of its BullMQ peer. */
+const FLEET_2_PHASES = ['complete', 'paced', 'commands']
 
 const expectQueued = (status: number, body: string): void => {
   if (status !== 202) throw new Error(`expected 202, got ${status}: ${body.slice(0, 200)}`)
@@ -41,6 +46,13 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   })
   const headers = runRequest('', token).headers
   const redis = await benchRedis(ctx)
+  const store = 'skip' in redis ? undefined : redis
+  /** A fleet's own phases: with a backlog, paced, and its Redis traffic. */
+  const fleetPhases = (fleet: Fleet): RunningTarget['runPhase'] => async (phase, settings) => {
+    if (phase.id === 'paced') return await pacedPhase(fleet, settings.durationSeconds, store)
+    if (phase.id === 'commands' && store !== undefined) return await commandsPhase(fleet, store, settings.durationSeconds)
+    return await completionPhase(fleet, settings.durationSeconds)
+  }
 
   /**
    * A target of `count` sidecars in front of `appOrigin` (the run store in memory, or the shared
@@ -86,18 +98,22 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
       }))),
     // fleets of SLOTS_EACH-slot sidecars sharing Redis in front of the slow app: runs with a backlog (utilisation at the app);
     // the 2-sidecar one also paced (submit → app) and counted at the Redis (commands per run)
-    ...FLEETS.map(count => target(`fleet-${count}`, `${count} sidecars × ${SLOTS_EACH} slots sharing Redis`, count === 2 ? ['complete', 'paced', 'commands'] : ['complete'],
-      count, slowApp.origin, true, { REPLICA_CONCURRENCY: String(SLOTS_EACH) }, sidecars => {
-        const fleet = { sidecars, slotsEach: SLOTS_EACH, app: slowApp, submit: submit(sidecars).request }
-        return {
-          ...submit(sidecars),
-          runPhase: async (phase, settings) => {
-            if (phase.id === 'paced') return await pacedPhase(fleet, settings.durationSeconds)
-            if (phase.id === 'commands' && !('skip' in redis)) return await commandsPhase(fleet, redis, settings.durationSeconds)
-            return await completionPhase(fleet, settings.durationSeconds)
-          }
-        }
-      }))
+    ...FLEETS.map(count => target(`fleet-${count}`, `${count} sidecars × ${SLOTS_EACH} slots sharing Redis`, count === 2 ? FLEET_2_PHASES : ['complete'],
+      count, slowApp.origin, true, { REPLICA_CONCURRENCY: String(SLOTS_EACH) },
+      sidecars => ({ ...submit(sidecars), runPhase: fleetPhases(sidecarFleet(sidecars, SLOTS_EACH, slowApp, submit(sidecars).request)) }))),
+    // issue 39: BullMQ doing fleet-2's work on the same Redis (flushed first), in the same phases
+    {
+      id: 'bullmq',
+      label: `BullMQ ${BULLMQ_VERSION}, ${WORKERS} worker processes × concurrency ${CONCURRENCY} (and a producer process)`,
+      phases: FLEET_2_PHASES,
+      ...('skip' in redis ? { skipReason: redis.skip } : {}),
+      start: async (): Promise<RunningTarget> => {
+        if (store === undefined) throw new Error('no Redis')
+        await store.flush()
+        const peer = await startBullmqPeer(ctx, store, slowApp)
+        return { request: peer.fleet.submit, checkResponse: expectJobQueued, runPhase: fleetPhases(peer.fleet), children: peer.children, stop: peer.stop }
+      }
+    }
   ])
   return 'skip' in redis ? scenario : redis.prepared(scenario)
 }
@@ -151,12 +167,14 @@ function evaluate (results: TargetResult[]): Evaluation {
     return `Redis commands per async run by name${b.label}: sent by the sidecars ${commandList(extra, 'client.')}; run inside scripts ${commandList(extra, 'lua.')}` +
       `; idle traffic ${extra?.idleCommandsPerSecond?.toFixed(2) ?? '–'} commands/s (subtracted)`
   })
+  const peer = againstBullmq(results)
   return {
-    ratios: [plain, submitMemory, submitRedis, lagMemory, lagRedis, ...lagRedisBefore, lagOther, ...issue30.flatMap(b => b.ratios)],
-    checks,
+    ratios: [plain, submitMemory, submitRedis, lagMemory, lagRedis, ...lagRedisBefore, lagOther, ...issue30.flatMap(b => b.ratios), ...peer.ratios],
+    checks: [...checks, ...peer.checks],
     notes: [
       `fleets: each sidecar runs ${SLOTS_EACH} at once (REPLICA_CONCURRENCY) against an app holding each call ${HOLD_MS} ms, so a sidecar's ceiling is ${SLOTS_EACH * 1000 / HOLD_MS} runs/s`,
-      ...breakdown
+      ...breakdown,
+      ...peer.notes
     ]
   }
 }
@@ -170,7 +188,8 @@ export const asyncScenario: Scenario = {
   name: 'async',
   baselineId: 'plain',
   description: 'async runs: submissions (202) per second, event lag from the app to a reader of the events route, plain calls with and without RUN_STORE_URL; ' +
-    'and fleets of 2 and 4 sidecars × 2 slots sharing one Redis: runs with a backlog and the app\'s slot utilisation, submit → app below capacity, round trips and Redis commands per run',
+    'and fleets of 2 and 4 sidecars × 2 slots sharing one Redis: runs with a backlog and the app\'s slot utilisation, submit → app below capacity, round trips and Redis commands per run; ' +
+    `the 2-sidecar fleet against BullMQ ${BULLMQ_VERSION} doing the same work on the same Redis`,
   beforeIds: ['lag-redis', ...FLEETS.map(count => `fleet-${count}`)],
   phases: [
     { id: 'plain', label: 'plain calls, max throughput', run: maxLoad },
@@ -183,11 +202,14 @@ export const asyncScenario: Scenario = {
         { key: 'utilisation', label: 'slot utilisation at the app', digits: 3 }, { key: 'windowRunsPerSecond', label: 'runs/s at the app (backlog window)' },
         { key: 'mostAtOnce', label: 'most at once at the app', combine: 'max' }, { key: 'backlogLeft', label: 'queued at window end' }] },
     { ...ownPhase('paced', `submit → app, ${PACED_RATE} runs/s evenly paced (latency: the app's arrival − the submission's send)`, 'runs/s'),
-      columns: [{ key: 'submitP50Ms', label: 'submit p50 ms (202)', digits: 2 }, { key: 'submitP99Ms', label: 'submit p99 ms (202)', digits: 2 }] },
+      columns: [{ key: 'submitP50Ms', label: 'submit p50 ms (202)', digits: 2 }, { key: 'submitP99Ms', label: 'submit p99 ms (202)', digits: 2 },
+        { key: 'redisCpuUsPerRun', label: 'Redis CPU µs/run' }, { key: 'redisBytesPerRun', label: 'Redis B kept/run' },
+        { key: 'redisCappedBytesPerRun', label: 'Redis B/run in capped keys (left out)' }] },
     { ...ownPhase('commands', `Redis traffic per run, ${PACED_RATE} runs/s evenly paced (latency: the submissions')`, 'runs/s'),
       columns: [{ key: 'roundTripsPerRun', label: 'round trips/run', digits: 2 }, { key: 'commandsPerRun', label: 'commands/run', digits: 2 },
         { key: 'clientCommandsPerRun', label: 'client commands/run', digits: 2 }, { key: 'scriptCallsPerRun', label: 'script calls/run', digits: 2 },
-        { key: 'luaCommandsPerRun', label: 'in scripts/run', digits: 2 }, { key: 'idleCommandsPerSecond', label: 'idle commands/s', digits: 2 }] }
+        { key: 'luaCommandsPerRun', label: 'in scripts/run', digits: 2 }, { key: 'idleCommandsPerSecond', label: 'idle commands/s', digits: 2 },
+        { key: 'idleCommandsPerProcessPerSecond', label: 'idle commands/s per process', digits: 3 }] }
   ],
   method: settings =>
     `Plain calls and submissions: autocannon, ${settings.connections} connections, ${settings.durationSeconds} s, auth on (a cached token); ` +
@@ -198,9 +220,15 @@ export const asyncScenario: Scenario = {
     `With a backlog: every slot's work for ${settings.durationSeconds} s × 1.2 + 2 s submitted at once to the first sidecar (20 at a time), then for ${settings.durationSeconds} s ` +
     'the app\'s own time-weighted count of its calls in progress (arrival to the response\'s close) ÷ the slots = utilisation, valid only when runs were still queued at the end; ' +
     'runs/s: all runs ÷ (first submission → sidecar_runs_total{status="succeeded"} counts them all). ' +
-    `Submit → app (2 sidecars): ${PACED_RATE} runs/s evenly paced, each body {"t": epoch µs at its send}, the app's arrival − t. ` +
+    `Submit → app (2 sidecars): ${PACED_RATE} runs/s evenly paced, each body {"t": epoch µs at its send}, the app's arrival − t; ` +
+    'Redis CPU/run: the redis-server\'s CPU seconds from the first submission until every run ended, ÷ runs; Redis B kept/run: used_memory at rest after − before, ÷ runs, ' +
+    'less the growth of keys capped in length (BullMQ\'s events stream, full at any steady rate). ' +
     `Redis traffic (2 sidecars): ${PACED_RATE} runs/s paced for the phase until every run succeeded, then an idle span as long; INFO commandstats and MONITOR (a connection of its own) ` +
     'counted over each; per run = (busy − idle) ÷ runs. Round trips = batches of MONITOR lines of one client each within 50 µs of the line before (the commands its scripts ran included). ' +
+    'Idle commands/s per process: MONITOR lines in the idle span before the reads that mirror the busy span\'s, ÷ its seconds ÷ the processes on the Redis. ' +
+    `BullMQ ${BULLMQ_VERSION} (the same phases as 2 sidecars, same app and Redis): a producer process (HTTP POST /run → Queue.add of the request, finished jobs kept an hour; 202 once added) ` +
+    `and ${WORKERS} worker processes (Worker, concurrency ${CONCURRENCY}, the request sent to the app with undici, the app's body the job's result); ` +
+    'jobs counted ended by the workers themselves, the idle traffic per process over its 3 processes. ' +
     'Redis: a private redis-server on a free port (BENCH_REDIS_URL names another, flushed), flushed before each target; its CPU counts with the shared processes.',
   prepare,
   evaluate,

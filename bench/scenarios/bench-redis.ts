@@ -1,6 +1,7 @@
 import { Redis } from 'ioredis'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { type BenchChild, freePort, spawnChild } from '../child-processes.ts'
+import { processCpuSeconds } from '../cpu-usage.ts'
 import type { BenchContext, PreparedScenario } from '../scenario.ts'
 
 /**
@@ -18,6 +19,12 @@ export interface BenchRedis {
   flush: () => Promise<void>
   /** INFO memory's used_memory, bytes. */
   usedMemory: () => Promise<number>
+  /** used_memory once it stopped moving (two reads 200 ms apart within 1 KiB; at most 10 s): what is kept, not what is in flight. */
+  usedMemoryAtRest: () => Promise<number>
+  /** MEMORY USAGE of `key`, every element counted (0 when it does not exist). */
+  keyBytes: (key: string) => Promise<number>
+  /** User + system CPU seconds the redis-server has used so far, read by its pid on this machine as the CPU accounting does (undefined without /proc). */
+  cpuSeconds: () => number | undefined
   /** INFO commandstats: calls per command (lower case), since the server started. */
   commandCalls: () => Promise<Map<string, number>>
   /** This client's own address (`127.0.0.1:port`), to tell its commands apart in MONITOR. */
@@ -50,11 +57,24 @@ export async function benchRedis (ctx: BenchContext): Promise<BenchRedis | { ski
     const pid = child?.pid ?? Number(/process_id:(\d+)/.exec(await info('server'))?.[1])
     await probe.flushdb()
     const server = child
+    const usedMemory = async (): Promise<number> => Number(/used_memory:(\d+)/.exec(await info('memory'))?.[1])
     return {
       url,
       pid: Number.isInteger(pid) ? pid : undefined,
       flush: async () => { await probe.flushdb() },
-      usedMemory: async () => Number(/used_memory:(\d+)/.exec(await info('memory'))?.[1]),
+      usedMemory,
+      usedMemoryAtRest: async () => {
+        let last = await usedMemory()
+        for (const deadline = performance.now() + 10_000; performance.now() < deadline;) {
+          await sleep(200)
+          const now = await usedMemory()
+          if (Math.abs(now - last) < 1024) return now
+          last = now
+        }
+        return last
+      },
+      keyBytes: async key => Number(await probe.call('MEMORY', 'USAGE', key, 'SAMPLES', '0') ?? 0),
+      cpuSeconds: () => Number.isInteger(pid) ? processCpuSeconds(pid) : undefined,
       commandCalls: async () => {
         const calls = new Map<string, number>()
         for (const match of (await info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls.set(match[1] as string, Number(match[2]))
