@@ -146,6 +146,8 @@ export class RedisContext {
   listener: RunStoreListener | undefined
   /** Told when this store starts holding something (the run store starts its heartbeat). */
   holding: (() => void) | undefined
+  /** Told when this store's own pending entries should be looked at (a take's answer lost). */
+  checkOwn: (() => void) | undefined
   /** Told of a time something of the app falls due (a run this store queued, at its time limit). */
   dueAt: ((at: number) => void) | undefined
   closed = false

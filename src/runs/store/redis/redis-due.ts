@@ -26,10 +26,12 @@ export interface DueHandlers {
 
 /**
  * When this sidecar looks at the app's due set (`…:expiry`, a sorted set by epoch ms: every queued
- * run at its time limit, every holding sidecar's lease, and the gone sidecars to forget): at the
- * first time due it knows of (a run it queued, the set's head as last read), and otherwise once
- * every RUN_LOST_AFTER_SECONDS (`tick`: one ZRANGE of the head, the only command an idle sidecar
- * sends). A look reads what is due and hands it on, then reads the head again.
+ * run at its time limit, every holding sidecar's lease, the deliveries left, the gone sidecars to
+ * forget): once every RUN_LOST_AFTER_SECONDS (`tick`: one ZRANGE of the head, the only command an
+ * idle sidecar sends), looking at once when the head is due; and at the time limit of the first
+ * queued run it knows of (one it queued, or the head as read), for each fails within 1 s of it. A
+ * lease a tick reads is looked at when it falls due (it has moved by then if its sidecar beats: one
+ * look per tick at most), so a lost sidecar's runs fail within RUN_LOST_AFTER_SECONDS + 30 s.
  */
 export class RedisDue {
   readonly #ctx: RedisContext
@@ -54,12 +56,21 @@ export class RedisDue {
     this.#timer.unref()
   }
 
-  /** The liveness look: the set's head, scheduled (sent alone: a stalled Redis never delays a request's commands behind it). */
+  /** The liveness look: the set's head (sent alone: a stalled Redis never delays a request's commands behind it). */
   async tick (): Promise<void> {
     if (this.#ctx.closed || this.#looking) return
     // RESP3 (this store's protocol) answers [[member, score]]; RESP2 [member, score]
     const head = (await guard(this.#ctx.redis.call('ZRANGE', this.#ctx.own.expiry, 0, 0, 'WITHSCORES')) as unknown[]).flat()
-    if (head.length === 2) this.schedule(Number(head[1]) - this.#offset)
+    if (head.length === 2) this.#headIs(String(head[0]), Number(head[1]) - this.#offset, true)
+  }
+
+  /**
+   * The set's first member and when it falls due here: a run's time limit is waited for; a lease
+   * as a tick reads it too (so a lost sidecar is found at its lease's time, not a window later), but
+   * not again after a look (a live sidecar's lease moves with each beat: no look per beat).
+   */
+  #headIs (member: string, at: number, ticked = false): void {
+    if (ticked || !member.includes(':') || at <= Date.now()) this.schedule(at)
   }
 
   stop (): void {
@@ -71,21 +82,21 @@ export class RedisDue {
     this.#at = Infinity
     if (this.#ctx.closed || this.#looking) return
     this.#looking = true
-    let next: number | undefined
+    let next: { member: string, at: number } | undefined
     try {
-      const [now, after, ...due] = await guard(LOOK_DUE.run(this.#ctx.redis, [this.#ctx.own.expiry], [BATCH])) as [number, string, ...string[]]
+      const [now, after, afterAt, ...due] = await guard(LOOK_DUE.run(this.#ctx.redis, [this.#ctx.own.expiry], [BATCH])) as [number, string, string, ...string[]]
       this.#offset = Number(now) - Date.now()
-      if (after !== '') next = Number(after) - this.#offset
+      if (after !== '') next = { member: after, at: Number(afterAt) - this.#offset }
       const runs = due.filter(member => !member.includes(':'))
       const leases = due.filter(member => member.includes(':'))
       if (runs.length > 0) await this.#handlers.runs(runs)
       if (leases.length > 0) await this.#handlers.leases(leases)
     } catch {
       // the store is down (availability says so, and the tick looks again), or a run could not be read: looked at again soon
-      next = Date.now() + this.#ctx.heartbeatMs
+      next = { member: '', at: Date.now() + this.#ctx.heartbeatMs }
     } finally {
       this.#looking = false
     }
-    if (next !== undefined) this.schedule(next)
+    if (next !== undefined) this.#headIs(next.member, next.at)
   }
 }

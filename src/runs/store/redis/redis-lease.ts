@@ -24,8 +24,8 @@ class FirstTold<K, V> extends Map<K, V> {
  * What this sidecar holds in the Redis store, and so must keep alive with its heartbeat, or lose
  * to another sidecar after RUN_LOST_AFTER_SECONDS: the stream entries it took (runs, deliveries),
  * the Idempotency-Key claims whose answer is not kept yet, and the runs it ended lately (should a
- * failover lose an end, the heartbeat writes it again). `holding` is told when the first entry or
- * claim is taken while nothing was: the heartbeat starts then, and stops once nothing is held.
+ * failover lose an end, it is written again after the reconnect). `holding` is told when the first
+ * entry or claim is taken while nothing was: the heartbeat starts then, and stops once nothing is held.
  * `ended` sizes: a run's result bytes and a little more, for the bound.
  */
 export class RedisLease<Ended extends { readonly resultJson?: string | undefined }> {
@@ -45,14 +45,12 @@ export class RedisLease<Ended extends { readonly resultJson?: string | undefined
     this.ended = new LRUCache({ max: ENDED_MAX, maxSize: ENDED_MAX_BYTES, sizeCalculation: ended => 512 + (ended.resultJson?.length ?? 0), ttl: lostAfterMs })
   }
 
-  /** Whether entries or claims are held: what other sidecars take over should this one stop beating. */
+  /**
+   * Whether entries or claims are held: what the heartbeat keeps, and other sidecars take over
+   * should this one stop beating. (Ends kept for a failover, and a take whose answer was lost, are
+   * looked at after a reconnect or that take, not by the heartbeat: an idle sidecar beats no more.)
+   */
   get holds (): boolean {
     return this.held.size > 0 || this.claims.size > 0
-  }
-
-  /** Whether anything here needs the heartbeat: entries, claims, ends a failover could lose, a take whose answer was lost. */
-  get busy (): boolean {
-    this.ended.purgeStale()
-    return this.held.size > 0 || this.claims.size > 0 || this.ended.size > 0 || this.takeCut
   }
 }

@@ -62,7 +62,6 @@ export class RedisReaper {
         const lost = await RENEW_CLAIMS.run(ctx.redis, [ctx.own.claims, ...ctx.lease.claims.keys()], [...ctx.lease.claims.values(), ctx.claimLeaseMs]) as string[]
         for (const key of lost) ctx.lease.claims.delete(key)
       }
-      await this.#ownPending()
       // after the refreshes: when the lease falls due, what it held is idle that long
       await guard(LEASE_BEAT.run(ctx.redis, [ctx.own.expiry], [this.#lease, ctx.lostAfterMs]))
     } catch {} // Redis went away meanwhile: the next beat tries again
@@ -116,7 +115,7 @@ export class RedisReaper {
     const left = members.filter(member => member.startsWith(LEFT))
     const gone = members.filter(member => member.startsWith(GONE))
     // this sidecar's own lease fell due (a pause, or a release that failed): moved on, or removed
-    if (members.includes(this.#lease)) await (ctx.lease.busy ? this.keep() : this.release())
+    if (members.includes(this.#lease)) await (ctx.lease.holds ? this.keep() : this.release())
     if (lost.length > 0 || left.length > 0) await this.takeOver()
     // a stopping sidecar takes no delivery over: left ones stay due, for another
     if (left.length > 0 && !this.#deliveries.leaving) await guard(ctx.redis.zrem(ctx.own.expiry, ...left))
@@ -136,15 +135,16 @@ export class RedisReaper {
 
   /**
    * Entries pending for this sidecar that it does not hold (idle past a heartbeat: no take is
-   * on them right now), after a failover or a cut connection:
+   * on them right now), looked at a heartbeat after a reconnect or a take whose answer was lost:
    * - an end it wrote lately whose entry is still pending: the primary that acknowledged the end
    *   lost its place before its replica had it. Written again, unless the run ended otherwise
    *   meanwhile (without this, the run would stay running, then fail "replica lost");
    * - an entry a take handed it whose answer never came (a timeout, a cut connection): taken
    *   here now, as a lost sidecar's would be (without this, it would wait RUN_LOST_AFTER_SECONDS).
    */
-  async #ownPending (): Promise<void> {
+  async ownPending (): Promise<void> {
     const ctx = this.#ctx
+    if (!ctx.available || ctx.closed) return
     ctx.lease.ended.purgeStale()
     if (ctx.lease.ended.size === 0 && !ctx.lease.takeCut) return
     ctx.lease.takeCut = false

@@ -44,6 +44,8 @@ export class RedisRunStore implements RunStore {
   readonly #tick: NodeJS.Timeout
   /** The heartbeat, while this sidecar holds anything. */
   #beat: NodeJS.Timeout | undefined
+  #ownCheck: NodeJS.Timeout | undefined
+  #ownUntil = 0
 
   constructor (address: RunStoreAddress | string, settings: RedisStoreSettings, options: RedisRunStoreOptions = {}) {
     const ctx = new RedisContext(address, settings, options)
@@ -67,6 +69,7 @@ export class RedisRunStore implements RunStore {
     this.#due = due
     ctx.dueAt = at => { due.schedule(at) }
     ctx.holding = () => { this.#startBeating() }
+    ctx.checkOwn = () => { this.#checkOwnSoon() }
     // an idle sidecar's commands: one look at what falls due next, once per lost window, and a
     // takeover of what no lease covers every SWEEP_TICKS (entries of a sidecar that died before its
     // lease was written, or of a version without leases), with its consumers gone
@@ -78,8 +81,36 @@ export class RedisRunStore implements RunStore {
     this.#tick.unref()
     // as the store first answers: what lost sidecars left (one of a version without leases, one that
     // died before its lease was written), and the first look at what falls due
-    ctx.redis.once('ready', () => { void reaper.takeOver().catch(() => {}) })
-    ctx.redis.on('ready', () => { void due.tick().catch(() => {}) })
+    let connected = false
+    ctx.redis.on('ready', () => {
+      void due.tick().catch(() => {})
+      if (!connected) void reaper.takeOver().catch(() => {})
+      // connected again (a failover, a restart): ends the primary lost are written again
+      else this.#checkOwnSoon()
+      connected = true
+    })
+  }
+
+  /**
+   * This store's own pending entries looked at each heartbeat for a lost window from now (each is
+   * idle a heartbeat by its look): ends a failover lost, written again (the primary may have
+   * acknowledged them up to the switch, and the refreshes of their entries may have reached the new
+   * one later); a run a lost answer's take left pending, taken here.
+   */
+  #checkOwnSoon (): void {
+    if (this.#ctx.closed) return
+    this.#ownUntil = Date.now() + this.#ctx.lostAfterMs + this.#ctx.heartbeatMs
+    if (this.#ownCheck !== undefined) return
+    const look = (): void => {
+      this.#ownCheck = setTimeout(() => {
+        void this.#reaper.ownPending().catch(() => {}).finally(() => {
+          if (Date.now() < this.#ownUntil && !this.#ctx.closed) look()
+          else this.#ownCheck = undefined
+        })
+      }, this.#ctx.heartbeatMs + 100)
+      this.#ownCheck.unref()
+    }
+    look()
   }
 
   /** Something is held now: the heartbeat runs (its first beat at once: the lease is in the due set before anything could be lost), until nothing is. */
@@ -88,7 +119,7 @@ export class RedisRunStore implements RunStore {
     const reaper = this.#reaper
     void reaper.first().catch(() => {})
     this.#beat = setInterval(() => {
-      if (this.#ctx.lease.busy) {
+      if (this.#ctx.lease.holds) {
         void reaper.keep()
         return
       }
@@ -126,6 +157,7 @@ export class RedisRunStore implements RunStore {
     if (ctx.closed) return
     clearInterval(this.#tick)
     clearInterval(this.#beat)
+    clearTimeout(this.#ownCheck)
     this.#due.stop()
     ctx.blocking.disconnect() // no read left to make this sidecar a consumer again
     if (ctx.available) {

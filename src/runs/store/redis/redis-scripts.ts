@@ -389,13 +389,13 @@ return redis.call('ZADD', KEYS[2], 0, ARGV[5])
 `)
 
 /**
- * What is due in the app's due set by Redis's clock: {now, the head's score after them ('' none),
- * members due…} (at most `count`). KEYS: due set. ARGV: count.
+ * What is due in the app's due set by Redis's clock: {now, the member after them ('' none), its
+ * score ('' none), members due…} (at most `count`). KEYS: due set. ARGV: count.
  */
 export const LOOK_DUE = new LuaScript(`${NOW_LUA}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local after = redis.call('ZRANGE', KEYS[1], #due, #due, 'WITHSCORES')
-local out = { now, after[2] or '' }
+local out = { now, after[1] or '', after[2] or '' }
 for _, member in ipairs(due) do out[#out + 1] = member end
 return out
 `)

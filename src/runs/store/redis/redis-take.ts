@@ -54,7 +54,7 @@ export class TurnTaker {
     } catch (error) {
       // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; the heartbeat finds it
       ctx.lease.takeCut = true
-      ctx.holding?.() // the heartbeat looks for it
+      ctx.checkOwn?.()
       throw error
     }
     if (reply === 0) return STALE
