@@ -3,7 +3,8 @@ import type { DurableDeliveries } from '../durable-deliveries.ts'
 import type { HeldDelivery, NewDelivery } from '../../run-data.ts'
 import { LEFT, LOOK_NOW } from './redis-due.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue } from './redis-context.ts'
-import { DELIVERY_DONE, DROP_ENTRY, HOLD_DELIVERY, LEAVE_DELIVERY, SENDERS } from './redis-scripts.ts'
+import { DELIVERY_DONE, DROP_ENTRY, HOLD_DELIVERY, SENDERS } from './redis-scripts.ts'
+import { LEAVE_DELIVERY } from './redis-due-scripts.ts'
 
 /** How long a delivery is kept at most, should every sidecar that could finish it be gone (a day). */
 const DELIVERY_TTL_SECONDS = 86_400

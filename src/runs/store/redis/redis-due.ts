@@ -1,5 +1,5 @@
 import { guard, type RedisContext } from './redis-context.ts'
-import { LOOK_DUE } from './redis-scripts.ts'
+import { LOOK_DUE } from './redis-due-scripts.ts'
 
 /**
  * Members of the app's due set that are not runs (a run id has no ':'): `lease:<consumer>`, the time

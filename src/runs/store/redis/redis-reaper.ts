@@ -5,7 +5,8 @@ import type { RedisDeliveries } from './redis-deliveries.ts'
 import type { RedisQueue } from './redis-queue.ts'
 import { GROUP } from './redis-queue-scripts.ts'
 import { failLostClaim } from './redis-key-claims.ts'
-import { FORGET_CONSUMERS, KEEP_HELD, LEASE_BEAT, LOST_CLAIMS, RENEW_CLAIMS, SENDERS } from './redis-scripts.ts'
+import { FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, SENDERS } from './redis-scripts.ts'
+import { LEASE_BEAT, LOST_CLAIMS } from './redis-due-scripts.ts'
 import { GONE, LEASE, LEFT } from './redis-due.ts'
 
 /** A consumer idle this many times RUN_LOST_AFTER_SECONDS, holding nothing, belonged to a sidecar long gone (a live one touches its groups every heartbeat). */
