@@ -5,6 +5,11 @@ import { between, perRun, RedisTraffic, type TrafficCounts } from '../redis-traf
 import type { BenchRedis } from './bench-redis.ts'
 import { appStats, type Fleet, PACED_RATE, resetApp, runsSucceeded } from './async-runs.ts'
 
+/** How long after the idle span the steady idle window begins (RUN_LOST_AFTER_SECONDS, 30 by default, and a 10 s heartbeat). */
+const STEADY_SETTLE_SECONDS = Number(process.env.BENCH_IDLE_SETTLE_SECONDS ?? 40)
+/** The steady idle window. */
+const STEADY_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 30)
+
 /**
  * What one async run costs the Redis (issue 30): a busy span (PACED_RATE runs a second for the
  * phase, submitted to the fleet, run at the app, until the fleet counted each one succeeded: its
@@ -14,7 +19,8 @@ import { appStats, type Fleet, PACED_RATE, resetApp, runsSucceeded } from './asy
  * the sidecars' /metrics, which ask the run store for their queue gauges (the BullMQ workers count
  * theirs without Redis): the idle span ends with as many reads, so they cancel out. The idle
  * commands per second and process come from the idle span before those reads, from MONITOR alone
- * (client lines and lines from scripts; no INFO read of the bench's own lands in it).
+ * (client lines and lines from scripts; no INFO read of the bench's own lands in it); the steady
+ * idle ones from a window of STEADY_SECONDS that begins STEADY_SETTLE_SECONDS after it.
  */
 export async function commandsPhase (fleet: Fleet, redis: BenchRedis, durationSeconds: number): Promise<Measurement> {
   const { app } = fleet
@@ -39,6 +45,14 @@ export async function commandsPhase (fleet: Fleet, redis: BenchRedis, durationSe
     for (let i = 0; i < reads; i++) await fleet.succeeded()
     const idleEnd = await counts()
     const idleSeconds = (performance.now() - busyFrom) / 1000 - busySeconds
+    // the steady idle: once the processes have let go of what they held (a sidecar beats while it
+    // holds runs, and releases its lease a heartbeat after the last), a window of its own
+    await sleep(STEADY_SETTLE_SECONDS * 1000)
+    const steadyFrom = traffic.counts(new Map())
+    const steadyStart = performance.now()
+    await sleep(STEADY_SECONDS * 1000)
+    const steady = between(steadyFrom, traffic.counts(new Map()))
+    const steadySeconds = (performance.now() - steadyStart) / 1000
     const busy = between(atStart, busyEnd)
     const idle = between(busyEnd, idleEnd)
     const quiet = between(busyEnd, quietEnd)
@@ -58,6 +72,7 @@ export async function commandsPhase (fleet: Fleet, redis: BenchRedis, durationSe
         luaCommandsPerRun: each.luaCommands,
         idleCommandsPerSecond: idle.commands / idleSeconds,
         idleCommandsPerProcessPerSecond: (quiet.clientCommands + quiet.luaCommands) / quietSeconds / fleet.processes,
+        steadyIdleCommandsPerProcessPerSecond: (steady.clientCommands + steady.luaCommands) / steadySeconds / fleet.processes,
         ...Object.fromEntries([...byCommand('client.', each.byClientCommand), ...byCommand('lua.', each.byLuaCommand)])
       }
     }
