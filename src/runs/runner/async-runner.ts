@@ -180,7 +180,6 @@ export class AsyncRunner implements RunStoreListener {
         // given back (a call took the slot meanwhile; its caller got capped): the next take finds
         // it in its place, or passes it over while its caller is capped (both stores do)
         this.#execute(run)
-
       } catch (error) {
         if (signal.aborted) return
         if (!failing) logger.warn({ err: error }, error instanceof RunStoreUnavailableError ? 'async runs wait for the run store' : 'taking an async run failed')

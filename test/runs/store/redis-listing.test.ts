@@ -1,9 +1,9 @@
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { Redis } from 'ioredis'
 import type { NewRun } from '../../../src/runs/run-data.ts'
 import { recordedRun } from '../../../src/runs/run-record.ts'
-import { privateRunStore } from '../../helpers/redis-server.ts'
+import { type PrivateRunStore, privateRunStore } from '../../helpers/redis-server.ts'
 
 // The Redis listing past its bounds: a page's cost whatever the runs kept, pages across statuses,
 // a purge over more entries than one script goes through, a run taken and not started purged.
@@ -11,6 +11,15 @@ import { privateRunStore } from '../../helpers/redis-server.ts'
 const SCOPE = { projectId: 'p', appName: 'a' }
 const SETTINGS: RedisStoreSettings = { retentionSeconds: 60, maxEvents: 100, maxEventBytes: 1024 * 1024, queueDepth: 2000, queueMaxBytes: 64 * 1024 * 1024, scope: SCOPE }
 const runOf = (runId: string, createdAt: number): NewRun => ({ scope: SCOPE, runId, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: undefined, createdAt })
+
+/** A store of app p/a on a private Redis (reachable, closed at `t`'s teardown), and that Redis. */
+async function storeFor (t: Test): Promise<{ redis: PrivateRunStore, store: RedisRunStore }> {
+  const redis = await privateRunStore(t)
+  const store = new RedisRunStore(redis.url, SETTINGS)
+  t.teardown(() => store.close())
+  await store.reachable(5000)
+  return { redis, store }
+}
 
 /** Runs `from` to `from + count` recorded and ended as the store does (a recorded sync run each: opened, then finished `status`). */
 async function keepRuns (store: RedisRunStore, from: number, count: number, base: number, status: 'succeeded' | 'failed' = 'succeeded'): Promise<void> {
@@ -38,10 +47,7 @@ async function listingCost (probe: Redis, list: () => Promise<unknown>): Promise
 }
 
 t.test('a page costs the same whatever the runs kept and however few match: 1,000 and then 10,000 kept', async t => {
-  const redis = await privateRunStore(t)
-  const store = new RedisRunStore(redis.url, SETTINGS)
-  t.teardown(() => store.close())
-  await store.reachable(5000)
+  const { redis, store } = await storeFor(t)
   const base = Date.now() - 100_000
   for (const [i, id] of ['q-0', 'q-1'].entries()) await store.queue.submit(runOf(id, base + i))
   await keepRuns(store, 0, 10, base, 'failed')
@@ -63,10 +69,7 @@ t.test('a page costs the same whatever the runs kept and however few match: 1,00
 })
 
 t.test('pages follow one another exactly, across statuses and equal created_at; runs gone leave their index as they are met', async t => {
-  const redis = await privateRunStore(t)
-  const store = new RedisRunStore(redis.url, SETTINGS)
-  t.teardown(() => store.close())
-  await store.reachable(5000)
+  const { redis, store } = await storeFor(t)
   const base = Date.now() - 100_000
   await keepRuns(store, 0, 30, base)
   await keepRuns(store, 30, 30, base, 'failed')
@@ -93,10 +96,7 @@ t.test('pages follow one another exactly, across statuses and equal created_at; 
 })
 
 t.test('a purge over more entries than one step: every queued run canceled (a taken one included), the running one left', async t => {
-  const redis = await privateRunStore(t)
-  const store = new RedisRunStore(redis.url, SETTINGS)
-  t.teardown(() => store.close())
-  await store.reachable(5000)
+  const { redis, store } = await storeFor(t)
   const now = Date.now()
   await store.queue.submit(runOf('running', now))
   const running = await store.queue.take(AbortSignal.timeout(5000))

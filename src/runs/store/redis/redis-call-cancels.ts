@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { RunScope } from '../../run-data.ts'
-import { guard, type RedisContext } from './redis-context.ts'
+import type { RedisContext } from './redis-context.ts'
 
 /** Longest wait for every sidecar's reply to a call cancel: a replica that answers later (paused) is taken not to hold the call. */
 const REPLY_WAIT_MS = 500
@@ -41,7 +41,7 @@ export class RedisCallCancels {
     const [askId, runId, replyTo] = message.slice(ASK.length).split(' ')
     if (askId === undefined || runId === undefined || replyTo === undefined) return true
     const found = this.#ctx.listener?.cancelCall?.(scope, runId) === true
-    this.#publish(replyTo, `${askId} ${found ? 1 : 0}`).catch(() => {}) // unanswered: the asker stops waiting after REPLY_WAIT_MS
+    this.#ctx.publishOn(replyTo, `${askId} ${found ? 1 : 0}`).catch(() => {}) // unanswered: the asker stops waiting after REPLY_WAIT_MS
     return true
   }
 
@@ -62,7 +62,7 @@ export class RedisCallCancels {
       this.#asked.set(askId, asked)
     })
     try {
-      const heard = await this.#publish(this.#ctx.own.cancel, `${ASK}${askId} ${runId} ${this.#replies}`)
+      const heard = await this.#ctx.publishOn(this.#ctx.own.cancel, `${ASK}${askId} ${runId} ${this.#replies}`)
       const asked = this.#asked.get(askId)
       if (asked !== undefined) {
         asked.heard = heard
@@ -85,10 +85,5 @@ export class RedisCallCancels {
     }
     asked.replies++
     if (asked.heard !== undefined && asked.replies >= asked.heard) asked.settle(false)
-  }
-
-  async #publish (channel: string, message: string): Promise<number> {
-    const { redis, publish } = this.#ctx
-    return await guard(publish === 'SPUBLISH' ? redis.spublish(channel, message) : redis.publish(channel, message)) as number
   }
 }

@@ -94,7 +94,7 @@ export function parseWebhook (json: string): WebhookTarget {
  * constructor): background ones among them (the probe, the due set's looks) would otherwise hold the
  * next auto-pipelined batch behind them while Redis does not answer (ioredis sends one batch at a time).
  */
-const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE', 'ZRANGE', 'ZRANGEBYSCORE']
+const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE', 'ZRANGE']
 
 /** The records of runs held kept to compare against: at most this many. */
 const KNOWN_MAX = 10_000
@@ -132,7 +132,7 @@ export class RedisContext {
   /** The app's channels (cancels, followed runs), on the request connection. */
   readonly channels: Channels
   /** The topology's publish: PUBLISH on one server, SPUBLISH (sharded, the channel in the keys' slot) on a cluster. */
-  readonly publish: 'PUBLISH' | 'SPUBLISH'
+  readonly #publish: 'PUBLISH' | 'SPUBLISH'
   /** What this store holds, which its heartbeat keeps (redis-lease.ts); `holding` is told when it starts holding. */
   readonly lease: RedisLease<EndedRun>
   /**
@@ -188,7 +188,7 @@ export class RedisContext {
     })
     this.blocking = connectRedis(target, { ...common, maxRetriesPerRequest: null })
     this.channels = channelsOf(this.redis, this.own.queue)
-    this.publish = this.channels.publishCommand
+    this.#publish = this.channels.publishCommand
     this.follow = new RedisFollow(this.redis, this.channels, guard)
     for (const client of [this.redis, this.blocking]) {
       client.on('error', () => {}) // reported through availability
@@ -240,6 +240,11 @@ export class RedisContext {
 
   /** How long an Idempotency-Key claim outlives its sidecar's last heartbeat: as long as a lost sidecar's runs. */
   get claimLeaseMs (): number { return this.lostAfterMs + this.heartbeatMs }
+
+  /** Publishes `message` on one of the app's channels, as the topology does (its receivers' count). */
+  async publishOn (channel: string, message: string): Promise<number> {
+    return await guard(this.#publish === 'SPUBLISH' ? this.redis.spublish(channel, message) : this.redis.publish(channel, message)) as number
+  }
 
   /** Acknowledges and deletes an entry whose run will not run here. */
   async forget (keys: ScopeKeys, entry: string): Promise<void> {

@@ -52,10 +52,7 @@ export class RedisDeliveries implements DurableDeliveries {
     await guard(LEAVE_DELIVERY.run(this.#ctx.redis, [keys.deliveries, keys.expiry], [SENDERS, this.#ctx.consumer, entry, this.#ctx.lostAfterMs + 1, `${LEFT}${entry}`]))
     this.#ctx.dueAt?.(Date.now())
     // stopping, this sidecar takes none over: the others are told to look now
-    if (stopping) {
-      const { redis, publish } = this.#ctx
-      await guard(publish === 'SPUBLISH' ? redis.spublish(keys.cancel, LOOK_NOW) : redis.publish(keys.cancel, LOOK_NOW))
-    }
+    if (stopping) await this.#ctx.publishOn(keys.cancel, LOOK_NOW)
   }
 
   /** Deliveries of lost (or stopped) sidecars: this one holds them now and makes their remaining attempts (the heartbeat's reaper). */

@@ -83,9 +83,10 @@ export class RedisKeyClaims implements KeyClaims {
   }
 
   async keepAnswer (scope: RunScope, slot: string, runId: string, answer: KeptAnswer): Promise<void> {
-    const key = new ScopeKeys(scope).slot(slot)
+    const keys = new ScopeKeys(scope)
+    const key = keys.slot(slot)
     this.#ctx.lease.claims.delete(key)
-    await guard(KEEP_ANSWER.run(this.#ctx.redis, [key, new ScopeKeys(scope).claims],
+    await guard(KEEP_ANSWER.run(this.#ctx.redis, [key, keys.claims],
       [runId, answer.status, answer.contentType ?? '', answer.body, this.#ctx.settings.retentionSeconds * 1000]))
   }
 

@@ -39,7 +39,7 @@ export class RedisRecords implements RunRecords {
       const canceled = canceledRecord(view.record, Date.now())
       const changed = await this.#ctx.transition(keys, runId, raw, canceled.record, { result: canceled.resultJson, entry, done: true })
       if (!changed) continue
-      if (view.record.status === 'running') await guard(this.#ctx.publish === 'SPUBLISH' ? this.#ctx.redis.spublish(keys.cancel, runId) : this.#ctx.redis.publish(keys.cancel, runId))
+      if (view.record.status === 'running') await this.#ctx.publishOn(keys.cancel, runId)
       return { record: canceled.record, resultJson: canceled.resultJson, async: true }
     }
   }

@@ -52,7 +52,7 @@ export class TurnTaker {
     try {
       reply = await guard(TAKE.run(client, [own.turns, own.fair, own.clock, own.wake, own.queue], [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0, this.capped().join('\n')]), client === ctx.redis ? undefined : Infinity)
     } catch (error) {
-      // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; the heartbeat finds it
+      // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; this store's own pending entries are looked at soon
       ctx.lease.takeCut = true
       ctx.checkOwn?.()
       throw error
