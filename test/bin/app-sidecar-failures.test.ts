@@ -1,7 +1,8 @@
 import t from 'tap'
 import { createTokenIssuer } from '../helpers/demo-token-issuer.ts'
 import { runBin } from '../helpers/child-process.ts'
-import { freePort, startTestServer } from '../helpers/sidecar-harness.ts'
+import { refusedPort } from '../helpers/ports.ts'
+import { startTestServer } from '../helpers/sidecar-harness.ts'
 
 // Failures that say why, read from the real process's output: every answer the sidecar makes
 // itself has its code and cause in the request's log line, and calls waiting for an app that
@@ -10,7 +11,7 @@ import { freePort, startTestServer } from '../helpers/sidecar-harness.ts'
 const BASE_ENV = { PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', DISABLE_AUTH: 'true' }
 
 t.test('a wrong APP_URL: waiting calls are named in a warning with the app URL and the probe\'s error', async t => {
-  const nothing = await freePort()
+  const nothing = await refusedPort()
   const appUrl = `http://127.0.0.1:${nothing}/`
   const child = runBin('app-sidecar', { ...BASE_ENV, APP_URL: appUrl })
   t.teardown(() => { child.process.kill('SIGKILL') })

@@ -1,25 +1,17 @@
 import { readdirSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { type Child, runBin } from '../helpers/child-process.ts'
 import { send } from '../helpers/http-client.ts'
+import { refusedPort as closedPort } from '../helpers/ports.ts'
 
 // the file starts the embedded store (PGlite, 3–4 s on a quick machine) several times: on a slow
 // shared 2-core one each start takes 10–15 s, past the default 60 s for the whole file
 t.setTimeout(180_000)
 
 const ADMIN_TOKEN = 'bin-admin-token-0123456789'
-
-async function closedPort (): Promise<number> {
-  const probe = createServer()
-  await new Promise<void>(resolve => probe.listen(0, '127.0.0.1', resolve))
-  const port = (probe.address() as { port: number }).port
-  await new Promise(resolve => probe.close(resolve))
-  return port
-}
 
 t.test('--help lists the sub-commands and variables and exits 0', async t => {
   const child = runBin('build-store', {}, ['--help'])

@@ -150,4 +150,4 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
 }
 
 /** A loopback port nothing listens on (it was free a moment ago). */
-export { freePort as closedPort } from './ports.ts'
+export { refusedPort as closedPort } from './ports.ts'

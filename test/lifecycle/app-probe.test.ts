@@ -1,6 +1,7 @@
 import { createServer } from 'node:http'
 import t from 'tap'
 import { AppProbe } from '../../src/lifecycle/app-probe.ts'
+import { refusedPort } from '../helpers/ports.ts'
 import { eventually, startTestServer, freePort } from '../helpers/sidecar-harness.ts'
 
 
@@ -24,7 +25,7 @@ t.test('passed() waits for an app that starts late, probing every fast interval'
 })
 
 t.test('stop() releases whoever waits for a first pass', async t => {
-  const port = await freePort()
+  const port = await refusedPort()
   const probe = new AppProbe({ appUrl: new URL(`http://127.0.0.1:${port}/`), path: '/ready', fastIntervalMs: 20 })
   probe.start()
   const waiting = probe.passed()

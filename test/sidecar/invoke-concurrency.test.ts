@@ -3,6 +3,7 @@ import t from 'tap'
 import { send, type SentResponse } from '../helpers/http-client.ts'
 import { eventually } from '../helpers/sidecar-harness.ts'
 import { sleep } from '../helpers/timing.ts'
+import { freePort } from '../helpers/ports.ts'
 import { closedPort, startWebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { openStream } from '../stream/sse-test-kit.ts'
 import {
@@ -220,7 +221,7 @@ t.test('an open WebSocket holds its slot until it closes', async t => {
 })
 
 t.test('readiness: before the app first listens, calls wait (no 502) and go through once it does', async t => {
-  const port = await closedPort()
+  const port = await freePort()
   const h = await sidecarFor(t, `http://127.0.0.1:${port}`, {}, { notReadyWarningMs: 50 })
   const calls = ['w-0', 'w-1', 'w-2'].map(id => invoke(h, '/early', id))
   const settled = calls.map(settledFlag)

@@ -6,7 +6,8 @@ import type { RunStoreListener, RunStoreSettings } from '../../../src/runs/store
 import type { HeldDelivery, NewRun, RunView, TakenRun } from '../../../src/runs/run-data.ts'
 import { recordedRun } from '../../../src/runs/run-record.ts'
 import { flushRedis, startPrivateRedis, testRedis } from '../../helpers/redis-server.ts'
-import { eventually, freePort } from '../../helpers/sidecar-harness.ts'
+import { refusedPort } from '../../helpers/ports.ts'
+import { eventually } from '../../helpers/sidecar-harness.ts'
 import { runStoreBoundsSuite } from './run-store-bounds-suite.ts'
 import { runStoreSuite } from './run-store-suite.ts'
 
@@ -357,7 +358,7 @@ t.test('redis run store', async t => {
   })
 
   t.test('Redis unreachable: starts anyway, answers 503 fast, comes back by itself', async t => {
-    const nowhere = `redis://127.0.0.1:${await freePort()}/0`
+    const nowhere = `redis://127.0.0.1:${await refusedPort()}/0`
     const down = new RedisRunStore(nowhere, SETTINGS)
     t.teardown(() => down.close())
     t.equal(down.available, false)
