@@ -16,7 +16,7 @@ import type { CancelAtApp } from '../../call/app-cancel.ts'
 import { withTraceContext } from '../../call/forward-headers.ts'
 import { storedHeader, storedTrace } from '../stored-headers.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
-import { RunRelay } from './run-relay.ts'
+import { canceledOutcome, RunRelay } from './run-relay.ts'
 import { armRunDeadline, expiredAtStart } from './run-time-limits.ts'
 import { whileUnavailable } from '../while-unavailable.ts'
 
@@ -76,6 +76,8 @@ export class AsyncRunner implements RunStoreListener {
   readonly #maxParallel: number
   /** Started runs, by scope and run id, for cancels. */
   readonly #running = new Map<string, RunRelay>()
+  /** Runs taken (a take starts a run) that are not at the app yet, by key: true once a cancel came for one meanwhile. */
+  readonly #starting = new Map<string, boolean>()
   /** Runs taken and not yet ended. */
   #active = 0
   /** Runs at the app (their slot not free yet). */
@@ -106,7 +108,9 @@ export class AsyncRunner implements RunStoreListener {
   }
 
   canceled (scope: RunScope, runId: string): void {
-    this.#running.get(runKey(scope, runId))?.abort(new RunCanceledError())
+    const key = runKey(scope, runId)
+    if (this.#starting.has(key)) this.#starting.set(key, true)
+    this.#running.get(key)?.abort(new RunCanceledError())
   }
 
   lost (run: TakenRun, view: RunView): void {
@@ -208,6 +212,7 @@ export class AsyncRunner implements RunStoreListener {
     this.#active++
     this.#atApp++
     inflight.begin()
+    this.#starting.set(runKey(taken.scope, taken.runId), false)
     /** The run leaves the app: its slot is free for the next call or run. */
     const leaveApp = (): void => {
       if (release === undefined) return
@@ -244,6 +249,7 @@ export class AsyncRunner implements RunStoreListener {
       if (error instanceof SidecarError) logger.error({ err: error, runId: run.runId }, 'async run could not be recorded')
       else this.#failInternally(run, error)
     } finally {
+      this.#starting.delete(runKey(taken.scope, taken.runId))
       leaveApp()
       this.#active--
       inflight.end()
@@ -287,6 +293,9 @@ export class AsyncRunner implements RunStoreListener {
   }
 
   async #dispatch (run: TakenRun): Promise<RunOutcome> {
+    // canceled between its take and now: it never reaches the app (its record says canceled already)
+    if (this.#starting.get(runKey(run.scope, run.runId)) === true) return canceledOutcome()
+    this.#starting.delete(runKey(run.scope, run.runId))
     const { store, app, reportInternal, cancelAtApp } = this.#deps
     const { request } = run
     let broken = false

@@ -130,3 +130,8 @@ export class RunRelay implements Dispatcher.DispatchHandler {
     this.#resolve({ status, statusCode, resultJson, runTimeMs, error, completedAt: Date.now() })
   }
 }
+
+/** The outcome of a run canceled before it reached the app. */
+export function canceledOutcome (): RunOutcome {
+  return { status: 'canceled', statusCode: CANCELED_STATUS, resultJson: CANCELED_RESULT, runTimeMs: 0, error: CANCELED_MESSAGE, completedAt: Date.now() }
+}

@@ -9,14 +9,19 @@ export interface RunQueue {
   readonly shared: boolean
   /** Records a queued async run and queues it. Rejects with AsyncQueueFullError, RunIdTakenError. */
   submit: (run: NewRun) => Promise<RunView>
-  /** The next queued run of the served scope(s) (by urgency, then fairly across callers), once there is one; rejects with `signal.reason` when aborted. */
+  /**
+   * The next queued run of the served scope(s) (by urgency, then fairly across callers), once there
+   * is one, started (queued → running, in the same step): its taker holds a free slot for it.
+   * Rejects with `signal.reason` when aborted.
+   */
   take: (signal: AbortSignal) => Promise<TakenRun>
   /**
-   * queued → running: the run as it goes to the app (`run`, or, taken `unread`, with its request
-   * and webhook read as it starts); undefined when it was canceled or taken over meanwhile (it must not run).
+   * The run as it goes to the app: `run`, started by its take (or, a run a shared store took over
+   * from a lost sidecar, taken `unread`: queued → running now, its request and webhook read as it
+   * starts); undefined when it was canceled or taken over meanwhile (it must not run).
    */
   start: (run: TakenRun, startedAt: number) => Promise<TakenRun | undefined>
-  /** Gives a taken run that has not started back to the queue (SIGTERM), for other sidecars. */
+  /** Gives a taken run that has not gone to the app back to the queue, queued as before its take (a slot lost to a call, SIGTERM), for other sidecars. */
   release: (run: TakenRun) => Promise<void>
   /** The urgency of the run take() would give now, as far as the queue knows without asking (a shared store: as last seen); undefined when none waits. */
   nextUrgency?: () => number | undefined

@@ -3,7 +3,7 @@ import t from 'tap'
 import { RunNotFoundError, RunStoreUnavailableError } from '../../../src/errors.ts'
 import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { RunStoreListener, RunStoreSettings } from '../../../src/runs/store/run-store.ts'
-import type { HeldDelivery, NewRun, RunView, TakenRun } from '../../../src/runs/run-data.ts'
+import { type HeldDelivery, type NewRun, type RunView, type TakenRun, UNREAD_REQUEST } from '../../../src/runs/run-data.ts'
 import { recordedRun } from '../../../src/runs/run-record.ts'
 import { flushRedis, startPrivateRedis, testRedis } from '../../helpers/redis-server.ts'
 import { refusedPort } from '../../helpers/ports.ts'
@@ -76,10 +76,11 @@ t.test('redis run store', async t => {
     }
     await Promise.all(takes)
     t.same(byStore, { a: 5, b: 5 })
-    t.equal(await a.queue.queuedCount(), 10, 'taken, not started: the backlog still')
+    t.equal(await a.queue.queuedCount(), 0, 'taken: started, out of the backlog')
+    t.equal(await a.queue.runningCount(), 10)
   })
 
-  t.test('a lost sidecar: its running run fails "replica lost" once; its unstarted run runs elsewhere; a live one is left alone', async t => {
+  t.test('a lost sidecar: each run it took (a take starts it) fails "replica lost" once, never runs again; a live one is left alone', async t => {
     await flushRedis(redisUrl)
     const timing = { heartbeatMs: 200, lostAfterMs: 1000 }
     const dead = new RedisRunStore(redisUrl, SETTINGS, timing)
@@ -91,32 +92,28 @@ t.test('redis run store', async t => {
     t.teardown(async () => { await alive.close(); await survivor.close() })
     await Promise.all([dead.reachable(5000), alive.reachable(5000), survivor.reachable(5000)])
     const running = newRun()
-    const unstarted = newRun()
+    const taken = newRun()
     const kept = newRun()
     await dead.queue.submit(running)
-    await dead.queue.submit(unstarted)
+    await dead.queue.submit(taken)
     await dead.queue.submit(kept)
     const r1 = await dead.queue.take(AbortSignal.timeout(5000))
     await dead.queue.start(r1, Date.now())
-    await dead.queue.take(AbortSignal.timeout(5000))
+    await dead.queue.take(AbortSignal.timeout(5000)) // started by its take, never sent to the app
     const k = await alive.queue.take(AbortSignal.timeout(5000))
     await alive.queue.start(k, Date.now())
     await dead.close() // no finish, no heartbeat: as if killed
-    const taking = new AbortController()
-    const reclaimed = await Promise.race([survivor.queue.take(taking.signal), alive.queue.take(taking.signal), rejectAfter(10_000)])
-    taking.abort(new Error('done'))
-    t.equal(reclaimed.runId, unstarted.runId, 'the run the lost sidecar had not started is taken over')
-    await eventually(() => lost.length === 1, 5000)
-    const failed = lost[0] as { run: TakenRun, view: RunView }
-    t.equal(failed.run.runId, running.runId)
+    await eventually(() => lost.length === 2, 5000)
+    t.same(lost.map(({ run }) => run.runId).sort(), [running.runId, taken.runId].sort())
+    const failed = lost.find(({ run }) => run.runId === running.runId) as { run: TakenRun, view: RunView }
     t.same([failed.run.webhook?.url.href, failed.run.webhook?.secret], ['https://h.example/', 'k'])
     t.equal(failed.view.record.status, 'failed')
     t.equal(failed.view.record.status_code, 502)
     t.same(failed.view.record.error, { message: 'replica lost' })
     t.equal(failed.view.resultJson, '{"message":"replica lost"}')
-    t.equal((await survivor.records.get(SCOPE, running.runId)).record.status, 'failed')
-    await new Promise(resolve => setTimeout(resolve, 1500)) // two more reaper rounds: nothing else happens
-    t.equal(lost.length, 1, 'failed once')
+    for (const run of [running, taken]) t.equal((await survivor.records.get(SCOPE, run.runId)).record.status, 'failed')
+    await t.rejects(Promise.race([survivor.queue.take(AbortSignal.timeout(1500)), alive.queue.take(AbortSignal.timeout(1500))]), 'nothing to take: not run again')
+    t.equal(lost.length, 2, 'failed once each')
     t.equal((await survivor.records.get(SCOPE, kept.runId)).record.status, 'running', 'a run whose sidecar beats is left alone')
   })
 
@@ -240,7 +237,7 @@ t.test('redis run store', async t => {
     t.equal((await b.keys.claim(SCOPE, 'slot', { runId: 'retry', digest: 'd', async: false }))?.answer?.body.toString(), 'ok', 'its answer kept for the retry')
   })
 
-  t.test('a start tried again after its answer was lost (it was written): it goes on; another sidecar\'s start does not', async t => {
+  t.test('a take\'s run starts at once; a start tried again after its answer was lost (it was written) goes on; another sidecar\'s does not', async t => {
     await flushRedis(redisUrl)
     const a = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'starter' })
     const b = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'other' })
@@ -249,16 +246,19 @@ t.test('redis run store', async t => {
     const run = newRun()
     await a.queue.submit(run)
     const taken = await a.queue.take(AbortSignal.timeout(5000))
-    t.equal(taken.unread, true, 'taken from the entry alone: its request comes with the start')
-    t.same((await a.queue.start(taken, Date.now()))?.request, run.request, 'started, with its request')
-    t.same((await a.queue.start(taken, Date.now()))?.request, run.request, 'the same sidecar again: its own start, it runs')
-    // the same sidecar without the record it wrote (its start's reply lost): it reads the run, and its request, back
+    t.equal(taken.unread, undefined, 'taken and started in one step')
+    t.same(taken.request, run.request, 'with its request')
+    t.same((await a.queue.start(taken, Date.now()))?.request, run.request, 'start: nothing left to do, it runs')
+    // as a take whose answer was lost hands it on (ownPending): the run alone, its request read as it starts
+    const unread = { ...taken, unread: true as const, request: UNREAD_REQUEST, webhook: undefined }
+    t.same((await a.queue.start(unread, Date.now()))?.request, run.request, 'the same sidecar: its own start, it runs')
+    // the same sidecar without the record it wrote: it reads the run, and its request, back
     const again = new RedisRunStore(redisUrl, SETTINGS, { consumer: 'starter' })
     t.teardown(() => { void again.close() })
     await again.reachable(5000)
-    const read = await again.queue.start(taken, Date.now())
+    const read = await again.queue.start(unread, Date.now())
     t.same([read?.request, read?.webhook?.secret], [run.request, 'k'], 'its own start, read back with its request and webhook')
-    t.equal(await b.queue.start(taken, Date.now()), undefined, 'another sidecar: not its run to start')
+    t.equal(await b.queue.start(unread, Date.now()), undefined, 'another sidecar: not its run to start')
     t.equal((await a.records.get(SCOPE, taken.runId)).record.status, 'running')
   })
 

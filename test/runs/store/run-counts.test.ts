@@ -1,6 +1,6 @@
 // sidecar_async_queued_runs and sidecar_async_running_runs as the run store counts them
-// (docs/metrics.md, "Runs"): runs waiting (taken ahead by a sidecar included: not running yet),
-// exact after cancels; started runs until they end.
+// (docs/metrics.md, "Runs"): runs waiting, exact after cancels and runs given back; runs taken
+// (a take starts a run) until they end.
 import t, { type Test } from 'tap'
 import { MemoryRunStore } from '../../../src/runs/store/memory/memory-run-store.ts'
 import { RedisRunStore } from '../../../src/runs/store/redis/redis-run-store.ts'
@@ -23,15 +23,15 @@ async function countsSuite (t: Test, store: RunStore, other: RunStore): Promise<
   t.same(await counts(store), [4, 0], 'four waiting; another app\'s run is not counted')
   const signal = new AbortController().signal
   const first = await store.queue.take(signal)
-  t.same(await counts(store), [4, 0], 'a taken run is not running yet: it still waits')
-  t.equal((await store.queue.start(first, Date.now()))?.runId, first.runId, 'started')
-  t.same(await counts(store), [3, 1], 'started: one in progress')
+  t.same(await counts(store), [3, 1], 'a taken run has started (one step): one in progress')
+  t.equal((await store.queue.start(first, Date.now()))?.runId, first.runId, 'it goes to the app')
+  t.same(await counts(store), [3, 1])
   await store.records.cancel(SCOPE, 'c-4')
   t.same(await counts(store), [2, 1], 'a queued run canceled: one less waiting')
   const second = await store.queue.take(signal)
-  t.same(await counts(store), [2, 1])
+  t.same(await counts(store), [1, 2])
   await store.queue.release(second)
-  t.same(await counts(store), [2, 1], 'given back: waiting still')
+  t.same(await counts(store), [2, 1], 'given back: waiting again')
   const again = await store.queue.take(signal)
   await store.queue.start(again, Date.now())
   await store.records.cancel(SCOPE, again.runId)

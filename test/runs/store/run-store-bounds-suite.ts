@@ -45,7 +45,7 @@ export function runStoreBoundsSuite (t: Test, open: OpenStore): void {
     return store
   }
 
-  t.test('ASYNC_QUEUE_MAX_BYTES: waiting bodies are bounded in bytes per app; a larger body alone is 413; a start or a cancel gives the bytes back, a release does not', async t => {
+  t.test('ASYNC_QUEUE_MAX_BYTES: waiting bodies are bounded in bytes per app; a larger body alone is 413; a take (it starts) or a cancel gives the bytes back, a release counts them again', async t => {
     const store = await fresh(t, { queueMaxBytes: 10 })
     const a = runWith('aaaa')
     const b = runWith('bbbb')
@@ -62,10 +62,10 @@ export function runStoreBoundsSuite (t: Test, open: OpenStore): void {
     t.equal(await store.queue.queuedCount(), 4)
 
     const taken = await store.queue.take(AbortSignal.timeout(5000))
-    await t.rejects(store.queue.submit(runWith('f')), AsyncQueueFullError, 'a run taken and not started still holds its bytes')
     await store.queue.release(taken)
-    await t.rejects(store.queue.submit(runWith('f')), AsyncQueueFullError, 'released: still waiting, still counted')
+    await t.rejects(store.queue.submit(runWith('f')), AsyncQueueFullError, 'taken (started) and given back: waiting again, its bytes counted again')
     const started = await store.queue.take(AbortSignal.timeout(5000))
+    t.equal(started.runId, taken.runId, 'given back: taken first again')
     t.equal((await store.queue.start(started, Date.now()))?.request.body?.length, 4, 'started, with its body')
     await store.queue.submit(runWith('ffff'))
     await t.rejects(store.queue.submit(runWith('g')), AsyncQueueFullError, 'started: its 4 bytes went back, no more')

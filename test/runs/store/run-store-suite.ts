@@ -53,29 +53,36 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     return store
   }
 
-  t.test('submit, take, start, finish: the record at every step, exact', async t => {
+  t.test('submit, take (which starts it), finish: the record at every step, exact', async t => {
     const store = await fresh(t)
-    const run = newRun({ createdAt: Date.parse('2026-01-02T03:04:05.000Z'), webhook: { url: new URL('https://hooks.example/x'), secret: 's3cret' } })
+    const createdAt = Date.now() - 1500
+    const created = new Date(createdAt).toISOString()
+    const run = newRun({ createdAt, webhook: { url: new URL('https://hooks.example/x'), secret: 's3cret' } })
     const queued = await store.queue.submit(run)
-    t.equal(recordJson(queued), `{"run_id":"${run.runId}","status":"queued","created_at":"2026-01-02T03:04:05.000Z","webhook":{"status":"pending","attempts":0}}`)
+    t.equal(recordJson(queued), `{"run_id":"${run.runId}","status":"queued","created_at":"${created}","webhook":{"status":"pending","attempts":0}}`)
     t.equal(recordJson(await store.records.get(SCOPE, run.runId)), recordJson(queued))
     t.equal(await store.queue.queuedCount(), 1)
+    const before = Date.now()
     const taken = await takeOne(store)
+    const after = Date.now()
     t.equal(taken.runId, run.runId)
-    t.equal(await store.queue.queuedCount(), 1, 'taken, not started: it still waits')
-    t.equal(await store.queue.runningCount(), 0)
-    // the run as it goes to the app: its request and webhook (a shared store reads them as it starts)
-    const started = await store.queue.start(taken, run.createdAt + 1500)
+    t.equal(await store.queue.queuedCount(), 0, 'taken: started in the same step, it waits no more')
+    t.equal(await store.queue.runningCount(), 1)
+    // the run as it goes to the app: its request and webhook (a shared store read them with the take)
+    const started = await store.queue.start(taken, Date.now())
     t.equal(started?.runId, run.runId, 'started')
     t.same(started?.request, run.request)
     t.ok(Buffer.isBuffer(started?.request.body))
     t.same([started?.webhook?.url.href, started?.webhook?.secret], ['https://hooks.example/x', 's3cret'])
     t.equal(await store.queue.queuedCount(), 0)
     t.equal(await store.queue.runningCount(), 1)
-    t.equal(recordJson(await store.records.get(SCOPE, run.runId)),
-      `{"run_id":"${run.runId}","status":"running","created_at":"2026-01-02T03:04:05.000Z","started_at":"2026-01-02T03:04:06.500Z","queue_time_ms":1500,"webhook":{"status":"pending","attempts":0}}`)
-    const done = await store.records.finish(taken, { ...OUTCOME, completedAt: run.createdAt + 2000 })
-    const expected = `{"run_id":"${run.runId}","status":"succeeded","created_at":"2026-01-02T03:04:05.000Z","started_at":"2026-01-02T03:04:06.500Z","completed_at":"2026-01-02T03:04:07.000Z","queue_time_ms":1500,"run_time_ms":12.5,"status_code":200,"result":{"ok":true},"webhook":{"status":"pending","attempts":0}}`
+    const running = recordJson(await store.records.get(SCOPE, run.runId))
+    const startedAt = /"started_at":"([^"]+)"/.exec(running)?.[1] ?? ''
+    const startedMs = Date.parse(startedAt)
+    t.ok(startedMs >= before && startedMs <= after, 'started at its take')
+    t.equal(running, `{"run_id":"${run.runId}","status":"running","created_at":"${created}","started_at":"${startedAt}","queue_time_ms":${startedMs - createdAt},"webhook":{"status":"pending","attempts":0}}`)
+    const done = await store.records.finish(taken, { ...OUTCOME, completedAt: startedMs + 500 })
+    const expected = `{"run_id":"${run.runId}","status":"succeeded","created_at":"${created}","started_at":"${startedAt}","completed_at":"${new Date(startedMs + 500).toISOString()}","queue_time_ms":${startedMs - createdAt},"run_time_ms":12.5,"status_code":200,"result":{"ok":true},"webhook":{"status":"pending","attempts":0}}`
     t.equal(recordJson(done), expected)
     t.equal(recordJson(await store.records.get(SCOPE, run.runId)), expected)
     await store.records.webhookDone(SCOPE, run.runId, 'delivered', 2)
@@ -107,7 +114,7 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     await t.rejects(store.records.get(SCOPE, 'never-recorded'), RunNotFoundError)
   })
 
-  t.test('ASYNC_QUEUE_DEPTH: past it the run is refused and not recorded; a started run frees its place (a taken one still waits)', async t => {
+  t.test('ASYNC_QUEUE_DEPTH: past it the run is refused and not recorded; a taken (started) run frees its place, one given back takes it again', async t => {
     const store = await fresh(t, { queueDepth: 2 })
     await store.queue.submit(newRun())
     await store.queue.submit(newRun())
@@ -116,8 +123,11 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     await t.rejects(store.records.get(SCOPE, third.runId), RunNotFoundError)
     t.equal(await store.queue.queuedCount(), 2)
     const taken = await takeOne(store)
-    await t.rejects(store.queue.submit(third), AsyncQueueFullError, 'taken ahead, not started: still in the backlog')
-    t.equal((await store.queue.start(taken, Date.now()))?.runId, taken.runId, 'started')
+    t.equal(await store.queue.queuedCount(), 1, 'taken: started, out of the backlog')
+    await store.queue.release(taken)
+    t.equal(await store.queue.queuedCount(), 2, 'given back: in the backlog again')
+    await t.rejects(store.queue.submit(third), AsyncQueueFullError)
+    t.equal((await takeOne(store)).runId, taken.runId, 'given back: taken first again')
     await store.queue.submit(third)
     t.equal(await store.queue.queuedCount(), 2)
   })
@@ -192,13 +202,14 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     await t.rejects(store.records.cancel(SCOPE, 'never-recorded'), RunNotFoundError)
   })
 
-  t.test('a run canceled while taken does not start', async t => {
+  t.test('a run canceled after its take (it started): the cancel stands, the end its runner writes is refused', async t => {
     const store = await fresh(t)
     const run = newRun()
     await store.queue.submit(run)
     const taken = await takeOne(store)
     await store.records.cancel(SCOPE, run.runId)
-    t.equal(await store.queue.start(taken, Date.now()), undefined, 'not started')
+    const view = await store.records.finish(taken, { ...OUTCOME, completedAt: Date.now() })
+    t.equal(view.record.status, 'canceled')
     t.equal((await store.records.get(SCOPE, run.runId)).record.status, 'canceled')
   })
 

@@ -68,20 +68,23 @@ export class MemoryQueue implements RunQueue {
     })
   }
 
-  async start (taken: TakenRun, startedAt: number): Promise<TakenRun | undefined> {
+  /** A run its take started: still running here (not canceled or expired since), or undefined. */
+  async start (taken: TakenRun, _startedAt?: number): Promise<TakenRun | undefined> {
     const run = this.#runs.live.get(keyOf(taken))
-    if (run === undefined || run.record.status !== 'queued') return undefined
-    run.record = startedRecord(run.record, taken.createdAt, startedAt)
-    run.expiry?.clear()
-    this.#runs.uncountQueued(run)
-    this.#runs.countWaiting(run, -1)
+    if (run === undefined || !run.taken || run.record.status !== 'running') return undefined
     return taken
   }
 
+  /** A run taken (started) that cannot run here after all: queued again, in its place, as it was before the take. */
   async release (taken: TakenRun): Promise<void> {
     const run = this.#runs.live.get(keyOf(taken))
-    if (run === undefined || !run.taken || run.record.status !== 'queued') return
+    const submitted = run?.submitted
+    if (run === undefined || submitted === undefined || !run.taken || run.record.status !== 'running') return
     run.taken = false
+    run.record = queuedRecord({ ...submitted, webhook: run.webhook })
+    this.#runs.countWaiting(run, 1)
+    this.#runs.countQueued(run, submitted.request.body?.length ?? 0)
+    this.#armExpiry(run)
     // it was the next when it was taken: it keeps its place
     this.#queueOf(run.scopeKey).putFirst(run.urgency, run.caller, run)
     this.#handOut()
@@ -191,9 +194,15 @@ export class MemoryQueue implements RunQueue {
     return next
   }
 
+  /** A run taken is started in the same step (as the Redis store's TAKE does): it runs in the free slot its taker holds. */
   #give (run: MemoryRun): TakenRun {
-    run.taken = true // it still waits (counted in the backlog) until it starts
-    return { ...run.submitted as NewRun, urgency: run.urgency, caller: run.caller, webhook: run.webhook, entry: '' }
+    const taken: TakenRun = { ...run.submitted as NewRun, urgency: run.urgency, caller: run.caller, webhook: run.webhook, entry: '' }
+    run.taken = true
+    run.record = startedRecord(run.record, taken.createdAt, Date.now())
+    run.expiry?.clear()
+    this.#runs.uncountQueued(run)
+    this.#runs.countWaiting(run, -1)
+    return taken
   }
 
   /** Hands queued runs to waiting takers, in queue order. */

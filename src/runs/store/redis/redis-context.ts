@@ -45,14 +45,13 @@ export class ScopeKeys {
   get deliveries (): string { return `${this.#prefix}:deliveries` }
   delivery (id: string): string { return `${this.#prefix}:delivery:${id}` }
   events (runId: string): string { return `${this.#prefix}:events:${runId}` }
-  /** The app's async runs started and not ended (a set of their run keys): the backlog is the queue less these. */
+  /** The version before's set of the app's async runs started and not ended: its runs leave it as they end here (this version keeps none). */
   get running (): string { return `${this.#prefix}:running` }
-  /** The app's queued runs by their time limit (a sorted set, epoch ms: `Cancel-After`, ASYNC_QUEUE_TTL_SECONDS), swept by every sidecar. */
+  /** The app's due set (a sorted set, epoch ms): queued runs by a `Cancel-After` sooner than ASYNC_QUEUE_TTL_SECONDS (that one is found from the queued index), leases, deliveries left. */
   get expiry (): string { return `${this.#prefix}:expiry` }
-  /** The app's queued runs in the order they are taken (a sorted set: redis-queue-scripts.ts), with what orders them: callers' finish tags, the urgencies' virtual time, and a wake-up list. */
+  /** The app's queued runs in the order they are taken (a sorted set: redis-queue-scripts.ts), with what orders them: callers' finish tags and the urgencies' virtual time (`fair`), and a wake-up list. */
   get turns (): string { return `${this.#prefix}:turns` }
   get fair (): string { return `${this.#prefix}:fair` }
-  get clock (): string { return `${this.#prefix}:clock` }
   get wake (): string { return `${this.#prefix}:wake` }
   /** The app's keyed sync runs' claims still running, by their sidecar's last heartbeat (a sorted set of slot keys, Redis's clock in ms). */
   get claims (): string { return `${this.#prefix}:claims` }

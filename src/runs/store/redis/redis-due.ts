@@ -1,5 +1,6 @@
 import { guard, type RedisContext } from './redis-context.ts'
 import { LOOK_DUE } from './redis-due-scripts.ts'
+import { DEFAULT_QUEUE_TTL_SECONDS } from '../../run-expiry.ts'
 
 /**
  * Members of the app's due set that are not runs (a run id has no ':'): `lease:<consumer>`, the time
@@ -56,13 +57,22 @@ export class RedisDue {
     this.#timer.unref()
   }
 
-  /** The liveness look: the set's head (sent alone: a stalled Redis never delays a request's commands behind it). */
+  /**
+   * The liveness look: the due set's head, and the queued index's oldest run (its TTL moment: a run's
+   * ASYNC_QUEUE_TTL_SECONDS is not in the due set), each sent alone (a stalled Redis never delays a
+   * request's commands behind them).
+   */
   async tick (): Promise<void> {
     if (this.#ctx.closed || this.#looking) return
     // RESP3 (this store's protocol) answers [[member, score]]; RESP2 [member, score]
     const head = (await guard(this.#ctx.redis.call('ZRANGE', this.#ctx.own.expiry, 0, 0, 'WITHSCORES')) as unknown[]).flat()
     if (head.length === 2) this.#headIs(String(head[0]), Number(head[1]) - this.#offset, true)
+    const oldest = (await guard(this.#ctx.redis.call('ZRANGE', this.#queued, 0, 0, 'WITHSCORES')) as unknown[]).flat()
+    if (oldest.length === 2) this.schedule(Number(oldest[1]) + this.#ttlMs)
   }
+
+  get #queued (): string { return `${this.#ctx.own.runs}:queued` }
+  get #ttlMs (): number { return (this.#ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS) * 1000 }
 
   /**
    * The set's first member and when it falls due here: a run's time limit is waited for; a lease
@@ -84,9 +94,10 @@ export class RedisDue {
     this.#looking = true
     let next: { member: string, at: number } | undefined
     try {
-      const [now, after, afterAt, ...due] = await guard(LOOK_DUE.run(this.#ctx.redis, [this.#ctx.own.expiry], [BATCH])) as [number, string, string, ...string[]]
+      const [now, after, afterAt, queuedAt, ...due] = await guard(LOOK_DUE.run(this.#ctx.redis, [this.#ctx.own.expiry, this.#queued], [BATCH, this.#ttlMs])) as [number, string, string, string, ...string[]]
       this.#offset = Number(now) - Date.now()
       if (after !== '') next = { member: after, at: Number(afterAt) - this.#offset }
+      if (queuedAt !== '' && (next === undefined || Number(queuedAt) < next.at)) next = { member: '', at: Number(queuedAt) }
       const runs = due.filter(member => !member.includes(':'))
       const leases = due.filter(member => member.includes(':'))
       if (runs.length > 0) await this.#handlers.runs(runs)

@@ -5,9 +5,9 @@ import { guard, parseWebhook, type RedisContext } from './redis-context.ts'
 
 /**
  * Fails the app's queued runs whose time limit passed (`Cancel-After`, ASYNC_QUEUE_TTL_SECONDS),
- * whether or not a slot frees: SUBMIT puts each in the app's due set (redis-due.ts), its start or
- * end takes it out, and a sidecar that finds it due fails it (the compare-and-set of the record lets
- * one sidecar do so). Its webhook is then this sidecar's to send (listener.expired), written down
+ * whether or not a slot frees: a sooner `Cancel-After` puts a run in the app's due set (SUBMIT; its
+ * start or end takes it out), the TTL is found from the queued index's oldest runs (redis-due.ts),
+ * and a sidecar that finds one due fails it (the compare-and-set of the record lets one sidecar do so). Its webhook is then this sidecar's to send (listener.expired), written down
  * before its first attempt like any delivery; a sidecar that dies between the two loses that one webhook.
  */
 export class RedisExpiry {

@@ -1,10 +1,10 @@
 import { setTimeout as delay } from 'node:timers/promises'
-import { AsyncQueueFullError, BodyTooLargeError, RunIdTakenError, RunStoreUnavailableError } from '../../../errors.ts'
+import { AsyncQueueFullError, BodyTooLargeError, RunDeadlinePassedError, RunIdTakenError, RunStoreUnavailableError } from '../../../errors.ts'
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import { type NewRun, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
-import { GROUP, RELEASE, START_READ, SUBMIT, TURNS_BY_URGENCY, WAITING } from './redis-queue-scripts.ts'
+import { GROUP, RELEASE, RUNNING, START_READ, SUBMIT, TURNS_BY_URGENCY } from './redis-queue-scripts.ts'
 import { CAPPED, STALE, type TakeReply, TurnTaker } from './redis-take.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 import { DEFAULT_URGENCY } from '../../../shared/fair-queue.ts'
@@ -53,7 +53,11 @@ export class RedisQueue implements RunQueue {
   readonly #arrived: TakenRun[] = []
   /** Takes waiting: woken when the wait ends or a run is taken over. */
   readonly #wakers = new Set<() => void>()
+  /** Takes waiting because every run queued was a capped caller's: woken also by a run queued here, or a caller freed. */
+  readonly #cappedWakers = new Set<() => void>()
   #waiting = 0
+  /** Runs TAKE started that have not gone to the app yet, by entry: their record as queued, should they be given back. */
+  readonly #asQueued = new Map<string, string>()
 
   constructor (ctx: RedisContext) {
     this.#ctx = ctx
@@ -66,20 +70,22 @@ export class RedisQueue implements RunQueue {
     const request: RequestJson = { method: run.request.method, path: run.request.path, headers: [...run.request.headers], hasBody: run.request.body !== null }
     const { queueDepth, queueMaxBytes } = this.#ctx.settings
     if ((run.request.body?.length ?? 0) > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
-    const expiry = queuedExpiry(run, this.#ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS).at
+    // a Cancel-After sooner than the queue's TTL puts the run in the due set; the TTL alone is found from the queued index (redis-due.ts)
+    const limit = queuedExpiry(run, this.#ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS)
+    const expiry = limit.error instanceof RunDeadlinePassedError ? limit.at : undefined
     const outcome = await guard(SUBMIT.run(this.#ctx.redis, [
-      keys.run(run.runId), keys.queue, keys.queuedBytes, keys.running, keys.expiry, keys.runs, keys.turns, keys.fair, keys.clock, keys.wake
+      keys.run(run.runId), keys.queue, keys.queuedBytes, keys.expiry, keys.runs, keys.turns, keys.fair, keys.wake
     ], [
       JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
-      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes, expiry, run.createdAt,
+      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes, expiry ?? '', run.createdAt,
       run.urgency ?? '', run.caller ?? ''
     ]))
     if (outcome === -1) throw new RunIdTakenError()
     if (outcome === -2) throw new AsyncQueueFullError()
     if (outcome === -3) throw new AsyncQueueFullError('ASYNC_QUEUE_MAX_BYTES')
     this.#taker.queued(run.urgency ?? DEFAULT_URGENCY)
-    this.#ctx.dueAt?.(expiry)
-    this.#wake() // a take waiting while only capped callers' runs were queued
+    this.#ctx.dueAt?.(limit.at)
+    this.#wakeCapped() // a take waiting while only capped callers' runs were queued (one waiting for a wake-up gets this run's)
     return { record, resultJson: undefined, async: true }
   }
 
@@ -93,7 +99,7 @@ export class RedisQueue implements RunQueue {
 
   /** A capped caller's call ended here: a take that found only capped callers' runs asks again. */
   callerFreed (): void {
-    this.#wake()
+    this.#wakeCapped()
   }
 
   /**
@@ -117,7 +123,7 @@ export class RedisQueue implements RunQueue {
         if (taken === STALE) continue
         if (taken === CAPPED) {
           // the runs left are for other replicas, or for when a capped caller's call ends here
-          const woken = new Promise<void>(resolve => { this.#wakers.add(resolve) })
+          const woken = new Promise<void>(resolve => { this.#wakers.add(resolve); this.#cappedWakers.add(resolve) })
           if (await abortable(Promise.race([woken, delay(CAPPED_RETRY_MS)]), signal) === ABORTED) break
           continue
         }
@@ -201,10 +207,25 @@ export class RedisQueue implements RunQueue {
   #wake (): void {
     const wakers = [...this.#wakers]
     this.#wakers.clear()
+    this.#cappedWakers.clear()
     for (const wake of wakers) wake()
   }
 
+  #wakeCapped (): void {
+    const wakers = [...this.#cappedWakers]
+    this.#cappedWakers.clear()
+    for (const wake of wakers) {
+      this.#wakers.delete(wake)
+      wake()
+    }
+  }
+
   async start (run: TakenRun, startedAt: number): Promise<TakenRun | undefined> {
+    // started by its take already: no step left
+    if (run.unread !== true) {
+      this.#asQueued.delete(run.entry)
+      return run
+    }
     const keys = new ScopeKeys(run.scope)
     const ctx = this.#ctx
     let old = ctx.known.get(run.entry)
@@ -228,7 +249,7 @@ export class RedisQueue implements RunQueue {
       }
       const json = JSON.stringify(startedRecord(JSON.parse(old as string) as RunRecord, run.createdAt, startedAt))
       // its request and webhook read in the same step
-      const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.running, keys.expiry, keys.runs], [old as string, json, ctx.consumer, run.runId])) as [number, Buffer | null, Buffer | null, Buffer | null]
+      const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.expiry, keys.runs], [old as string, json, ctx.consumer, run.runId])) as [number, Buffer | null, Buffer | null, Buffer | null]
       if (reply[0] !== 1) continue
       ctx.known.set(run.entry, json)
       const whole = wholeRun(run, reply[1], reply[2], reply[3])
@@ -245,8 +266,12 @@ export class RedisQueue implements RunQueue {
 
   async release (run: TakenRun): Promise<void> {
     const keys = new ScopeKeys(run.scope)
+    const queued = this.#asQueued.get(run.entry)
+    this.#asQueued.delete(run.entry)
+    const started = queued === undefined ? '' : this.#ctx.known.get(run.entry) ?? ''
     try {
-      await guard(RELEASE.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.turns, keys.fair, keys.clock, keys.wake], [run.entry, run.runId]))
+      await guard(RELEASE.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.turns, keys.fair, keys.wake, keys.queuedBytes, keys.expiry, keys.runs],
+        [run.entry, run.runId, started, queued ?? '']))
     } finally {
       // not given back (the store is down): no longer kept claimed either, so once the store is
       // back a reaper (this one or another replica's) takes it over as a lost sidecar's queued run
@@ -255,11 +280,12 @@ export class RedisQueue implements RunQueue {
   }
 
   async queuedCount (): Promise<number> {
-    return Number(await guard(WAITING.run(this.#ctx.redis, [this.#ctx.own.queue, this.#ctx.own.running], [])))
+    return await guard(this.#ctx.redis.zcard(this.#ctx.own.turns))
   }
 
+  /** Runs taken and not ended: the queue's entries (one per run queued or taken, until it ends) less its turns (the runs queued). */
   async runningCount (): Promise<number> {
-    return await guard(this.#ctx.redis.scard(this.#ctx.own.running))
+    return Math.max(0, Number(await guard(RUNNING.run(this.#ctx.redis, [this.#ctx.own.queue, this.#ctx.own.turns], []))))
   }
 
   async queuedByUrgency (): Promise<readonly number[]> {
@@ -274,18 +300,29 @@ export class RedisQueue implements RunQueue {
       await this.#ctx.forget(keys, entry.id)
       return
     }
-    this.#reclaimed.push(this.#taken([entry.runId, entry.id, record, urgency ?? '', caller ?? '']))
+    this.#reclaimed.push(this.#taken({ runId: entry.runId, entry: entry.id, queued: record, urgency: urgency ?? '', caller: caller ?? '' }))
     this.#wake()
   }
 
-  /** A run TAKE handed this store (or the reaper took over), held here, taken `unread` (its request comes with the start). */
-  #taken ([runId, entry, record, urgency, caller]: TakeReply): TakenRun {
+  /**
+   * A run TAKE handed this store, started (its request with it), held here; or one the reaper took
+   * over, taken `unread` (its request comes with the start).
+   */
+  #taken ({ runId, entry, queued: record, urgency, caller, started }: TakeReply): TakenRun {
     const ctx = this.#ctx
     ctx.lease.held.set(entry, ctx.own.queue)
-    ctx.known.set(entry, record)
     const queued = JSON.parse(record) as RunRecord
     const priority = urgency === '' ? {} : { urgency: Number(urgency), caller }
-    return { scope: ctx.settings.scope, runId, entry, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true, ...priority }
+    const run: TakenRun = { scope: ctx.settings.scope, runId, entry, createdAt: Date.parse(queued.created_at), webhook: undefined, request: UNREAD_REQUEST, unread: true, ...priority }
+    if (started === undefined) {
+      ctx.known.set(entry, record)
+      return run
+    }
+    ctx.known.set(entry, started.record)
+    this.#asQueued.set(entry, record)
+    const whole = wholeRun(run, started.request, started.body, started.webhook)
+    if (whole === undefined) throw new Error(`async run ${runId} started without its request`)
+    return whole
   }
 }
 

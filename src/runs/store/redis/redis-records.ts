@@ -7,7 +7,7 @@ import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { endDeliveryId, heldEndDelivery, holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
 import { RECORDED_RUN_GRACE_SECONDS } from './redis-key-claims.ts'
-import { FINISH_RECORDED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
+import { FINISH_RECORDED, MARK_FOLLOWED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
 
 /**
  * The runs' records in Redis: hashes written by compare-and-set (Lua script), events in a stream
@@ -164,6 +164,8 @@ export class RedisRecords implements RunRecords {
     if (after > last) throw new EventBeyondLastError(after, last)
     // subscribed before the first read of the events: nothing appended meanwhile is missed
     const listening = await follow.listen(keys.live(runId), signal)
+    // its end is told on the channel from now on (an end before this is read by the follower)
+    await guard(MARK_FOLLOWED.run(this.#ctx.redis, [keys.run(runId)], [])).catch((error: unknown) => { listening.stop(); throw error })
     return follow.events(listening, keys.events(runId), after + 1, async () => await this.#finishedView(keys, runId))
   }
 

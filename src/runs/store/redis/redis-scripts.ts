@@ -1,33 +1,44 @@
 import { BatchedScript } from './redis-script-batch.ts'
 import { LuaScript } from './redis-lua-script.ts'
 import { INDEX_RUN_LUA } from './redis-run-index.ts'
-import { GROUP } from './redis-queue-scripts.ts'
+import { GROUP, STARTED_LUA } from './redis-queue-scripts.ts'
 import { LEASE_BEAT, LEAVE_DELIVERY, LOOK_DUE, LOST_CLAIMS, NOW_LUA } from './redis-due-scripts.ts'
 
 /**
  * Moves a run from the record it had (compare and set: 0 when another sidecar changed it first) to
  * a new one, with what goes with it: its result, its owner, its queue entry acknowledged and
  * deleted, its retention TTL on the run and on its events (when it has any: the run's `events`
- * field), and a message to its followers, in one HMGET, one HSET and one HDEL on the run. Every
+ * field), and a message to its followers (when it has any: MARK_FOLLOWED), in one HMGET, one HSET
+ * and one HDEL on the run. Every
  * move ends the run (a start is START_READ's): one canceled while queued gives its body's bytes
  * back to the app's queued-bytes; a finished one drops its request and its webhook (the secret:
- * its owner has it for the delivery, and nobody else will need it), and, if it was running, leaves
- * the app's running set (the backlog is the queue's entries less that set).
+ * its owner has it for the delivery, and nobody else will need it), and, if it was running and
+ * started by the version before (no `at`), leaves that version's running set (`running`: this
+ * version counts runs taken as the queue's entries less its turns).
  * A run that was queued leaves the app's expiry set and its turn order (redis-queue-scripts.ts); it
- * moves to its new status's index, trimmed of runs created before the cutoff (redis-run-index.ts).
+ * moves to its new status's index at its created_at (`at`; read from the index for a run recorded
+ * without), which about one end in 32 trims of runs created before the cutoff (redis-run-index.ts).
  * KEYS: run, queue, events, queued bytes, running, expiry, turns, index. ARGV: old record, new record, result (''),
  * owner (''), entry (''), ttl seconds (0), live channel, message (''), run id, index cutoff ms ('' none).
  */
-export const TRANSITION_LUA = `${INDEX_RUN_LUA}
-local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events', 'turn')
+export const TRANSITION_LUA = `${INDEX_RUN_LUA}${STARTED_LUA}
+local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events', 'turn', 'at', 'followed')
 if current[1] ~= ARGV[1] then return 0 end
 local set = { 'record', ARGV[2] }
 if ARGV[3] ~= '' then set[#set + 1] = 'result'; set[#set + 1] = ARGV[3] end
 if ARGV[4] ~= '' then set[#set + 1] = 'owner'; set[#set + 1] = ARGV[4] end
 -- the first write may grow memory: a Redis out of memory refuses the whole script there, not halfway
 redis.call('HSET', KEYS[1], unpack(set))
-reindexRun(KEYS[8], ARGV[9], statusOf(ARGV[1]), statusOf(ARGV[2]), ARGV[10])
-if string.find(ARGV[1], '"status":"running"', 1, true) then redis.call('SREM', KEYS[5], KEYS[1])
+local from, to = statusOf(ARGV[1]), statusOf(ARGV[2])
+if not current[5] then reindexRun(KEYS[8], ARGV[9], from, to, ARGV[10])
+elseif from and to and from ~= to then
+  moveIndex(KEYS[8], ARGV[9], from, to, current[5])
+  -- the trim of runs expired long ago, now and then (about one end in TRIM_EVERY)
+  if ARGV[10] ~= '' and tonumber(current[5]) % 32 == 0 then redis.call('ZREMRANGEBYSCORE', KEYS[8] .. ':' .. to, '-inf', '(' .. ARGV[10]) end
+end
+-- the running set is the version before's (a run it started has no 'at'): this version keeps none
+if string.find(ARGV[1], '"status":"running"', 1, true) then
+  if not current[5] then redis.call('SREM', KEYS[5], KEYS[1]) end
 elseif string.find(ARGV[1], '"status":"queued"', 1, true) then
   redis.call('ZREM', KEYS[6], ARGV[9])
   if current[4] then redis.call('ZREM', KEYS[7], current[4]) end
@@ -44,15 +55,27 @@ if queued > 0 then
 end
 local ttl = tonumber(ARGV[6])
 if ttl > 0 then
-  gone = { 'queued_bytes', 'request', 'body', 'webhook', 'turn', 'turn_at' }
+  gone = { 'queued_bytes', 'request', 'body', 'webhook', 'turn', 'turn_at', 'expires', 'at' }
   redis.call('EXPIRE', KEYS[1], ttl)
   if current[3] then redis.call('EXPIRE', KEYS[3], ttl) end
 end
 if gone then redis.call('HDEL', KEYS[1], unpack(gone)) end
-if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
+if ARGV[8] ~= '' and current[6] then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
 return 1
 `
 export const TRANSITION = new LuaScript(TRANSITION_LUA)
+
+/**
+ * A follower of the run is listening on its live channel: its ends are told there from now on
+ * (TRANSITION publishes `done` only for a run followed). Sent after the follower subscribed and
+ * before it reads the run: an end written before this is read, one after it is heard. A run gone
+ * (expired) is not recreated. KEYS: run.
+ */
+export const MARK_FOLLOWED = new LuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'followed', '1')
+return 1
+`)
 
 /**
  * A recorded sync call ends: its record, still running and its sidecar's (the one that claimed
@@ -369,7 +392,7 @@ return redis.call('XDEL', KEYS[1], ARGV[2])
 
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
-  TRANSITION, APPEND_EVENT, OPEN_RUN, DROP_ENTRY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
+  TRANSITION, MARK_FOLLOWED, APPEND_EVENT, OPEN_RUN, DROP_ENTRY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
   FAIL_LOST_CLAIM, LOST_CLAIMS, LEASE_BEAT, LOOK_DUE, LEAVE_DELIVERY,
   ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
 ]

@@ -2,8 +2,21 @@ import type { RedisClient } from './redis-connect.ts'
 import { guard, type RedisContext } from './redis-context.ts'
 import { TAKE } from './redis-queue-scripts.ts'
 
-/** TAKE's answer: run id, entry, record as queued, urgency ('' none), caller. */
-export type TakeReply = [string, string, string, string, string]
+/** A run taken: run id, entry, record as queued, urgency ('' none), caller; and, when TAKE started it, its start. */
+export interface TakeReply {
+  readonly runId: string
+  readonly entry: string
+  readonly queued: string
+  readonly urgency: string
+  readonly caller: string
+  readonly started?: StartedTake
+}
+
+/** What TAKE's start wrote and read: the record as started, the request (JSON), body and webhook (null none). */
+export interface StartedTake { readonly record: string, readonly request: Buffer | null, readonly body: Buffer | null, readonly webhook: Buffer | null }
+
+const text = (value: unknown): string => value instanceof Buffer ? value.toString() : String(value)
+const bytesOrNull = (value: unknown): Buffer | null => value instanceof Buffer ? value : null
 
 /** TAKE passed over turns of runs no longer queued: ask again. */
 export const STALE: unique symbol = Symbol('stale')
@@ -50,7 +63,9 @@ export class TurnTaker {
     const look = Date.now() >= this.#lookAt
     let reply: unknown
     try {
-      reply = await guard(TAKE.run(client, [own.turns, own.fair, own.clock, own.wake, own.queue], [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0, this.capped().join('\n')]), client === ctx.redis ? undefined : Infinity)
+      const now = Date.now()
+      reply = await guard(TAKE.runBuffer(client, [own.turns, own.fair, own.wake, own.queue, own.queuedBytes, own.expiry, own.runs],
+        [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0, this.capped().join('\n'), now, new Date(now).toISOString()]), client === ctx.redis ? undefined : Infinity)
     } catch (error) {
       // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; this store's own pending entries are looked at soon
       ctx.lease.takeCut = true
@@ -58,20 +73,29 @@ export class TurnTaker {
       throw error
     }
     if (reply === 0) return STALE
-    const taken = reply as [...TakeReply, number, number, number | ''] | [number] | [-1, number]
+    const taken = reply as unknown[]
     if (taken[0] === -1) {
-      this.nextUrgency = taken[1]
+      this.nextUrgency = taken[1] as number
       return CAPPED
     }
     const seen = (taken.length === 1 ? taken[0] : taken[6]) as number
     if (look) this.#lookAt = seen >= LOOK_PAGE ? 0 : Date.now() + LOOK_EVERY_MS
     if (taken.length === 1) {
+      // none queued: the next take waits for a wake-up first (a run queued since left one)
+      this.drained = true
       this.nextUrgency = undefined
       return undefined
     }
-    this.drained = taken[5] === 0
-    this.nextUrgency = taken[7] === '' ? undefined : taken[7]
-    return taken.slice(0, 5) as TakeReply
+    this.drained = taken[5] === 1
+    this.nextUrgency = typeof taken[7] === 'number' ? taken[7] : undefined
+    return {
+      runId: text(taken[0]),
+      entry: text(taken[1]),
+      queued: text(taken[2]),
+      urgency: text(taken[3]),
+      caller: text(taken[4]),
+      started: { record: text(taken[8]), request: bytesOrNull(taken[9]), body: bytesOrNull(taken[10]), webhook: bytesOrNull(taken[11]) }
+    }
   }
 
   /** A run of `urgency` was queued (here, or a wake-up told it): the first turn is at least that urgent. */
