@@ -19,7 +19,6 @@ let counter = 0
 const newRun = (): NewRun => ({
   scope: SCOPE, runId: `r${++counter}`, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: { url: new URL('https://h.example/'), secret: 'k' }, createdAt: Date.now()
 })
-const rejectAfter = async (ms: number): Promise<never> => await new Promise((_resolve, reject) => setTimeout(() => { reject(new Error(`nothing within ${ms} ms`)) }, ms).unref())
 const listener = (overrides: Partial<RunStoreListener>): RunStoreListener => ({ canceled: () => {}, lost: () => {}, expired: () => {}, availability: () => {}, ...overrides })
 
 t.test('redis run store', async t => {
