@@ -138,6 +138,11 @@ export class ConcurrencyGate {
     })
   }
 
+  /** Whether a run could have a slot now (whenSlotFree would resolve at once). */
+  get slotFreeForRun (): boolean {
+    return this.#slotForRun()
+  }
+
   /** Serves waiting calls again (the run the gate kept a slot for is gone). */
   reconsider (): void {
     this.#dispatch()

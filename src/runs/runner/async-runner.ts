@@ -5,6 +5,7 @@ import { QueueExpiredError, ReplicaStoppedError, RunCanceledError, RunStoreUnava
 import { type ConcurrencyGate, LAST_URGENCY, type Release } from '../../lifecycle/concurrency-gate.ts'
 import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
 import type { RunStore, RunStoreListener } from '../store/run-store.ts'
+import type { RunQueue } from '../store/run-queue.ts'
 import type { HeldDelivery, NewDelivery, RunOutcome, RunScope, RunStatus, RunView, TakenRun } from '../run-data.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
 import type { CancelCause, LabelledCounter } from '../../shared/metric-contracts.ts'
@@ -175,6 +176,8 @@ export class AsyncRunner implements RunStoreListener {
         // without, the gate has none and the runner keeps its own
         if (this.#deps.replicaConcurrency === 0) while (this.#atApp >= this.#maxParallel && !signal.aborted) await this.#change(signal)
         await gate.whenSlotFree(signal, this.#nextUrgency)
+        // the slot went meanwhile (to the run taken with another's end, in the same turn): wait again
+        if (!gate.slotFreeForRun) continue
         // the slot kept for a queued run that is gone since (canceled, expired) goes to the waiting calls
         if (this.#nextUrgency() === undefined) gate.reconsider()
         // taken only now, for a free slot: a run is never committed to a busy one, where a more
@@ -232,19 +235,31 @@ export class AsyncRunner implements RunStoreListener {
       if (started === undefined) return // canceled or expired while it waited
       run = started
       const outcome = expiredAtStart(run, this.#deps.queueTtlSeconds) ?? await this.#dispatch(run)
-      leaveApp() // the next run starts while this one's end is written
+      const endAndTake = this.#endAndTake(run)
+      if (endAndTake === undefined) leaveApp() // the next run starts while this one's end is written
       let view: RunView
+      let next: TakenRun | undefined
       try {
-        // the webhook written down with the end (a shared store): no end is left without its delivery
-        const target = store.deliveries === undefined ? undefined : run.webhook
-        const deliveryOf = target === undefined ? undefined : (ended: RunView): NewDelivery => this.#deliveryOf(run, target, ended)
-        view = await whileUnavailable(async () => await store.records.finish(run, outcome, undefined, deliveryOf))
+        if (endAndTake !== undefined) {
+          // the next run taken for this slot in the same step as the end: no round trip between them
+          ({ view, next } = await whileUnavailable(async () => await endAndTake(run, outcome)))
+        } else {
+          // the webhook written down with the end (a shared store): no end is left without its delivery
+          const target = store.deliveries === undefined ? undefined : run.webhook
+          const deliveryOf = target === undefined ? undefined : (ended: RunView): NewDelivery => this.#deliveryOf(run, target, ended)
+          view = await whileUnavailable(async () => await store.records.finish(run, outcome, undefined, deliveryOf))
+        }
       } catch (error) {
         if (!(error instanceof RunStoreUnavailableError)) throw error
         this.#finishLater(run, outcome)
         return
       }
       this.#ended(run, view)
+      if (next !== undefined) {
+        // the slot passes to it: freed and taken again in one turn (no call waits for it: see #endAndTake)
+        leaveApp()
+        this.#execute(next)
+      }
     } catch (error) {
       if (error instanceof SidecarError) logger.error({ err: error, runId: run.runId }, 'async run could not be recorded')
       else this.#failInternally(run, error)
@@ -255,6 +270,19 @@ export class AsyncRunner implements RunStoreListener {
       inflight.end()
       this.#changed()
     }
+  }
+
+  /**
+   * How this run's end takes the next run along (a shared store's endAndTake), when it may: the
+   * store knows of a run queued, no call waits for a slot (a waiting call goes before a run, and
+   * gets the slot as this run leaves it), the runner is not stopping, and the end is one step (no
+   * webhook to write down with it). Else undefined: the slot is freed before the end is written.
+   */
+  #endAndTake (run: TakenRun): RunQueue['endAndTake'] {
+    const { queue } = this.#deps.store
+    if (queue.endAndTake === undefined || run.webhook !== undefined || this.#loop.signal.aborted) return undefined
+    if (this.#deps.gate.waiting > 0 || queue.nextUrgency?.() === undefined) return undefined
+    return queue.endAndTake.bind(queue)
   }
 
   /**

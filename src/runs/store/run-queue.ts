@@ -1,4 +1,4 @@
-import type { NewRun, RunView, TakenRun } from '../run-data.ts'
+import type { NewRun, RunOutcome, RunView, TakenRun } from '../run-data.ts'
 
 /**
  * The queue of async runs: submitted by any sidecar, taken by the one with a free slot. Every
@@ -23,6 +23,12 @@ export interface RunQueue {
   start: (run: TakenRun, startedAt: number) => Promise<TakenRun | undefined>
   /** Gives a taken run that has not gone to the app back to the queue, queued as before its take (a slot lost to a call, SIGTERM), for other sidecars. */
   release: (run: TakenRun) => Promise<void>
+  /**
+   * A run's end (as RunRecords.finish without a key or webhook) and the next run for the slot it
+   * leaves, taken (started) in the same step: no round trip between them. `next` undefined: none
+   * taken (none queued, or the end was not one step). A shared store only.
+   */
+  endAndTake?: (run: TakenRun, outcome: RunOutcome) => Promise<{ view: RunView, next: TakenRun | undefined }>
   /** The urgency of the run take() would give now, as far as the queue knows without asking (a shared store: as last seen); undefined when none waits. */
   nextUrgency?: () => number | undefined
   /**

@@ -181,6 +181,32 @@ t.test('a run canceled while queued never reaches the app', async t => {
   t.same(kit.appCancels, [])
 })
 
+t.test('a run canceled between its take (which starts it) and its app request never reaches the app; the cancel stands', async t => {
+  const app = await testApp(t, request => { answer(request, 200, '{}') })
+  const memory = await memoryStore(t)
+  // the cancel lands while the runner is between the take and the app request (as it can on another replica)
+  const shared = sharedStore(memory)
+  const store: RunStore = {
+    ...shared,
+    queue: {
+      ...shared.queue,
+      start: async (run, startedAt) => {
+        await memory.records.cancel(scope, run.runId)
+        return await memory.queue.start(run, startedAt) ?? run // a shared store's start of a taken run does not look again
+      }
+    }
+  }
+  const kit = await runnerKit(t, app, { store })
+  await submit(kit.store, { runId: 'canceled-early' })
+  const view = await ended(kit.store, 'canceled-early')
+  t.equal(view.record.status, 'canceled')
+  t.equal(view.record.status_code, 499)
+  await within(kit.inflight.idle(), 'the run is over')
+  t.equal(app.requests.length, 0, 'never at the app')
+  t.same(kit.appCancels, [], 'nor told to cancel what it never got')
+  t.same(Object.fromEntries(kit.runsTotal.counts), { canceled: 1 })
+})
+
 t.test('DEADLINE_SECONDS cuts the app request: 504, counted as a deadline cancel, the app told', async t => {
   const app = await testApp(t)
   const kit = await runnerKit(t, app, { deadlineSeconds: 0.2 })

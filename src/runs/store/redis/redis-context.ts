@@ -15,7 +15,7 @@ import { GROUP, QUEUE_SCRIPTS } from './redis-queue-scripts.ts'
 import { answerWithin } from './redis-deadline.ts'
 import { indexCutoff } from './redis-run-index.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS } from '../../run-expiry.ts'
-import { DROP_ENTRY, END_AND_HOLD, SCRIPTS, TRANSITION } from './redis-scripts.ts'
+import { DROP_ENTRY, END_AND_HOLD, END_AND_TAKE, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 import { RedisLease } from './redis-lease.ts'
 
 type Redis = RedisClient
@@ -287,6 +287,18 @@ export class RedisContext {
     const [transitionKeys, args] = this.#transitionArgs(keys, runId, old, record, extra)
     const entry = await guard(END_AND_HOLD.run(this.redis, [...transitionKeys, ...hold[0]], [...args, ...hold[1]])) as string | null
     return entry === null ? undefined : String(entry)
+  }
+
+  /**
+   * As transition, and, when it changed the record, the next run taken in the same step
+   * (END_AND_TAKE; `take`: TAKE's keys and arguments): TAKE's reply (bulk strings as Buffers), or
+   * undefined when the record had changed.
+   */
+  async transitionAndTake (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra,
+    take: { readonly keys: readonly string[], readonly args: ReadonlyArray<string | number> }): Promise<{ reply: unknown } | undefined> {
+    const [transitionKeys, args] = this.#transitionArgs(keys, runId, old, record, extra)
+    const reply = await guard(END_AND_TAKE.runBuffer(this.redis, [...transitionKeys, ...take.keys], [...args, ...take.args])) as [number, unknown?]
+    return reply[0] === 1 ? { reply: reply[1] } : undefined
   }
 
   #transitionArgs (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): [string[], Array<string | number>] {

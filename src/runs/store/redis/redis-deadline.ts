@@ -13,7 +13,7 @@ const awaited = new Set<Awaited>()
 let ticking: NodeJS.Timeout | undefined
 
 function tick (): void {
-  const now = Date.now()
+  const now = performance.now()
   for (const answer of awaited) {
     if (answer.at > now) break
     awaited.delete(answer)
@@ -33,7 +33,7 @@ function tick (): void {
  */
 export async function answerWithin<T> (pending: Promise<T>, ms: number): Promise<T> {
   return await new Promise<T>((resolve, reject) => {
-    const answer: Awaited = { at: Date.now() + ms, fail: reject }
+    const answer: Awaited = { at: performance.now() + ms, fail: reject }
     awaited.add(answer)
     ticking ??= setInterval(tick, TICK_MS).unref()
     pending.then(value => {

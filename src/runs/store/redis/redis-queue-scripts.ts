@@ -129,9 +129,10 @@ return 1
  * a capped caller's; 0 after looking at PAGES × PAGE turns, none to take (ask again).
  * KEYS: turns, fair, wake, queue, queued bytes, due set, index.
  * ARGV: taker (its consumer name), run key prefix, look (entries to read at most; '0' none),
- * capped callers (one per line; '' none), started at (epoch ms), started at (ISO 8601).
+ * capped callers (one per line; '' none), started at (epoch ms), started at (ISO 8601), woken
+ * ('1': sent behind a BLPOP of the wake list, which leaves it empty when no turn is left; '' else).
  */
-export const TAKE = new LuaScript(`${TURN_LUA}${STARTED_LUA}
+export const TAKE_LUA = `${TURN_LUA}${STARTED_LUA}
 local PAGE, PAGES, TAG_TRIM = 32, 32, 16
 local seen = 0
 -- a command on the queue's group, the group made first if it is missing (the stream deleted by hand, a server restarted empty)
@@ -196,7 +197,9 @@ for round = 1, PAGES do
         -- taken one after another (a caller's runs taken still count against its next), and goes
         -- when a take finds none queued
         if tag % TAG_TRIM == 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], urgency * TURN_SPAN, '(' .. score) end
-        if left == 0 then redis.call('DEL', KEYS[3])
+        if left == 0 then
+          -- behind a wake-up (BLPOP) the list is empty already, but for wake-ups of runs taken since
+          if ARGV[7] ~= '1' then redis.call('DEL', KEYS[3]) end
         elseif short then redis.call('LTRIM', KEYS[3], 0, left - 1) end
         local next = ''
         if firstCapped then next = firstCapped
@@ -224,7 +227,8 @@ if empty or (skipped == 0 and redis.call('EXISTS', KEYS[1]) == 0) then
 end
 if firstCapped then return { -1, firstCapped } end
 return 0
-`)
+`
+export const TAKE = new LuaScript(TAKE_LUA)
 
 /**
  * A run taken over from a lost sidecar (the reaper's, or a take whose answer was lost) starts:

@@ -2,7 +2,8 @@ import { setTimeout as delay } from 'node:timers/promises'
 import { AsyncQueueFullError, BodyTooLargeError, RunDeadlinePassedError, RunIdTakenError, RunStoreUnavailableError } from '../../../errors.ts'
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
-import { type NewRun, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../../run-data.ts'
+import { type NewRun, type RunOutcome, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../../run-data.ts'
+import type { RedisRecords } from './redis-records.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import { GROUP, RELEASE, RUNNING, START_READ, SUBMIT, TURNS_BY_URGENCY } from './redis-queue-scripts.ts'
 import { CAPPED, STALE, type TakeReply, TurnTaker } from './redis-take.ts'
@@ -91,6 +92,32 @@ export class RedisQueue implements RunQueue {
 
   nextUrgency (): number | undefined {
     return this.#taker.nextUrgency
+  }
+
+  /** Where a run's end is written (END_AND_TAKE goes through it): set once by the store. */
+  records: RedisRecords | undefined
+
+  /**
+   * A run's end and, in the same step, the next run for the slot it leaves (started, held here),
+   * when the last take saw a backlog and the end is one step (RedisRecords.finish); else the end
+   * alone, and no run.
+   */
+  async endAndTake (run: TakenRun, outcome: RunOutcome): Promise<{ view: RunView, next: TakenRun | undefined }> {
+    const records = this.records as RedisRecords
+    // no backlog seen by the last take: the end alone (a run queued since is taken by whoever a wake-up reaches)
+    if (!this.#taker.backlog) return { view: await records.finish(run, outcome), next: undefined }
+    let next: TakenRun | undefined
+    const { keys, args, look } = this.#taker.request()
+    const view = await records.finish(run, outcome, undefined, undefined, {
+      keys,
+      args,
+      cut: () => { this.#taker.cut() },
+      taken: reply => {
+        const taken = this.#taker.parse(reply, look)
+        if (taken !== undefined && taken !== STALE && taken !== CAPPED) next = this.#taken(taken)
+      }
+    })
+    return { view, next }
   }
 
   capCallers (_capped: (caller: string) => boolean, all: () => readonly string[]): void {

@@ -64,7 +64,12 @@ export class RedisRecords implements RunRecords {
     writer.add(n, data)
   }
 
-  async finish (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer, deliveryOf?: (view: RunView) => NewDelivery): Promise<RunView> {
+  /**
+   * As RunRecords.finish; with `take` (RedisQueue.endAndTake), the next run is taken for the slot
+   * the run leaves in the same step as its end, when the end is one step (the record as this
+   * sidecar started it, no webhook): TAKE's reply goes to `take.taken`.
+   */
+  async finish (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer, deliveryOf?: (view: RunView) => NewDelivery, take?: TakeAlong): Promise<RunView> {
     const ctx = this.#ctx
     const keys = new ScopeKeys(run.scope)
     await this.#writers.get(writerKey(run))?.flushed() // its events before its end, as readers get them
@@ -91,7 +96,7 @@ export class RedisRecords implements RunRecords {
     if (known !== undefined) {
       // the record as this sidecar started it: unless a cancel (or a takeover) changed it since, the end is one step
       ctx.known.delete(run.entry)
-      const ended = await this.#end(keys, run, known, finishedRecord(JSON.parse(known) as RunRecord, outcome), outcome, true, deliveryOf)
+      const ended = await this.#end(keys, run, known, finishedRecord(JSON.parse(known) as RunRecord, outcome), outcome, true, deliveryOf, take)
       if (ended !== undefined) return ended
     }
     for (;;) {
@@ -122,12 +127,16 @@ export class RedisRecords implements RunRecords {
 
   /** The end written (compare-and-set against `old`), with its webhook's delivery when asked: undefined when the record had changed. */
   async #end (keys: ScopeKeys, run: TakenRun, old: string, finished: RunRecord, outcome: RunOutcome, async: boolean,
-    deliveryOf: ((view: RunView) => NewDelivery) | undefined): Promise<RunView | undefined> {
+    deliveryOf: ((view: RunView) => NewDelivery) | undefined, take?: TakeAlong): Promise<RunView | undefined> {
     const ctx = this.#ctx
     const view: RunView = { record: finished, resultJson: outcome.resultJson, async }
     const extra = { result: outcome.resultJson, entry: run.entry, done: true, owner: ctx.consumer }
     let ended: RunView | undefined
-    if (deliveryOf === undefined) {
+    if (deliveryOf === undefined && take !== undefined) {
+      const taken = await ctx.transitionAndTake(keys, run.runId, old, finished, extra, take).catch((error: unknown) => { take.cut(); throw error })
+      if (taken !== undefined) take.taken(taken.reply)
+      ended = taken === undefined ? undefined : view
+    } else if (deliveryOf === undefined) {
       ended = await ctx.transition(keys, run.runId, old, finished, extra) ? view : undefined
     } else {
       const writing = holdDelivery(ctx, deliveryOf(view), endDeliveryId(run.runId))
@@ -176,3 +185,11 @@ export class RedisRecords implements RunRecords {
 }
 
 const writerKey = (run: TakenRun): string => `${run.scope.projectId}/${run.scope.appName}/${run.runId}`
+
+/** TAKE sent along with a run's end (END_AND_TAKE): its keys and arguments, where its reply goes, and what a lost reply does. */
+export interface TakeAlong {
+  readonly keys: readonly string[]
+  readonly args: ReadonlyArray<string | number>
+  readonly taken: (reply: unknown) => void
+  readonly cut: () => void
+}

@@ -53,6 +53,7 @@ export class RedisRunStore implements RunStore {
     this.queue = new RedisQueue(ctx)
     this.keys = new RedisKeyClaims(ctx)
     this.records = new RedisRecords(ctx, this.keys)
+    this.queue.records = this.records
     this.listing = new RedisListing(ctx)
     this.deliveries = new RedisDeliveries(ctx)
     const reaper = new RedisReaper(ctx, this.queue, this.deliveries)

@@ -1,7 +1,7 @@
 import { BatchedScript } from './redis-script-batch.ts'
 import { LuaScript } from './redis-lua-script.ts'
 import { INDEX_RUN_LUA } from './redis-run-index.ts'
-import { GROUP, STARTED_LUA } from './redis-queue-scripts.ts'
+import { GROUP, STARTED_LUA, TAKE_LUA } from './redis-queue-scripts.ts'
 import { LEASE_BEAT, LEAVE_DELIVERY, LOOK_DUE, LOST_CLAIMS, NOW_LUA } from './redis-due-scripts.ts'
 
 /**
@@ -381,6 +381,19 @@ return hold({ KEYS[9], KEYS[10] }, { unpack(ARGV, 11, 19) })
 `)
 
 /**
+ * A run's end and the take of the next run for the slot it leaves, in one step (TRANSITION, then,
+ * when it changed the record, TAKE): no round trip between a run's end and the next run's start.
+ * Returns {1, TAKE's reply…} or {0} when the record had changed (nothing written, nothing taken).
+ * KEYS: TRANSITION's eight, then TAKE's seven. ARGV: TRANSITION's ten, then TAKE's seven.
+ */
+export const END_AND_TAKE = new LuaScript(`
+local function transition (KEYS, ARGV)${TRANSITION_LUA}end
+local function take (KEYS, ARGV)${TAKE_LUA}end
+if transition({ unpack(KEYS, 1, 8) }, { unpack(ARGV, 1, 10) }) ~= 1 then return { 0 } end
+return { 1, take({ unpack(KEYS, 9, 15) }, { unpack(ARGV, 11, 17) }) }
+`)
+
+/**
  * Acknowledges and deletes a stream entry nobody will act on, in one command (not a MULTI: on a
  * cluster, ioredis can leave a transaction's queued commands rejected and unhandled when the
  * connection closes, redis/ioredis#883). KEYS: stream. ARGV: group, entry.
@@ -392,7 +405,7 @@ return redis.call('XDEL', KEYS[1], ARGV[2])
 
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
-  TRANSITION, MARK_FOLLOWED, APPEND_EVENT, OPEN_RUN, DROP_ENTRY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
+  TRANSITION, MARK_FOLLOWED, END_AND_TAKE, APPEND_EVENT, OPEN_RUN, DROP_ENTRY, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, KEEP_HELD, RENEW_CLAIMS, END_AND_HOLD,
   FAIL_LOST_CLAIM, LOST_CLAIMS, LEASE_BEAT, LOOK_DUE, LEAVE_DELIVERY,
   ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
 ]

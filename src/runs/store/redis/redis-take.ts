@@ -40,6 +40,8 @@ export class TurnTaker {
    * nothing first.
    */
   drained = false
+  /** The last take left turns behind it (a backlog): a run's end takes the next along (END_AND_TAKE); a submit's hint alone does not, the run may be another's by then. */
+  backlog = false
   /** The urgency of the app's first turn as the last take saw it (undefined: none queued): how a runner competes with waiting calls without asking. */
   nextUrgency: number | undefined
   /** This sidecar's capped callers (CALLER_MAX_INFLIGHT), whose runs a take passes over. */
@@ -59,19 +61,38 @@ export class TurnTaker {
    */
   async take (client: RedisClient): Promise<TakeReply | typeof STALE | typeof CAPPED | undefined> {
     const ctx = this.#ctx
-    const own = ctx.own
-    const look = Date.now() >= this.#lookAt
+    const { keys, args, look } = this.request(client !== ctx.redis)
     let reply: unknown
     try {
-      const now = Date.now()
-      reply = await guard(TAKE.runBuffer(client, [own.turns, own.fair, own.wake, own.queue, own.queuedBytes, own.expiry, own.runs],
-        [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0, this.capped().join('\n'), now, new Date(now).toISOString()]), client === ctx.redis ? undefined : Infinity)
+      reply = await guard(TAKE.runBuffer(client, keys, args), client === ctx.redis ? undefined : Infinity)
     } catch (error) {
-      // its answer lost (a timeout, a cut connection): a run it took is pending here, unknown; this store's own pending entries are looked at soon
-      ctx.lease.takeCut = true
-      ctx.checkOwn?.()
+      this.cut()
       throw error
     }
+    return this.parse(reply, look)
+  }
+
+  /** TAKE's keys and arguments as this sidecar sends it now (END_AND_TAKE sends them behind a run's end). */
+  request (woken = false): { keys: string[], args: Array<string | number>, look: boolean } {
+    const ctx = this.#ctx
+    const own = ctx.own
+    const look = Date.now() >= this.#lookAt
+    const now = Date.now()
+    return {
+      keys: [own.turns, own.fair, own.wake, own.queue, own.queuedBytes, own.expiry, own.runs],
+      args: [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0, this.capped().join('\n'), now, new Date(now).toISOString(), woken ? '1' : ''],
+      look
+    }
+  }
+
+  /** A take's answer lost (a timeout, a cut connection): a run it took is pending here, unknown; this store's own pending entries are looked at soon. */
+  cut (): void {
+    this.#ctx.lease.takeCut = true
+    this.#ctx.checkOwn?.()
+  }
+
+  /** TAKE's reply (bulk strings as Buffers), and what it tells the next take. */
+  parse (reply: unknown, look: boolean): TakeReply | typeof STALE | typeof CAPPED | undefined {
     if (reply === 0) return STALE
     const taken = reply as unknown[]
     if (taken[0] === -1) {
@@ -80,6 +101,7 @@ export class TurnTaker {
     }
     const seen = (taken.length === 1 ? taken[0] : taken[6]) as number
     if (look) this.#lookAt = seen >= LOOK_PAGE ? 0 : Date.now() + LOOK_EVERY_MS
+    this.backlog = false
     if (taken.length === 1) {
       // none queued: the next take waits for a wake-up first (a run queued since left one)
       this.drained = true
@@ -87,6 +109,7 @@ export class TurnTaker {
       return undefined
     }
     this.drained = taken[5] === 1
+    this.backlog = !this.drained
     this.nextUrgency = typeof taken[7] === 'number' ? taken[7] : undefined
     return {
       runId: text(taken[0]),
