@@ -1,12 +1,10 @@
+import { luaSource } from './redis-lua-file.ts'
 import { LuaScript } from './redis-lua-script.ts'
 
 // The scripts of the app's due set (redis-due.ts): leases, looks, left deliveries, lost claims.
 
-/** Lua, prepended to a script: Redis's clock in ms (every sidecar's claims are timed by the same clock). */
-export const NOW_LUA = `
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-`
+/** Lua, prepended to a script: `now`, Redis's clock in ms (lua/now.lua). */
+export const NOW_LUA = luaSource('now.lua')
 
 /**
  * The app's sync runs' claims whose sidecar is lost (no heartbeat for `lost after` ms by Redis's
