@@ -84,9 +84,9 @@ export class RedisDue {
     this.#looking = true
     let next: { member: string, at: number } | undefined
     try {
-      const [now, after, afterAt, ...due] = await guard(LOOK_DUE.run(this.#ctx.redis, [this.#ctx.own.expiry], [BATCH])) as [number, string, string, ...string[]]
-      this.#offset = Number(now) - Date.now()
-      if (after !== '') next = { member: after, at: Number(afterAt) - this.#offset }
+      const { now, next: after, due } = await guard(LOOK_DUE.call(this.#ctx.redis, { dueSet: this.#ctx.own.expiry, count: BATCH }))
+      this.#offset = now - Date.now()
+      if (after !== undefined) next = { member: after.member, at: after.at - this.#offset }
       const runs = due.filter(member => !member.includes(':'))
       const leases = due.filter(member => member.includes(':'))
       if (runs.length > 0) await this.#handlers.runs(runs)
