@@ -77,3 +77,7 @@ t.test('a file that is no script is a fragment that another file includes, and h
 t.test('no comment line opens a Lua long comment (`--[[` would swallow the code after it)', async t => {
   for (const file of files) t.notMatch(textOf(file), /^\s*--\[/m, file)
 })
+
+t.test('every file ends its last line (a batch, or END_AND_HOLD, puts `end` right after a script)', async t => {
+  for (const file of files) t.ok(textOf(file).endsWith('\n'), file)
+})

@@ -1,7 +1,9 @@
+import { Redis } from 'ioredis'
 import t from 'tap'
 import { luaSource } from '../../../../src/runs/store/redis/redis-lua-file.ts'
 import { codeReply, defineScript, luaFileOf, NamedScript, textReply, textsReply } from '../../../../src/runs/store/redis/redis-named-script.ts'
-import { CLAIM_KEY, KEEP_ANSWER, RENEW_CLAIMS } from '../../../../src/runs/store/redis/redis-scripts.ts'
+import { CLAIM_KEY, FORGET_CONSUMERS, HOLD_DELIVERY, KEEP_ANSWER, RENEW_CLAIMS } from '../../../../src/runs/store/redis/redis-scripts.ts'
+import { startPrivateRedis } from '../../../helpers/redis-server.ts'
 
 // A script is called with named fields, built into KEYS and ARGV in its header's order; its reply
 // is read into a type, and a reply it never gives is an error, not a guess.
@@ -56,6 +58,23 @@ t.test('replies are read into their types; one a script never gives throws', asy
   t.same(textsReply('X', ['a', Buffer.from('b')]), ['a', 'b'])
   t.throws(() => textsReply('X', 'a'), /unexpected reply "a"/)
   t.throws(() => RENEW_CLAIMS.parse(null), /RENEW_CLAIMS: unexpected reply null/)
+  t.equal(FORGET_CONSUMERS.parse(2), 2)
+  t.throws(() => FORGET_CONSUMERS.parse(1.5), /FORGET_CONSUMERS: unexpected reply 1.5/)
+})
+
+t.test('a definition with `buffers` gets bulk replies as Buffers (runBuffer), alone as batched', async t => {
+  const server = await startPrivateRedis(t)
+  const redis = new Redis(server.url, { protocol: 3 })
+  t.teardown(() => { redis.disconnect() })
+  const fields = {
+    deliveriesStream: '{a}:deliveries', deliveryHash: '{a}:delivery:d1', runId: 'r1', url: 'https://hook.example', body: '{}', secret: '',
+    consumer: 'sidecar-a', ttlSeconds: 60, deliveryId: 'd1', traceparent: '', tracestate: ''
+  }
+  const asBuffers = defineScript({ name: 'HOLD_DELIVERY', keys: HOLD_DELIVERY.keys, args: HOLD_DELIVERY.args, buffers: true, reply: reply => reply })
+  const entry = await asBuffers.call(redis, fields)
+  t.ok(Buffer.isBuffer(entry), 'a Buffer')
+  t.match(String(entry), /^\d+-\d+$/)
+  t.equal(typeof await HOLD_DELIVERY.call(redis, fields), 'string', 'without: text')
 })
 
 t.test('CLAIM_KEY reads every reply it gives, and only those', async t => {
