@@ -38,7 +38,7 @@ export async function portsFor (code: string, given: ReadonlyMap<number, number>
 const newest = (dir: string): number => readdirSync(dir, { withFileTypes: true, recursive: true })
   .reduce((latest, entry) => Math.max(latest, statSync(join(entry.parentPath, entry.name)).mtimeMs), 0)
 
-/** Compiles src/ into dist/ when dist/ is missing or older than a file of src/ (`npm run build`, without emptying dist/ first). */
+/** Compiles src/ into dist/ (and copies the Lua files) when dist/ is missing or older than a file of src/ (`npm run build`, without emptying dist/ first). */
 export function ensureBuilt (): string {
   let built = 0
   try { built = newest(join(ROOT, 'dist')) } catch {}
@@ -46,6 +46,8 @@ export function ensureBuilt (): string {
   // the test runner gives every child its loaders (NODE_OPTIONS, set again as the child starts), which tsc (an ES module) refuses
   const tsc = spawnSync('sh', ['-c', 'unset NODE_OPTIONS; exec "$0" node_modules/typescript/bin/tsc -p tsconfig.build.json', process.execPath], { cwd: ROOT, encoding: 'utf8' })
   if (tsc.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed: ${tsc.stdout}${tsc.stderr}`)
+  // as `npm run build` does: the run store's Lua files beside its compiled scripts
+  cpSync(join(ROOT, 'src/runs/store/redis/lua'), join(ROOT, 'dist/runs/store/redis/lua'), { recursive: true })
   return 'dist/ compiled from src/'
 }
 

@@ -1,61 +1,18 @@
 import pRetry from 'p-retry'
-import type { Logger } from 'pino'
-import type { Pool } from 'undici'
 import { QueueExpiredError, ReplicaStoppedError, RunCanceledError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
-import { type ConcurrencyGate, LAST_URGENCY, type Release } from '../../lifecycle/concurrency-gate.ts'
-import type { InflightTracker } from '../../lifecycle/inflight-tracker.ts'
-import type { RunStore, RunStoreListener } from '../store/run-store.ts'
+import { LAST_URGENCY, type Release } from '../../lifecycle/concurrency-gate.ts'
+import type { RunStoreListener } from '../store/run-store.ts'
 import type { RunQueue } from '../store/run-queue.ts'
-import type { HeldDelivery, NewDelivery, RunOutcome, RunScope, RunStatus, RunView, TakenRun } from '../run-data.ts'
-import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
-import type { CancelCause, LabelledCounter } from '../../shared/metric-contracts.ts'
-import type { Tracer } from '../../shared/trace-contracts.ts'
+import type { NewDelivery, RunOutcome, RunScope, RunView, TakenRun } from '../run-data.ts'
 import { runWebhookBody } from '../../webhook/result-capture.ts'
-import type { WebhookJob, WebhookSubmitter } from '../../webhook/webhook-delivery.ts'
 import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
-import type { CancelAtApp } from '../../call/app-cancel.ts'
 import { withTraceContext } from '../../call/forward-headers.ts'
 import { storedHeader, storedTrace } from '../stored-headers.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 import { canceledOutcome, RunRelay } from './run-relay.ts'
 import { armRunDeadline, expiredAtStart } from './run-time-limits.ts'
 import { whileUnavailable } from '../while-unavailable.ts'
-
-export interface AsyncRunnerDeps {
-  readonly store: RunStore
-  readonly gate: ConcurrencyGate
-  readonly app: Pool
-  /** APP_URL, as a failure's log reason names it. */
-  readonly appUrl: string
-  readonly webhooks: RunWebhooks
-  readonly webhookMaxBodyBytes: number
-  /** ENVELOPE_MAX_BODY_BYTES: the largest body kept as a result. */
-  readonly maxResultBytes: number
-  /** STREAM_MAX_EVENT_BYTES: the longest event of a streamed answer. */
-  readonly maxEventBytes: number
-  readonly deadlineSeconds: number
-  /** ASYNC_QUEUE_TTL_SECONDS: a run taken after it would have expired in the queue does not go to the app. */
-  readonly queueTtlSeconds: number
-  /** REPLICA_CONCURRENCY (0: no limit, and then at most UNLIMITED_PARALLEL async runs at once). */
-  readonly replicaConcurrency: number
-  readonly runsTotal: LabelledCounter<RunStatus>
-  /** sidecar_cancels_total: a run's deadline counts here (a cancel, on the route that took it). */
-  readonly cancels: LabelledCounter<CancelCause>
-  /** APP_CANCEL_PATH's POST, for a run whose app request the sidecar cut; undefined: unset. */
-  readonly cancelAtApp?: CancelAtApp | undefined
-  readonly logger: Logger
-  /** An exception nobody expected while a run ran: reported once; the run fails, 500. */
-  readonly reportInternal: InternalErrorReporter
-  readonly inflight: InflightTracker
-  /** Makes the app request's client span, under the submitter's trace (tracing on). */
-  readonly tracer?: Tracer | undefined
-}
-
-/** Where the runner's webhooks go (DurableWebhooks). */
-export interface RunWebhooks extends WebhookSubmitter {
-  /** A delivery already written down and held (with its run's end): its attempts. */
-  submitHeld: (job: WebhookJob, held: HeldDelivery) => void
-}
+import type { AsyncRunnerDeps } from './async-runner-deps.ts'
 
 /** Most async runs one sidecar runs at once when REPLICA_CONCURRENCY sets no limit: the rest stay queued for other replicas. */
 export const UNLIMITED_PARALLEL = 100

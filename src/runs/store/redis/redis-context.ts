@@ -283,7 +283,7 @@ export class RedisContext {
    * undefined when the record had changed.
    */
   async transitionAndHold (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra,
-    hold: readonly [readonly string[], ReadonlyArray<string | number>]): Promise<string | undefined> {
+    hold: readonly [readonly string[], ReadonlyArray<string | Buffer | number>]): Promise<string | undefined> {
     const [transitionKeys, args] = this.#transitionArgs(keys, runId, old, record, extra)
     const entry = await guard(END_AND_HOLD.run(this.redis, [...transitionKeys, ...hold[0]], [...args, ...hold[1]])) as string | null
     return entry === null ? undefined : String(entry)

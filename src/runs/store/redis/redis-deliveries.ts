@@ -3,6 +3,7 @@ import type { DurableDeliveries } from '../durable-deliveries.ts'
 import type { HeldDelivery, NewDelivery } from '../../run-data.ts'
 import { LEFT, LOOK_NOW } from './redis-due.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue } from './redis-context.ts'
+import type { FieldsOf } from './redis-named-script.ts'
 import { DELIVERY_DONE, DROP_ENTRY, HOLD_DELIVERY, SENDERS } from './redis-scripts.ts'
 import { LEAVE_DELIVERY } from './redis-due-scripts.ts'
 
@@ -24,7 +25,7 @@ export class RedisDeliveries implements DurableDeliveries {
 
   async hold (delivery: NewDelivery): Promise<HeldDelivery> {
     const writing = holdDelivery(this.#ctx, delivery)
-    return writing.held(String(await guard(HOLD_DELIVERY.run(this.#ctx.redis, ...writing.script))))
+    return writing.held(await guard(HOLD_DELIVERY.call(this.#ctx.redis, writing.fields)))
   }
 
   async attempt (delivery: HeldDelivery): Promise<void> {
@@ -36,7 +37,7 @@ export class RedisDeliveries implements DurableDeliveries {
     const keys = new ScopeKeys(delivery.scope)
     const [entry, id] = delivery.entry.split(' ') as [string, string]
     // held (its claim renewed by the heartbeat) until its end is written: no other sidecar takes it over meanwhile
-    await guard(DELIVERY_DONE.run(this.#ctx.redis, [keys.deliveries, keys.delivery(id)], [entry]))
+    await guard(DELIVERY_DONE.call(this.#ctx.redis, { deliveriesStream: keys.deliveries, deliveryHash: keys.delivery(id), entryId: entry }))
     this.#ctx.lease.held.delete(entry)
   }
 
@@ -49,7 +50,10 @@ export class RedisDeliveries implements DurableDeliveries {
     this.#ctx.lease.held.delete(entry)
     if (stopping) this.#leaving = true
     // idle as long as a lost sidecar's, and due at once: the next sidecar to look takes it over
-    await guard(LEAVE_DELIVERY.run(this.#ctx.redis, [keys.deliveries, keys.expiry], [SENDERS, this.#ctx.consumer, entry, this.#ctx.lostAfterMs + 1, `${LEFT}${entry}`]))
+    await guard(LEAVE_DELIVERY.call(this.#ctx.redis, {
+      deliveriesStream: keys.deliveries, dueSet: keys.expiry,
+      group: SENDERS, consumer: this.#ctx.consumer, entry, idleMs: this.#ctx.lostAfterMs + 1, member: `${LEFT}${entry}`
+    }))
     this.#ctx.dueAt?.(Date.now())
     // stopping, this sidecar takes none over: the others are told to look now
     if (stopping) await this.#ctx.publishOn(keys.cancel, LOOK_NOW)
@@ -85,19 +89,21 @@ export class RedisDeliveries implements DurableDeliveries {
 }
 
 /**
- * How a delivery is written down (HOLD_DELIVERY's keys and arguments, alone or after a run's end in
- * the same step) and, given the entry the script returns, the delivery as this sidecar holds it.
+ * How a delivery is written down (HOLD_DELIVERY's fields, alone or after a run's end in the same
+ * step) and, given the entry the script returns, the delivery as this sidecar holds it.
  */
 export function holdDelivery (ctx: RedisContext, delivery: NewDelivery, id: string = randomUUID()): {
-  script: [string[], Array<string | number>]
+  fields: FieldsOf<typeof HOLD_DELIVERY>
   held: (entry: string) => HeldDelivery
 } {
   const keys = new ScopeKeys(delivery.scope)
+  const fields: FieldsOf<typeof HOLD_DELIVERY> = {
+    deliveriesStream: keys.deliveries, deliveryHash: keys.delivery(id),
+    runId: delivery.runId, url: delivery.target.url.href, body: delivery.body, secret: delivery.target.secret ?? '', consumer: ctx.consumer,
+    ttlSeconds: DELIVERY_TTL_SECONDS, deliveryId: id, traceparent: delivery.trace?.traceparent ?? '', tracestate: delivery.trace?.tracestate ?? ''
+  }
   return {
-    script: [[keys.deliveries, keys.delivery(id)], [
-      delivery.runId, delivery.target.url.href, delivery.body, delivery.target.secret ?? '', ctx.consumer, DELIVERY_TTL_SECONDS, id,
-      delivery.trace?.traceparent ?? '', delivery.trace?.tracestate ?? ''
-    ]],
+    fields,
     held: entry => {
       ctx.lease.held.set(entry, keys.deliveries)
       return { ...delivery, attempts: 0, entry: `${entry} ${id}` }

@@ -1,68 +1,67 @@
-import { LuaScript } from './redis-lua-script.ts'
+import { luaSource } from './redis-lua-file.ts'
+import { arrayReply, codeReply, defineScript, integerReply, textReply, textsReply } from './redis-named-script.ts'
 
-// The scripts of the app's due set (redis-due.ts): leases, looks, left deliveries, lost claims.
+// The scripts of the app's due set (redis-due.ts): leases, looks, left deliveries, lost claims;
+// each in lua/<kebab-name>.lua, its KEYS, ARGV and replies in its header.
 
-/** Lua, prepended to a script: Redis's clock in ms (every sidecar's claims are timed by the same clock). */
-export const NOW_LUA = `
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-`
+/** Lua, prepended to a script: `now`, Redis's clock in ms (lua/now.lua). */
+export const NOW_LUA = luaSource('now.lua')
 
-/**
- * The app's sync runs' claims whose sidecar is lost (no heartbeat for `lost after` ms by Redis's
- * clock), at most 16: {slot, run id}…; a claim whose slot is gone (expired) leaves the set.
- * KEYS: claims. ARGV: lost after ms.
- */
-export const LOST_CLAIMS = new LuaScript(`${NOW_LUA}
-local out = {}
-for _, slot in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[1])), 'LIMIT', 0, 16)) do
-  local runId = redis.call('HGET', slot, 'run')
-  if runId then
-    out[#out + 1] = slot
-    out[#out + 1] = runId
-  else
-    redis.call('ZREM', KEYS[1], slot)
-  end
-end
-return out
-`)
+/** The app's sync runs' claims whose sidecar is lost, at most 16 (lua/lost-claims.lua). */
+export const LOST_CLAIMS = defineScript({
+  name: 'LOST_CLAIMS',
+  keys: ['claims'],
+  args: ['lostAfterMs'],
+  reply: reply => {
+    const flat = textsReply('LOST_CLAIMS', reply)
+    const claims: Array<{ slot: string, runId: string }> = []
+    for (let i = 0; i + 1 < flat.length; i += 2) claims.push({ slot: flat[i] as string, runId: flat[i + 1] as string })
+    return claims
+  }
+})
 
-/**
- * A holding sidecar's lease in the app's due set (redis-due.ts): due RUN_LOST_AFTER_SECONDS after
- * now, by Redis's clock (the one XAUTOCLAIM's idle times and the claims set use: a sidecar's own
- * clock may be off). Written after the beat's refreshes, so when it falls due what it held is idle
- * that long. KEYS: due set. ARGV: member, lost after ms.
- */
-export const LEASE_BEAT = new LuaScript(`${NOW_LUA}
-return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-`)
+/** A holding sidecar's lease in the app's due set, `lost after` ms ahead by Redis's clock (lua/lease-beat.lua): whether it was added. */
+export const LEASE_BEAT = defineScript({
+  name: 'LEASE_BEAT',
+  keys: ['dueSet'],
+  args: ['member', 'lostAfterMs'],
+  reply: reply => codeReply('LEASE_BEAT', reply, [1, 0]) === 1
+})
 
-/**
- * A delivery left for another sidecar: its entry made idle as long as a lost sidecar's (XCLAIM …
- * IDLE), and due in the app's due set at once, in one step sent behind this sidecar's earlier
- * refreshes (a heartbeat's refresh sent before it cannot make it less idle after).
- * KEYS: deliveries stream, due set. ARGV: group, consumer, entry, idle ms, member.
- */
-export const LEAVE_DELIVERY = new LuaScript(`
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
-return redis.call('ZADD', KEYS[2], 0, ARGV[5])
-`)
+/** A delivery left for another sidecar: idle as a lost one's, due at once (lua/leave-delivery.lua): whether it was added. */
+export const LEAVE_DELIVERY = defineScript({
+  name: 'LEAVE_DELIVERY',
+  keys: ['deliveriesStream', 'dueSet'],
+  args: ['group', 'consumer', 'entry', 'idleMs', 'member'],
+  reply: reply => codeReply('LEAVE_DELIVERY', reply, [1, 0]) === 1
+})
 
 /**
- * What is due by Redis's clock: in the app's due set, and the queued runs submitted longer than the
- * queue's TTL ago (the app's queued index, by created_at: a run's ASYNC_QUEUE_TTL_SECONDS is not in
- * the due set). {now, the due set's member after those due ('' none), its score ('' none), when the
- * queued index's next run reaches the TTL ('' none), members due…, then queued runs past the TTL…}
- * (at most `count` of each). KEYS: due set, queued index. ARGV: count, queue TTL ms.
+ * What LOOK_DUE sees: Redis's clock, the due set's first member not due (undefined none), when the
+ * queued index's next run reaches the queue's TTL (undefined none), and what is due: the due set's
+ * members, then queued runs past the TTL.
  */
-export const LOOK_DUE = new LuaScript(`${NOW_LUA}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-local after = redis.call('ZRANGE', KEYS[1], #due, #due, 'WITHSCORES')
-local ttl = tonumber(ARGV[2])
-local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - ttl, 'LIMIT', 0, tonumber(ARGV[1]))
-local oldest = redis.call('ZRANGE', KEYS[2], #old, #old, 'WITHSCORES')
-local out = { now, after[1] or '', after[2] or '', oldest[2] and tostring(tonumber(oldest[2]) + ttl) or '' }
-for _, member in ipairs(due) do out[#out + 1] = member end
-for _, runId in ipairs(old) do out[#out + 1] = runId end
-return out
-`)
+export interface DueLook {
+  readonly now: number
+  readonly next: { readonly member: string, readonly at: number } | undefined
+  readonly queuedAt: number | undefined
+  readonly due: readonly string[]
+}
+
+/** What is due by Redis's clock: in the app's due set, and queued runs past the queue's TTL, at most `count` of each (lua/look-due.lua). */
+export const LOOK_DUE = defineScript({
+  name: 'LOOK_DUE',
+  keys: ['dueSet', 'queuedIndex'],
+  args: ['count', 'queueTtlMs'],
+  reply: (reply): DueLook => {
+    const [now, after, afterAt, queuedAt, ...due] = arrayReply('LOOK_DUE', reply)
+    const next = textReply('LOOK_DUE', after)
+    const queued = textReply('LOOK_DUE', queuedAt)
+    return {
+      now: integerReply('LOOK_DUE', now),
+      next: next === '' ? undefined : { member: next, at: Number(textReply('LOOK_DUE', afterAt)) },
+      queuedAt: queued === '' ? undefined : Number(queued),
+      due: due.map(member => textReply('LOOK_DUE', member))
+    }
+  }
+})

@@ -94,10 +94,10 @@ export class RedisDue {
     this.#looking = true
     let next: { member: string, at: number } | undefined
     try {
-      const [now, after, afterAt, queuedAt, ...due] = await guard(LOOK_DUE.run(this.#ctx.redis, [this.#ctx.own.expiry, this.#queued], [BATCH, this.#ttlMs])) as [number, string, string, string, ...string[]]
-      this.#offset = Number(now) - Date.now()
-      if (after !== '') next = { member: after, at: Number(afterAt) - this.#offset }
-      if (queuedAt !== '' && (next === undefined || Number(queuedAt) < next.at)) next = { member: '', at: Number(queuedAt) }
+      const { now, next: after, queuedAt, due } = await guard(LOOK_DUE.call(this.#ctx.redis, { dueSet: this.#ctx.own.expiry, queuedIndex: this.#queued, count: BATCH, queueTtlMs: this.#ttlMs }))
+      this.#offset = now - Date.now()
+      if (after !== undefined) next = { member: after.member, at: after.at - this.#offset }
+      if (queuedAt !== undefined && (next === undefined || queuedAt < next.at)) next = { member: '', at: queuedAt }
       const runs = due.filter(member => !member.includes(':'))
       const leases = due.filter(member => member.includes(':'))
       if (runs.length > 0) await this.#handlers.runs(runs)

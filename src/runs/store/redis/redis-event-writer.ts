@@ -67,7 +67,7 @@ export class RunEventWriter {
       return
     }
     this.#inFlight++
-    this.#write(event, false).then(result => { this.#settled(event, result >= 0) }, () => { this.#settled(event, false) })
+    this.#write(event, false).then(result => { this.#settled(event, result !== 'gap') }, () => { this.#settled(event, false) })
   }
 
   /** Resolves once every event added is written (or given up); rejects while Redis cannot be reached (the caller retries). */
@@ -98,7 +98,7 @@ export class RunEventWriter {
       let failure: unknown
       const written = new Set<PendingEvent>()
       results.forEach((result, i) => {
-        if (result.status === 'fulfilled' && result.value >= 0) written.add(round[i] as PendingEvent)
+        if (result.status === 'fulfilled' && result.value !== 'gap') written.add(round[i] as PendingEvent)
         else if (result.status === 'rejected') failure ??= result.reason
       })
       if (written.size > 0) {
@@ -120,13 +120,16 @@ export class RunEventWriter {
     this.#idleIfDone()
   }
 
-  async #write (event: PendingEvent, skip: boolean): Promise<number> {
+  /** Appended, or refused (written already: a retry; or not this writer's); a gap: an event before it is missing. */
+  async #write (event: PendingEvent, skip: boolean): Promise<'appended' | 'refused' | 'gap'> {
     const { settings, redis } = this.#ctx
     const keys = this.#keys
     const runId = this.#run.runId
-    return Number(await guard(APPEND_EVENT.run(redis, [keys.run(runId), keys.events(runId)], [
-      `0-${event.n + 1}`, event.data, settings.maxEvents, keys.live(runId), event.n, settings.maxEventBytes, skip ? '1' : '', this.#ctx.consumer
-    ])))
+    return await guard(APPEND_EVENT.call(redis, {
+      run: keys.run(runId), events: keys.events(runId),
+      entryId: `0-${event.n + 1}`, data: event.data, maxEvents: settings.maxEvents, liveChannel: keys.live(runId), n: event.n,
+      maxBytes: settings.maxEventBytes, skip: skip ? '1' : '', writer: this.#ctx.consumer
+    }))
   }
 
   #overBounds (events: number, bytes: number): boolean {

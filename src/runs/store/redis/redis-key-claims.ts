@@ -3,7 +3,7 @@ import type { KeyClaims } from '../key-claims.ts'
 import { finishedRecord, REPLICA_LOST } from '../../run-record.ts'
 import type { KeptAnswer, KeyClaim, KeyEntry, RunScope, TakenRun } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys, parseWebhook } from './redis-context.ts'
-import { CLAIM_KEY, DROP_KEY, FAIL_LOST_CLAIM, KEEP_ANSWER } from './redis-scripts.ts'
+import { CLAIM_KEY, DROP_KEY, FAIL_LOST_CLAIM, KEEP_ANSWER, type KeyClaimReply } from './redis-scripts.ts'
 
 /** How long a recorded sync run's record outlives RUN_RETENTION_SECONDS while it runs (a day): a key's, or a call whose Prefer: wait ran out. */
 export const RECORDED_RUN_GRACE_SECONDS = 86_400
@@ -25,11 +25,13 @@ export async function failLostClaim (ctx: RedisContext, keys: ScopeKeys, slot: s
       status: 'failed', statusCode: REPLICA_LOST.statusCode, resultJson, error: REPLICA_LOST.message, completedAt: now,
       runTimeMs: running.started_at === undefined ? 0 : now - Date.parse(running.started_at)
     })
-  const failed = await guard(FAIL_LOST_CLAIM.run(ctx.redis, [keys.claims, slot, keys.run(runId), keys.events(runId), keys.runs], [
-    runId, record === undefined ? '' : JSON.stringify(record), resultJson, ctx.settings.retentionSeconds, keys.live(runId),
-    REPLICA_LOST.statusCode, 'application/json', resultJson, ctx.settings.retentionSeconds * 1000, ctx.lostAfterMs, ctx.consumer, ctx.indexCutoff()
-  ]))
-  if (failed !== 1 || record === undefined || view === undefined) return
+  const failed = await guard(FAIL_LOST_CLAIM.call(ctx.redis, {
+    claims: keys.claims, slot, run: keys.run(runId), events: keys.events(runId), index: keys.runs,
+    runId, record: record === undefined ? '' : JSON.stringify(record), result: resultJson, ttlSeconds: ctx.settings.retentionSeconds,
+    liveChannel: keys.live(runId), status: REPLICA_LOST.statusCode, contentType: 'application/json', body: resultJson,
+    answerTtlMs: ctx.settings.retentionSeconds * 1000, lostAfterMs: ctx.lostAfterMs, owner: ctx.consumer, indexCutoffMs: ctx.indexCutoff()
+  }))
+  if (!failed || record === undefined || view === undefined) return
   const webhook = await guard(ctx.redis.hget(keys.run(runId), 'webhook'))
   ctx.listener?.lost({
     scope: ctx.settings.scope, runId, entry: '', createdAt: Date.parse(record.created_at),
@@ -54,31 +56,26 @@ export class RedisKeyClaims implements KeyClaims {
     const ctx = this.#ctx
     const keys = new ScopeKeys(scope)
     const key = keys.slot(slot)
-    let held: Array<Buffer | null> | null | number
+    let held: KeyClaimReply
     for (let tries = 0; ; tries++) {
-      held = await guard(CLAIM_KEY.run(ctx.redis, [keys.claims, key, keys.run(run?.runId ?? claim.runId), keys.runs], [
-        claim.runId, claim.digest, claim.async ? '1' : '0', ctx.claimLeaseMs,
-        run?.runningJson ?? '', ctx.consumer,
-        run?.webhook === undefined ? '' : JSON.stringify(run.webhook), ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, run?.createdAt ?? 0,
-        ctx.lostAfterMs
-      ])) as Array<Buffer | null> | null | number
-      if (!Array.isArray(held) || held.length !== 2 || tries === 2) break
+      held = await guard(CLAIM_KEY.call(ctx.redis, {
+        claims: keys.claims, slot: key, run: keys.run(run?.runId ?? claim.runId), index: keys.runs,
+        runId: claim.runId, digest: claim.digest, async: claim.async ? '1' : '0', leaseMs: ctx.claimLeaseMs,
+        record: run?.runningJson ?? '', owner: ctx.consumer, webhook: run?.webhook === undefined ? '' : JSON.stringify(run.webhook),
+        recordTtlSeconds: ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, createdAtMs: run?.createdAt ?? 0, lostAfterMs: ctx.lostAfterMs
+      }))
+      if (held.kind !== 'lost' || tries === 2) break
       // the key's run is a lost sidecar's: ended "replica lost" first, and that is the answer this request replays
-      await failLostClaim(ctx, keys, key, String(held[1]))
+      await failLostClaim(ctx, keys, key, held.runId)
     }
-    if (held === -1) throw new RunIdTakenError()
-    if (held === null) {
-      ctx.lease.claims.set(key, claim.runId)
-      return undefined
-    }
-    const [runId, digest, async, status, type, body] = held as Array<Buffer | null>
-    return {
-      runId: String(runId),
-      digest: String(digest),
-      async: String(async) === '1',
-      answer: status === null || status === undefined
-        ? undefined
-        : { status: Number(String(status)), contentType: type === null || type === undefined || type.length === 0 ? undefined : String(type), body: body ?? Buffer.alloc(0) }
+    switch (held.kind) {
+      case 'run id taken': throw new RunIdTakenError()
+      case 'claimed':
+        ctx.lease.claims.set(key, claim.runId)
+        return undefined
+      case 'held': return held.entry
+      // still a lost sidecar's after three tries: no digest, so no request matches it (as before the typed reply)
+      case 'lost': return { runId: held.runId, digest: '', async: false, answer: undefined }
     }
   }
 
@@ -86,14 +83,16 @@ export class RedisKeyClaims implements KeyClaims {
     const keys = new ScopeKeys(scope)
     const key = keys.slot(slot)
     this.#ctx.lease.claims.delete(key)
-    await guard(KEEP_ANSWER.run(this.#ctx.redis, [key, keys.claims],
-      [runId, answer.status, answer.contentType ?? '', answer.body, this.#ctx.settings.retentionSeconds * 1000]))
+    await guard(KEEP_ANSWER.call(this.#ctx.redis, {
+      slot: key, claims: keys.claims,
+      runId, status: answer.status, contentType: answer.contentType ?? '', body: answer.body, ttlMs: this.#ctx.settings.retentionSeconds * 1000
+    }))
   }
 
   async drop (scope: RunScope, slot: string, runId: string, forgetRun = false): Promise<void> {
     const keys = new ScopeKeys(scope)
     const key = keys.slot(slot)
     this.#ctx.lease.claims.delete(key)
-    await guard(DROP_KEY.run(this.#ctx.redis, [key, keys.run(runId), keys.claims], [runId, forgetRun ? '1' : '0']))
+    await guard(DROP_KEY.call(this.#ctx.redis, { slot: key, run: keys.run(runId), claims: keys.claims, runId, forget: forgetRun ? '1' : '0' }))
   }
 }

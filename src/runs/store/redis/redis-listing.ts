@@ -20,13 +20,12 @@ export class RedisListing implements RunListing {
     const keys = new ScopeKeys(scope)
     const { limit, after } = request
     // one more than the page: whether anything follows it
-    const reply = await guard(LIST_RUNS.run(this.#ctx.redis, [keys.runs], [
-      keys.run(''), after === undefined ? '+inf' : after.createdAt, after?.runId ?? '', (request.statuses ?? RUN_STATUSES).join(','), limit + 1
-    ])) as Array<string | number>
-    const found: Array<{ record: RunRecord, at: ListPosition }> = []
-    for (let i = 0; i < reply.length; i += 4) {
-      found.push({ record: recordOf(String(reply[i + 2]), String(reply[i + 3])), at: { createdAt: Number(reply[i + 1]), runId: String(reply[i]) } })
-    }
+    const listed = await guard(LIST_RUNS.call(this.#ctx.redis, {
+      index: keys.runs,
+      runKeyPrefix: keys.run(''), maxScore: after === undefined ? '+inf' : after.createdAt, after: after?.runId ?? '',
+      statuses: (request.statuses ?? RUN_STATUSES).join(','), wanted: limit + 1
+    }))
+    const found = listed.map(run => ({ record: recordOf(run.record, run.webhookState), at: { createdAt: run.score, runId: run.runId } }))
     if (found.length <= limit) return { records: found.map(run => run.record), next: undefined }
     return { records: found.slice(0, limit).map(run => run.record), next: (found[limit - 1] as { at: ListPosition }).at }
   }
@@ -37,12 +36,14 @@ export class RedisListing implements RunListing {
     let canceled = 0
     let from = '-'
     for (;;) {
-      const [count, last] = await guard(CANCEL_QUEUED.run(this.#ctx.redis, [keys.queue, keys.queuedBytes, keys.running, keys.expiry, keys.turns, keys.runs], [
-        keys.run(''), keys.events(''), keys.live(''), from, CANCEL_BATCH, ends, this.#ctx.settings.retentionSeconds, this.#ctx.indexCutoff()
-      ])) as [number, string]
-      canceled += Number(count)
-      if (last === '' || last === null) return canceled
-      from = String(last)
+      const step = await guard(CANCEL_QUEUED.call(this.#ctx.redis, {
+        queue: keys.queue, queuedBytes: keys.queuedBytes, running: keys.running, expiry: keys.expiry, turns: keys.turns, index: keys.runs,
+        runKeyPrefix: keys.run(''), eventsKeyPrefix: keys.events(''), liveChannelPrefix: keys.live(''), from, count: CANCEL_BATCH,
+        canceledFields: ends, ttlSeconds: this.#ctx.settings.retentionSeconds, indexCutoffMs: this.#ctx.indexCutoff()
+      }))
+      canceled += step.canceled
+      if (step.last === '') return canceled
+      from = step.last
     }
   }
 }

@@ -7,7 +7,7 @@ import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { endDeliveryId, heldEndDelivery, holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
 import { RECORDED_RUN_GRACE_SECONDS } from './redis-key-claims.ts'
-import { FINISH_RECORDED, MARK_FOLLOWED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
+import { FINISH_RECORDED, HOLD_DELIVERY, MARK_FOLLOWED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
 
 /**
  * The runs' records in Redis: hashes written by compare-and-set (Lua script), events in a stream
@@ -47,11 +47,12 @@ export class RedisRecords implements RunRecords {
   async open (run: TakenRun): Promise<void> {
     const ctx = this.#ctx
     const keys = new ScopeKeys(run.scope)
-    const opened = await guard(OPEN_RUN.run(ctx.redis, [keys.run(run.runId), keys.runs], [
-      run.runningJson ?? JSON.stringify(run.running), ctx.consumer, run.webhook === undefined ? '' : JSON.stringify(run.webhook),
-      ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, run.runId, run.createdAt
-    ]))
-    if (opened === -1) throw new RunIdTakenError()
+    const opened = await guard(OPEN_RUN.call(ctx.redis, {
+      run: keys.run(run.runId), index: keys.runs,
+      record: run.runningJson ?? JSON.stringify(run.running), owner: ctx.consumer, webhook: run.webhook === undefined ? '' : JSON.stringify(run.webhook),
+      ttlSeconds: ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, runId: run.runId, createdAtMs: run.createdAt
+    }))
+    if (!opened) throw new RunIdTakenError()
   }
 
   appendEvent (run: TakenRun, n: number, data: string): void {
@@ -85,10 +86,12 @@ export class RedisRecords implements RunRecords {
         const slot = keys.slot(keep.slot)
         ctx.lease.claims.delete(slot)
         const { answer } = keep
-        if (await guard(FINISH_RECORDED.run(ctx.redis, [keys.claims, keys.runs, keys.run(run.runId), keys.events(run.runId), slot], [
-          ctx.consumer, JSON.stringify(finished), outcome.resultJson, ctx.settings.retentionSeconds, keys.live(run.runId), run.runId,
-          answer.status, answer.contentType ?? '', answer.body, ctx.settings.retentionSeconds * 1000, ctx.indexCutoff()
-        ])) === 1) return done
+        if (await guard(FINISH_RECORDED.call(ctx.redis, {
+          claims: keys.claims, index: keys.runs, run: keys.run(run.runId), events: keys.events(run.runId), slot,
+          owner: ctx.consumer, newRecord: JSON.stringify(finished), result: outcome.resultJson, ttlSeconds: ctx.settings.retentionSeconds,
+          liveChannel: keys.live(run.runId), runId: run.runId, status: answer.status, contentType: answer.contentType ?? '', body: answer.body,
+          answerTtlMs: ctx.settings.retentionSeconds * 1000, indexCutoffMs: ctx.indexCutoff()
+        }))) return done
       }
     }
     if (keep !== undefined) await this.#keys.keepAnswer(run.scope, keep.slot, run.runId, keep.answer)
@@ -140,7 +143,8 @@ export class RedisRecords implements RunRecords {
       ended = await ctx.transition(keys, run.runId, old, finished, extra) ? view : undefined
     } else {
       const writing = holdDelivery(ctx, deliveryOf(view), endDeliveryId(run.runId))
-      const entry = await ctx.transitionAndHold(keys, run.runId, old, finished, extra, writing.script)
+      const hold = HOLD_DELIVERY.build(writing.fields)
+      const entry = await ctx.transitionAndHold(keys, run.runId, old, finished, extra, [hold.keys, hold.args])
       ended = entry === undefined ? undefined : { ...view, delivery: writing.held(entry) }
     }
     if (ended === undefined) return undefined
@@ -161,8 +165,8 @@ export class RedisRecords implements RunRecords {
   }
 
   async webhookDone (scope: RunScope, runId: string, status: WebhookStatus, attempts: number): Promise<void> {
-    const changed = await guard(WEBHOOK_STATE.run(this.#ctx.redis, [new ScopeKeys(scope).run(runId)], [status, attempts]))
-    if (changed === 0) throw new RunNotFoundError()
+    const changed = await guard(WEBHOOK_STATE.call(this.#ctx.redis, { run: new ScopeKeys(scope).run(runId), status, attempts }))
+    if (!changed) throw new RunNotFoundError()
   }
 
   async follow (scope: RunScope, runId: string, after: number, signal: AbortSignal): Promise<AsyncIterable<RunEventItem>> {
