@@ -16,7 +16,7 @@ const IDLE_TARGET = 0.1
 interface PeerFigure {
   readonly id: string
   readonly label: string
-  readonly phase: 'complete' | 'paced' | 'commands'
+  readonly phase: 'complete' | 'paced' | 'commands' | 'commands-backlog' | 'commands-one'
   readonly unit: Ratio['unit']
   readonly of: (x: Measurement) => number
   /** The sidecar should be at least BullMQ's (else at most). */
@@ -29,6 +29,8 @@ const extra = (key: string) => (x: Measurement): number => x.extra?.[key] ?? NaN
 
 const FIGURES: PeerFigure[] = [
   { id: 'commands', label: `Redis commands per run, ${PACED_RATE} runs/s paced (INFO commandstats, busy − idle)`, phase: 'commands', unit: '/run', of: extra('commandsPerRun'), higherIsBetter: false, newForFleet: false },
+  { id: 'commands-backlog', label: 'Redis commands per run with a backlog (INFO commandstats, busy − idle)', phase: 'commands-backlog', unit: '/run', of: extra('commandsPerRun'), higherIsBetter: false, newForFleet: true },
+  { id: 'commands-one', label: 'Redis commands per run, one at a time (INFO commandstats, busy − idle)', phase: 'commands-one', unit: '/run', of: extra('commandsPerRun'), higherIsBetter: false, newForFleet: true },
   { id: 'bytes', label: 'Redis bytes kept per finished run (used_memory at rest after − before the paced phase ÷ runs; kept an hour)', phase: 'paced', unit: 'B', of: extra('redisBytesPerRun'), higherIsBetter: false, newForFleet: true },
   { id: 'redis-cpu', label: `Redis CPU per run (redis-server's CPU from the first submission to the last end, ${PACED_RATE} runs/s paced, ÷ runs)`, phase: 'paced', unit: 'µs', of: extra('redisCpuUsPerRun'), higherIsBetter: false, newForFleet: true },
   { id: 'utilisation', label: 'slot utilisation with a backlog (∫ in-flight dt at the app ÷ 4 slots × span)', phase: 'complete', unit: '%', of: extra('utilisation'), higherIsBetter: true, newForFleet: false },

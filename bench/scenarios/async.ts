@@ -33,7 +33,9 @@ const ROUND_TRIPS_TARGET = 4
 const COMMANDS_TARGET = 15
 const SUBMIT_TO_APP_MS = 5
 /** The phases of fleet-2 and of its BullMQ peer. */
-const FLEET_2_PHASES = ['complete', 'paced', 'commands']
+const FLEET_2_PHASES = ['complete', 'paced', 'commands', 'commands-backlog', 'commands-one']
+/** Issue 39: Redis commands per run with a backlog. */
+const BACKLOG_COMMANDS_TARGET = 30
 
 const expectQueued = (status: number, body: string): void => {
   if (status !== 202) throw new Error(`expected 202, got ${status}: ${body.slice(0, 200)}`)
@@ -51,6 +53,8 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   const fleetPhases = (fleet: Fleet): RunningTarget['runPhase'] => async (phase, settings) => {
     if (phase.id === 'paced') return await pacedPhase(fleet, settings.durationSeconds, store)
     if (phase.id === 'commands' && store !== undefined) return await commandsPhase(fleet, store, settings.durationSeconds)
+    if (phase.id === 'commands-backlog' && store !== undefined) return await commandsPhase(fleet, store, settings.durationSeconds, 'backlog')
+    if (phase.id === 'commands-one' && store !== undefined) return await commandsPhase(fleet, store, settings.durationSeconds, 'one')
     return await completionPhase(fleet, settings.durationSeconds)
   }
 
@@ -160,6 +164,8 @@ function evaluate (results: TargetResult[]): Evaluation {
       now(`utilisation-${count}`), UTILISATION_TARGET, true)),
     atMost(`≤ ${ROUND_TRIPS_TARGET} round trips per async run`, now('round-trips'), ROUND_TRIPS_TARGET),
     atMost(`≤ ${COMMANDS_TARGET} Redis commands per async run`, now('commands'), COMMANDS_TARGET),
+    atMost(`≤ ${BACKLOG_COMMANDS_TARGET} Redis commands per async run with a backlog`, ownFigure('commands-backlog', 'Redis commands per async run with a backlog (INFO commandstats, busy − idle)', '/run',
+      rounds('fleet-2', 'commands-backlog'), x => x.extra?.commandsPerRun ?? NaN), BACKLOG_COMMANDS_TARGET),
     atMost(`submit → app p99 ≤ ${SUBMIT_TO_APP_MS} ms below capacity (${PACED_RATE} runs/s over 4 slots)`, now('submit-to-app'), SUBMIT_TO_APP_MS, pacedShort)
   ]
   const breakdown = builds(results, 'fleet-2').map(b => {
@@ -184,6 +190,12 @@ const maxLoad: LoadPhase['run'] = async (request, settings) => await runLoad(req
 const ownPhase = (id: string, label: string, rateUnit: string): LoadPhase =>
   ({ id, label, rateUnit, run: async () => { throw new Error(`the ${id} phase runs through its target`) } })
 
+/** The columns of the Redis traffic phases. */
+const TRAFFIC_COLUMNS: LoadPhase['columns'] = [{ key: 'roundTripsPerRun', label: 'round trips/run', digits: 2 }, { key: 'commandsPerRun', label: 'commands/run', digits: 2 },
+  { key: 'clientCommandsPerRun', label: 'client commands/run', digits: 2 }, { key: 'scriptCallsPerRun', label: 'script calls/run', digits: 2 },
+  { key: 'luaCommandsPerRun', label: 'in scripts/run', digits: 2 }, { key: 'idleCommandsPerSecond', label: 'idle commands/s', digits: 2 },
+  { key: 'idleCommandsPerProcessPerSecond', label: 'idle commands/s per process', digits: 3 }]
+
 export const asyncScenario: Scenario = {
   name: 'async',
   baselineId: 'plain',
@@ -205,11 +217,9 @@ export const asyncScenario: Scenario = {
       columns: [{ key: 'submitP50Ms', label: 'submit p50 ms (202)', digits: 2 }, { key: 'submitP99Ms', label: 'submit p99 ms (202)', digits: 2 },
         { key: 'redisCpuUsPerRun', label: 'Redis CPU µs/run' }, { key: 'redisBytesPerRun', label: 'Redis B kept/run' },
         { key: 'redisCappedBytesPerRun', label: 'Redis B/run in capped keys (left out)' }] },
-    { ...ownPhase('commands', `Redis traffic per run, ${PACED_RATE} runs/s evenly paced (latency: the submissions')`, 'runs/s'),
-      columns: [{ key: 'roundTripsPerRun', label: 'round trips/run', digits: 2 }, { key: 'commandsPerRun', label: 'commands/run', digits: 2 },
-        { key: 'clientCommandsPerRun', label: 'client commands/run', digits: 2 }, { key: 'scriptCallsPerRun', label: 'script calls/run', digits: 2 },
-        { key: 'luaCommandsPerRun', label: 'in scripts/run', digits: 2 }, { key: 'idleCommandsPerSecond', label: 'idle commands/s', digits: 2 },
-        { key: 'idleCommandsPerProcessPerSecond', label: 'idle commands/s per process', digits: 3 }] }
+    { ...ownPhase('commands', `Redis traffic per run, ${PACED_RATE} runs/s evenly paced (latency: the submissions')`, 'runs/s'), columns: TRAFFIC_COLUMNS },
+    { ...ownPhase('commands-backlog', 'Redis traffic per run with a backlog (every slot\'s work for the phase submitted at once; latency: the submissions\')', 'runs/s'), columns: TRAFFIC_COLUMNS },
+    { ...ownPhase('commands-one', 'Redis traffic per run, one at a time (each submitted once the one before ended; latency: the submissions\')', 'runs/s'), columns: TRAFFIC_COLUMNS }
   ],
   method: settings =>
     `Plain calls and submissions: autocannon, ${settings.connections} connections, ${settings.durationSeconds} s, auth on (a cached token); ` +
@@ -226,6 +236,7 @@ export const asyncScenario: Scenario = {
     `Redis traffic (2 sidecars): ${PACED_RATE} runs/s paced for the phase until every run succeeded, then an idle span as long; INFO commandstats and MONITOR (a connection of its own) ` +
     'counted over each; per run = (busy − idle) ÷ runs. Round trips = batches of MONITOR lines of one client each within 50 µs of the line before (the commands its scripts ran included). ' +
     'Idle commands/s per process: MONITOR lines in the idle span before the reads that mirror the busy span\'s, ÷ its seconds ÷ the processes on the Redis. ' +
+    'The same count with a backlog (every slot\'s work for the phase submitted at once, 20 at a time) and one at a time (each run submitted once the one before was counted ended, for the phase). ' +
     `BullMQ ${BULLMQ_VERSION} (the same phases as 2 sidecars, same app and Redis): a producer process (HTTP POST /run → Queue.add of the request, finished jobs kept an hour; 202 once added) ` +
     `and ${WORKERS} worker processes (Worker, concurrency ${CONCURRENCY}, the request sent to the app with undici, the app's body the job's result); ` +
     'jobs counted ended by the workers themselves, the idle traffic per process over its 3 processes. ' +

@@ -68,10 +68,15 @@ export class MemoryQueue implements RunQueue {
     })
   }
 
-  /** A run its take started: still running here (not canceled or expired since), or undefined. */
-  async start (taken: TakenRun, _startedAt?: number): Promise<TakenRun | undefined> {
+  /**
+   * A run its take started, as it goes to the app: still running here (not canceled or expired
+   * since), its `started_at` now `startedAt` (in memory it costs nothing to say the moment it left
+   * for the app); or undefined.
+   */
+  async start (taken: TakenRun, startedAt: number): Promise<TakenRun | undefined> {
     const run = this.#runs.live.get(keyOf(taken))
     if (run === undefined || !run.taken || run.record.status !== 'running') return undefined
+    run.record = startedRecord(run.record, taken.createdAt, startedAt)
     return taken
   }
 
