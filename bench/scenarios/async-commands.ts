@@ -70,7 +70,10 @@ export async function commandsPhase (fleet: Fleet, redis: BenchRedis, durationSe
     const idle = between(busyEnd, idleEnd)
     const quiet = between(busyEnd, quietEnd)
     const runs = Math.max(1, done)
-    const each = perRun(busy, idle, busySeconds / idleSeconds, runs)
+    // paced: the idle traffic scaled to the busy span's seconds; with a backlog or one at a time the
+    // fleet's count is read often (a sidecar's read asks the run store), and the idle span, as long
+    // as the busy one plus those reads, takes them away one for one
+    const each = perRun(busy, idle, load === 'paced' ? busySeconds / idleSeconds : 1, runs)
     const byCommand = (prefix: string, record: Record<string, number>): Array<[string, number]> =>
       Object.entries(record).filter(([, n]) => Math.abs(n) >= 0.005).map(([name, n]) => [`${prefix}${name}`, n])
     return {

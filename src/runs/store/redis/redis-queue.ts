@@ -301,7 +301,8 @@ export class RedisQueue implements RunQueue {
         [run.entry, run.runId, started, queued ?? '']))
     } finally {
       // not given back (the store is down): no longer kept claimed either, so once the store is
-      // back a reaper (this one or another replica's) takes it over as a lost sidecar's queued run
+      // back a reaper (this one or another replica's) takes it over as a lost sidecar's: a run its
+      // take started fails "replica lost" (it never reached the app), one taken over unread runs
       this.#ctx.lease.held.delete(run.entry)
     }
   }
