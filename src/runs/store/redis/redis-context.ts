@@ -11,7 +11,8 @@ import { channelsOf, type Channels } from './redis-channels.ts'
 import { connectRedis, isCluster, type RedisClient, runStoreAddress } from './redis-connect.ts'
 import { RedisFollow } from './redis-follow.ts'
 import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
-import { GROUP, QUEUE_SCRIPTS } from './redis-queue-scripts.ts'
+import type { FieldsOf } from './redis-named-script.ts'
+import { GROUP, QUEUE_SCRIPTS, TAKE, type TakeOutcome } from './redis-queue-scripts.ts'
 import { answerWithin } from './redis-deadline.ts'
 import { indexCutoff } from './redis-run-index.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS } from '../../run-expiry.ts'
@@ -291,14 +292,14 @@ export class RedisContext {
 
   /**
    * As transition, and, when it changed the record, the next run taken in the same step
-   * (END_AND_TAKE; `take`: TAKE's keys and arguments): TAKE's reply (bulk strings as Buffers), or
-   * undefined when the record had changed.
+   * (END_AND_TAKE; `take`: TAKE's fields): what TAKE answered, or undefined when the record had changed.
    */
   async transitionAndTake (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra,
-    take: { readonly keys: readonly string[], readonly args: ReadonlyArray<string | number> }): Promise<{ reply: unknown } | undefined> {
+    take: FieldsOf<typeof TAKE>): Promise<TakeOutcome | undefined> {
     const [transitionKeys, args] = this.#transitionArgs(keys, runId, old, record, extra)
-    const reply = await guard(END_AND_TAKE.runBuffer(this.redis, [...transitionKeys, ...take.keys], [...args, ...take.args])) as [number, unknown?]
-    return reply[0] === 1 ? { reply: reply[1] } : undefined
+    const taking = TAKE.build(take)
+    const reply = await guard(END_AND_TAKE.runBuffer(this.redis, [...transitionKeys, ...taking.keys], [...args, ...taking.args])) as [number, unknown?]
+    return reply[0] === 1 ? TAKE.parse(reply[1]) : undefined
   }
 
   #transitionArgs (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): [string[], Array<string | number>] {

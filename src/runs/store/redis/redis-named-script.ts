@@ -161,6 +161,12 @@ export function textReply (script: string, reply: unknown): string {
   throw unexpectedReply(script, reply)
 }
 
+/** A bulk reply as bytes (a script run with `buffers`), or null for none (Lua's false). */
+export function bytesReply (script: string, reply: unknown): Buffer | null {
+  if (reply === null || Buffer.isBuffer(reply)) return reply
+  throw unexpectedReply(script, reply)
+}
+
 /** An array of bulk replies, as text. */
 export function textsReply (script: string, reply: unknown): string[] {
   return arrayReply(script, reply).map(value => textReply(script, value))

@@ -7,6 +7,8 @@ import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { endDeliveryId, heldEndDelivery, holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
 import { RECORDED_RUN_GRACE_SECONDS } from './redis-key-claims.ts'
+import type { FieldsOf } from './redis-named-script.ts'
+import type { TAKE, TakeOutcome } from './redis-queue-scripts.ts'
 import { FINISH_RECORDED, HOLD_DELIVERY, MARK_FOLLOWED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
 
 /**
@@ -136,8 +138,8 @@ export class RedisRecords implements RunRecords {
     const extra = { result: outcome.resultJson, entry: run.entry, done: true, owner: ctx.consumer }
     let ended: RunView | undefined
     if (deliveryOf === undefined && take !== undefined) {
-      const taken = await ctx.transitionAndTake(keys, run.runId, old, finished, extra, take).catch((error: unknown) => { take.cut(); throw error })
-      if (taken !== undefined) take.taken(taken.reply)
+      const taken = await ctx.transitionAndTake(keys, run.runId, old, finished, extra, take.fields).catch((error: unknown) => { take.cut(); throw error })
+      if (taken !== undefined) take.taken(taken)
       ended = taken === undefined ? undefined : view
     } else if (deliveryOf === undefined) {
       ended = await ctx.transition(keys, run.runId, old, finished, extra) ? view : undefined
@@ -190,10 +192,9 @@ export class RedisRecords implements RunRecords {
 
 const writerKey = (run: TakenRun): string => `${run.scope.projectId}/${run.scope.appName}/${run.runId}`
 
-/** TAKE sent along with a run's end (END_AND_TAKE): its keys and arguments, where its reply goes, and what a lost reply does. */
+/** TAKE sent along with a run's end (END_AND_TAKE): its fields, where its answer goes, and what a lost reply does. */
 export interface TakeAlong {
-  readonly keys: readonly string[]
-  readonly args: ReadonlyArray<string | number>
-  readonly taken: (reply: unknown) => void
+  readonly fields: FieldsOf<typeof TAKE>
+  readonly taken: (take: TakeOutcome) => void
   readonly cut: () => void
 }

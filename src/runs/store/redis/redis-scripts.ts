@@ -2,7 +2,8 @@ import type { KeyEntry } from '../../run-data.ts'
 import { LuaScript } from './redis-lua-script.ts'
 import { arrayReply, codeReply, defineScript, integerReply, textReply, textsReply, unexpectedReply } from './redis-named-script.ts'
 import { INDEX_RUN_LUA } from './redis-run-index.ts'
-import { GROUP, STARTED_LUA, TAKE_LUA } from './redis-queue-scripts.ts'
+import { GROUP, TAKE } from './redis-queue-scripts.ts'
+import { luaSource } from './redis-lua-file.ts'
 import { LEASE_BEAT, LEAVE_DELIVERY, LOOK_DUE, LOST_CLAIMS } from './redis-due-scripts.ts'
 
 // The run store's scripts, each in lua/<kebab-name>.lua with its KEYS, ARGV and replies in its
@@ -25,7 +26,7 @@ import { LEASE_BEAT, LEAVE_DELIVERY, LOOK_DUE, LOST_CLAIMS } from './redis-due-s
  * KEYS: run, queue, events, queued bytes, running, expiry, turns, index. ARGV: old record, new record, result (''),
  * owner (''), entry (''), ttl seconds (0), live channel, message (''), run id, index cutoff ms ('' none).
  */
-export const TRANSITION_LUA = `${INDEX_RUN_LUA}${STARTED_LUA}
+export const TRANSITION_LUA = `${INDEX_RUN_LUA}${luaSource('started.lua')}
 local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events', 'turn', 'at', 'followed')
 if current[1] ~= ARGV[1] then return 0 end
 local set = { 'record', ARGV[2] }
@@ -258,7 +259,7 @@ return hold({ KEYS[9], KEYS[10] }, { unpack(ARGV, 11, 19) })
  */
 export const END_AND_TAKE = new LuaScript(`
 local function transition (KEYS, ARGV)${TRANSITION_LUA}end
-local function take (KEYS, ARGV)${TAKE_LUA}end
+local function take (KEYS, ARGV)${TAKE.source}end
 if transition({ unpack(KEYS, 1, 8) }, { unpack(ARGV, 1, 10) }) ~= 1 then return { 0 } end
 return { 1, take({ unpack(KEYS, 9, 15) }, { unpack(ARGV, 11, 17) }) }
 `)
