@@ -34,7 +34,7 @@ export interface ScriptDefinition<Keys extends readonly string[], Args extends r
   readonly batch?: { readonly shared: number }
   /** Bulk replies as Buffers (binary values). */
   readonly buffers?: boolean
-  /** Lua run before the file's own (a function it calls that is not in a file of lua/). */
+  /** Lua run before the file's own: the functions it calls (another script of lua/ as one: luaFunction). */
   readonly prelude?: string
 }
 
@@ -120,6 +120,15 @@ export class NamedScript<Keys extends readonly string[], Args extends readonly s
     }
     return values
   }
+}
+
+/**
+ * A script of lua/ as a function of another's prelude, `local function <name> (KEYS, ARGV) … end`:
+ * the caller passes it KEYS and ARGV of its own (tables), and gets its reply. Its source ends its
+ * last line (lua-headers.test.ts), so `end` is a line of its own.
+ */
+export function luaFunction (name: string, script: { readonly source: string }): string {
+  return `local function ${name} (KEYS, ARGV)${script.source}end\n`
 }
 
 /** A script of lua/, with its fields' names taken as written (`as const` not needed). */

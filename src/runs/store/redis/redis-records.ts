@@ -9,7 +9,7 @@ import { RunEventWriter } from './redis-event-writer.ts'
 import { RECORDED_RUN_GRACE_SECONDS } from './redis-key-claims.ts'
 import type { FieldsOf } from './redis-named-script.ts'
 import type { TAKE, TakeOutcome } from './redis-queue-scripts.ts'
-import { FINISH_RECORDED, HOLD_DELIVERY, MARK_FOLLOWED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
+import { FINISH_RECORDED, MARK_FOLLOWED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
 
 /**
  * The runs' records in Redis: hashes written by compare-and-set (Lua script), events in a stream
@@ -145,8 +145,7 @@ export class RedisRecords implements RunRecords {
       ended = await ctx.transition(keys, run.runId, old, finished, extra) ? view : undefined
     } else {
       const writing = holdDelivery(ctx, deliveryOf(view), endDeliveryId(run.runId))
-      const hold = HOLD_DELIVERY.build(writing.fields)
-      const entry = await ctx.transitionAndHold(keys, run.runId, old, finished, extra, [hold.keys, hold.args])
+      const entry = await ctx.transitionAndHold(keys, run.runId, old, finished, extra, writing.fields)
       ended = entry === undefined ? undefined : { ...view, delivery: writing.held(entry) }
     }
     if (ended === undefined) return undefined
@@ -180,7 +179,7 @@ export class RedisRecords implements RunRecords {
     // subscribed before the first read of the events: nothing appended meanwhile is missed
     const listening = await follow.listen(keys.live(runId), signal)
     // its end is told on the channel from now on (an end before this is read by the follower)
-    await guard(MARK_FOLLOWED.run(this.#ctx.redis, [keys.run(runId)], [])).catch((error: unknown) => { listening.stop(); throw error })
+    await guard(MARK_FOLLOWED.call(this.#ctx.redis, { run: keys.run(runId) })).catch((error: unknown) => { listening.stop(); throw error })
     return follow.events(listening, keys.events(runId), after + 1, async () => await this.#finishedView(keys, runId))
   }
 
