@@ -11,11 +11,12 @@ import { channelsOf, type Channels } from './redis-channels.ts'
 import { connectRedis, isCluster, type RedisClient, runStoreAddress } from './redis-connect.ts'
 import { RedisFollow } from './redis-follow.ts'
 import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
-import { GROUP, QUEUE_SCRIPTS } from './redis-queue-scripts.ts'
+import type { FieldsOf } from './redis-named-script.ts'
+import { GROUP, QUEUE_SCRIPTS, TAKE, type TakeOutcome } from './redis-queue-scripts.ts'
 import { answerWithin } from './redis-deadline.ts'
 import { indexCutoff } from './redis-run-index.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS } from '../../run-expiry.ts'
-import { DROP_ENTRY, END_AND_HOLD, END_AND_TAKE, SCRIPTS, TRANSITION } from './redis-scripts.ts'
+import { DROP_ENTRY, END_AND_HOLD, END_AND_TAKE, HOLD_DELIVERY, SCRIPTS, TRANSITION } from './redis-scripts.ts'
 import { RedisLease } from './redis-lease.ts'
 
 type Redis = RedisClient
@@ -249,7 +250,7 @@ export class RedisContext {
   async forget (keys: ScopeKeys, entry: string): Promise<void> {
     this.lease.held.delete(entry)
     if (entry === '') return
-    await guard(DROP_ENTRY.run(this.redis, [keys.queue], [GROUP, entry]))
+    await guard(DROP_ENTRY.call(this.redis, { stream: keys.queue, group: GROUP, entry }))
   }
 
   async read (keys: ScopeKeys, runId: string): Promise<[RunView, string, string]> {
@@ -273,41 +274,41 @@ export class RedisContext {
 
   /** Compare-and-set of the record; a finished record gets its TTL, and its followers the end. */
   async transition (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): Promise<boolean> {
-    const [transitionKeys, args] = this.#transitionArgs(keys, runId, old, record, extra)
-    return await guard(TRANSITION.run(this.redis, transitionKeys, args)) === 1
+    return await guard(TRANSITION.call(this.redis, this.#transitionFields(keys, runId, old, record, extra)))
   }
 
   /**
    * As transition, and, when it changed the record, the webhook's delivery written down and held
-   * in the same step (`hold`: HOLD_DELIVERY's keys and arguments). The delivery's entry id, or
+   * in the same step (END_AND_HOLD; `hold`: HOLD_DELIVERY's fields). The delivery's entry id, or
    * undefined when the record had changed.
    */
   async transitionAndHold (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra,
-    hold: readonly [readonly string[], ReadonlyArray<string | Buffer | number>]): Promise<string | undefined> {
-    const [transitionKeys, args] = this.#transitionArgs(keys, runId, old, record, extra)
-    const entry = await guard(END_AND_HOLD.run(this.redis, [...transitionKeys, ...hold[0]], [...args, ...hold[1]])) as string | null
-    return entry === null ? undefined : String(entry)
+    hold: FieldsOf<typeof HOLD_DELIVERY>): Promise<string | undefined> {
+    const end = TRANSITION.build(this.#transitionFields(keys, runId, old, record, extra))
+    const held = HOLD_DELIVERY.build(hold)
+    return await guard(END_AND_HOLD.call(this.redis, { transitionKeys: end.keys, holdKeys: held.keys, transitionArgs: end.args, holdArgs: held.args }))
   }
 
   /**
    * As transition, and, when it changed the record, the next run taken in the same step
-   * (END_AND_TAKE; `take`: TAKE's keys and arguments): TAKE's reply (bulk strings as Buffers), or
-   * undefined when the record had changed.
+   * (END_AND_TAKE; `take`: TAKE's fields): what TAKE answered, or undefined when the record had changed.
    */
   async transitionAndTake (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra,
-    take: { readonly keys: readonly string[], readonly args: ReadonlyArray<string | number> }): Promise<{ reply: unknown } | undefined> {
-    const [transitionKeys, args] = this.#transitionArgs(keys, runId, old, record, extra)
-    const reply = await guard(END_AND_TAKE.runBuffer(this.redis, [...transitionKeys, ...take.keys], [...args, ...take.args])) as [number, unknown?]
-    return reply[0] === 1 ? { reply: reply[1] } : undefined
+    take: FieldsOf<typeof TAKE>): Promise<TakeOutcome | undefined> {
+    const end = TRANSITION.build(this.#transitionFields(keys, runId, old, record, extra))
+    const taking = TAKE.build(take)
+    return await guard(END_AND_TAKE.call(this.redis, { transitionKeys: end.keys, takeKeys: taking.keys, transitionArgs: end.args, takeArgs: taking.args }))
   }
 
-  #transitionArgs (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): [string[], Array<string | number>] {
+  #transitionFields (keys: ScopeKeys, runId: string, old: string, record: RunRecord, extra: TransitionExtra): FieldsOf<typeof TRANSITION> {
     const finished = isFinished(record)
-    return [[keys.run(runId), keys.queue, keys.events(runId), keys.queuedBytes, keys.running, keys.expiry, keys.turns, keys.runs], [
-      old, JSON.stringify(record), extra.result ?? '', extra.owner ?? '', extra.entry ?? '',
-      finished ? this.settings.retentionSeconds : 0, keys.live(runId), extra.done === true ? 'done' : '', runId,
-      finished ? this.indexCutoff() : ''
-    ]]
+    return {
+      run: keys.run(runId), queue: keys.queue, events: keys.events(runId), queuedBytes: keys.queuedBytes, oldRunningSet: keys.running,
+      expiry: keys.expiry, turns: keys.turns, index: keys.runs,
+      oldRecord: old, newRecord: JSON.stringify(record), result: extra.result ?? '', owner: extra.owner ?? '', entry: extra.entry ?? '',
+      ttlSeconds: finished ? this.settings.retentionSeconds : 0, liveChannel: keys.live(runId), message: extra.done === true ? 'done' : '', runId,
+      indexCutoffMs: finished ? this.indexCutoff() : ''
+    }
   }
 
   /** The created_at (ms) before which a finished run's index entry may go (redis-run-index.ts). */

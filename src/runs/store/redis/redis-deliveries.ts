@@ -71,7 +71,7 @@ export class RedisDeliveries implements DurableDeliveries {
       const id = fields?.[1]
       const stored = id === undefined ? {} : await redis.hgetall(keys.delivery(id))
       if (id === undefined || stored.run === undefined || stored.url === undefined || stored.body === undefined) {
-        await DROP_ENTRY.run(redis, [keys.deliveries], [SENDERS, entry])
+        await DROP_ENTRY.call(redis, { stream: keys.deliveries, group: SENDERS, entry })
         continue
       }
       this.#ctx.lease.held.set(entry, keys.deliveries)

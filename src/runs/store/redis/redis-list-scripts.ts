@@ -1,5 +1,5 @@
-import { arrayReply, defineScript, integerReply, textReply } from './redis-named-script.ts'
-import { TRANSITION_LUA } from './redis-scripts.ts'
+import { arrayReply, defineScript, integerReply, luaFunction, textReply } from './redis-named-script.ts'
+import { TRANSITION } from './redis-scripts.ts'
 
 // The scripts over an app's runs as a whole, each in lua/<kebab-name>.lua. Their runs' keys are
 // built from the app's key prefix (passed in ARGV): they are only known as the index or the queue
@@ -31,9 +31,9 @@ export const LIST_RUNS = defineScript({
 /** Cancels the queued runs among up to `count` entries of the app's queue (lua/cancel-queued.lua), each as TRANSITION does. */
 export const CANCEL_QUEUED = defineScript({
   name: 'CANCEL_QUEUED',
-  keys: ['queue', 'queuedBytes', 'running', 'expiry', 'turns', 'index'],
+  keys: ['queue', 'queuedBytes', 'oldRunningSet', 'expiry', 'turns', 'index'],
   args: ['runKeyPrefix', 'eventsKeyPrefix', 'liveChannelPrefix', 'from', 'count', 'canceledFields', 'ttlSeconds', 'indexCutoffMs'],
-  prelude: `local function transition (KEYS, ARGV)${TRANSITION_LUA}end\n`,
+  prelude: luaFunction('transition', TRANSITION),
   reply: reply => {
     const [canceled, last] = arrayReply('CANCEL_QUEUED', reply)
     return { canceled: integerReply('CANCEL_QUEUED', canceled), last: textReply('CANCEL_QUEUED', last) }

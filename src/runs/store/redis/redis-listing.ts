@@ -37,7 +37,7 @@ export class RedisListing implements RunListing {
     let from = '-'
     for (;;) {
       const step = await guard(CANCEL_QUEUED.call(this.#ctx.redis, {
-        queue: keys.queue, queuedBytes: keys.queuedBytes, running: keys.running, expiry: keys.expiry, turns: keys.turns, index: keys.runs,
+        queue: keys.queue, queuedBytes: keys.queuedBytes, oldRunningSet: keys.running, expiry: keys.expiry, turns: keys.turns, index: keys.runs,
         runKeyPrefix: keys.run(''), eventsKeyPrefix: keys.events(''), liveChannelPrefix: keys.live(''), from, count: CANCEL_BATCH,
         canceledFields: ends, ttlSeconds: this.#ctx.settings.retentionSeconds, indexCutoffMs: this.#ctx.indexCutoff()
       }))

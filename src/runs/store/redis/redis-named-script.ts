@@ -34,7 +34,7 @@ export interface ScriptDefinition<Keys extends readonly string[], Args extends r
   readonly batch?: { readonly shared: number }
   /** Bulk replies as Buffers (binary values). */
   readonly buffers?: boolean
-  /** Lua run before the file's own (a function it calls that is not in a file of lua/). */
+  /** Lua run before the file's own: the functions it calls (another script of lua/ as one: luaFunction). */
   readonly prelude?: string
 }
 
@@ -122,6 +122,15 @@ export class NamedScript<Keys extends readonly string[], Args extends readonly s
   }
 }
 
+/**
+ * A script of lua/ as a function of another's prelude, `local function <name> (KEYS, ARGV) … end`:
+ * the caller passes it KEYS and ARGV of its own (tables), and gets its reply. Its source ends its
+ * last line (lua-headers.test.ts), so `end` is a line of its own.
+ */
+export function luaFunction (name: string, script: { readonly source: string }): string {
+  return `local function ${name} (KEYS, ARGV)${script.source}end\n`
+}
+
 /** A script of lua/, with its fields' names taken as written (`as const` not needed). */
 export function defineScript<const Keys extends readonly string[], const Args extends readonly string[], Reply> (
   definition: ScriptDefinition<Keys, Args, Reply>
@@ -158,6 +167,12 @@ export function arrayReply (script: string, reply: unknown): readonly unknown[] 
 export function textReply (script: string, reply: unknown): string {
   if (typeof reply === 'string') return reply
   if (Buffer.isBuffer(reply)) return reply.toString()
+  throw unexpectedReply(script, reply)
+}
+
+/** A bulk reply as bytes (a script run with `buffers`), or null for none (Lua's false). */
+export function bytesReply (script: string, reply: unknown): Buffer | null {
+  if (reply === null || Buffer.isBuffer(reply)) return reply
   throw unexpectedReply(script, reply)
 }
 

@@ -5,8 +5,8 @@ import type { RunQueue } from '../run-queue.ts'
 import { type NewRun, type RunOutcome, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../../run-data.ts'
 import type { RedisRecords } from './redis-records.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
-import { GROUP, RELEASE, RUNNING, START_READ, SUBMIT, TURNS_BY_URGENCY } from './redis-queue-scripts.ts'
-import { CAPPED, STALE, type TakeReply, TurnTaker } from './redis-take.ts'
+import { GROUP, RELEASE, RUNNING, START_READ, SUBMIT, type TakeReply, TURNS_BY_URGENCY } from './redis-queue-scripts.ts'
+import { CAPPED, STALE, TurnTaker } from './redis-take.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 import { DEFAULT_URGENCY } from '../../../shared/fair-queue.ts'
 
@@ -74,16 +74,15 @@ export class RedisQueue implements RunQueue {
     // a Cancel-After sooner than the queue's TTL puts the run in the due set; the TTL alone is found from the queued index (redis-due.ts)
     const limit = queuedExpiry(run, this.#ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS)
     const expiry = limit.error instanceof RunDeadlinePassedError ? limit.at : undefined
-    const outcome = await guard(SUBMIT.run(this.#ctx.redis, [
-      keys.run(run.runId), keys.queue, keys.queuedBytes, keys.expiry, keys.runs, keys.turns, keys.fair, keys.wake
-    ], [
-      JSON.stringify(record), JSON.stringify(request), run.request.body ?? '',
-      run.webhook === undefined ? '' : JSON.stringify(run.webhook), queueDepth, run.runId, queueMaxBytes, expiry ?? '', run.createdAt,
-      run.urgency ?? '', run.caller ?? ''
-    ]))
-    if (outcome === -1) throw new RunIdTakenError()
-    if (outcome === -2) throw new AsyncQueueFullError()
-    if (outcome === -3) throw new AsyncQueueFullError('ASYNC_QUEUE_MAX_BYTES')
+    const outcome = await guard(SUBMIT.call(this.#ctx.redis, {
+      run: keys.run(run.runId), queue: keys.queue, queuedBytes: keys.queuedBytes, dueSet: keys.expiry, index: keys.runs, turns: keys.turns, fair: keys.fair, wake: keys.wake,
+      record: JSON.stringify(record), request: JSON.stringify(request), body: run.request.body ?? '',
+      webhook: run.webhook === undefined ? '' : JSON.stringify(run.webhook), depth: queueDepth, runId: run.runId, maxBytes: queueMaxBytes,
+      expiry: expiry ?? '', createdAtMs: run.createdAt, urgency: run.urgency ?? '', caller: run.caller ?? ''
+    }))
+    if (outcome === 'run id taken') throw new RunIdTakenError()
+    if (outcome === 'queue full') throw new AsyncQueueFullError()
+    if (outcome === 'bytes full') throw new AsyncQueueFullError('ASYNC_QUEUE_MAX_BYTES')
     this.#taker.queued(run.urgency ?? DEFAULT_URGENCY)
     this.#ctx.dueAt?.(limit.at)
     this.#wakeCapped() // a take waiting while only capped callers' runs were queued (one waiting for a wake-up gets this run's)
@@ -107,13 +106,12 @@ export class RedisQueue implements RunQueue {
     // no backlog seen by the last take: the end alone (a run queued since is taken by whoever a wake-up reaches)
     if (!this.#taker.backlog) return { view: await records.finish(run, outcome), next: undefined }
     let next: TakenRun | undefined
-    const { keys, args, look } = this.#taker.request()
+    const { fields, look } = this.#taker.request()
     const view = await records.finish(run, outcome, undefined, undefined, {
-      keys,
-      args,
+      fields,
       cut: () => { this.#taker.cut() },
-      taken: reply => {
-        const taken = this.#taker.parse(reply, look)
+      taken: take => {
+        const taken = this.#taker.took(take, look)
         if (taken !== undefined && taken !== STALE && taken !== CAPPED) next = this.#taken(taken)
       }
     })
@@ -276,10 +274,13 @@ export class RedisQueue implements RunQueue {
       }
       const json = JSON.stringify(startedRecord(JSON.parse(old as string) as RunRecord, run.createdAt, startedAt))
       // its request and webhook read in the same step
-      const reply = await guard(START_READ.runBuffer(ctx.redis, [keys.run(run.runId), keys.queuedBytes, keys.expiry, keys.runs], [old as string, json, ctx.consumer, run.runId])) as [number, Buffer | null, Buffer | null, Buffer | null]
-      if (reply[0] !== 1) continue
+      const started = await guard(START_READ.call(ctx.redis, {
+        run: keys.run(run.runId), queuedBytes: keys.queuedBytes, dueSet: keys.expiry, index: keys.runs,
+        oldRecord: old as string, newRecord: json, owner: ctx.consumer, runId: run.runId
+      }))
+      if (started === undefined) continue
       ctx.known.set(run.entry, json)
-      const whole = wholeRun(run, reply[1], reply[2], reply[3])
+      const whole = wholeRun(run, started.request, started.body, started.webhook)
       if (whole === undefined) throw new Error(`async run ${run.runId} started without its request`)
       return whole
     }
@@ -297,8 +298,10 @@ export class RedisQueue implements RunQueue {
     this.#asQueued.delete(run.entry)
     const started = queued === undefined ? '' : this.#ctx.known.get(run.entry) ?? ''
     try {
-      await guard(RELEASE.run(this.#ctx.redis, [keys.run(run.runId), keys.queue, keys.turns, keys.fair, keys.wake, keys.queuedBytes, keys.expiry, keys.runs],
-        [run.entry, run.runId, started, queued ?? '']))
+      await guard(RELEASE.call(this.#ctx.redis, {
+        run: keys.run(run.runId), queue: keys.queue, turns: keys.turns, fair: keys.fair, wake: keys.wake, queuedBytes: keys.queuedBytes, dueSet: keys.expiry, index: keys.runs,
+        entry: run.entry, runId: run.runId, recordAsStarted: started, recordAsQueued: queued ?? ''
+      }))
     } finally {
       // not given back (the store is down): no longer kept claimed either, so once the store is
       // back a reaper (this one or another replica's) takes it over as a lost sidecar's: a run its
@@ -313,11 +316,11 @@ export class RedisQueue implements RunQueue {
 
   /** Runs taken and not ended: the queue's entries (one per run queued or taken, until it ends) less its turns (the runs queued). */
   async runningCount (): Promise<number> {
-    return Math.max(0, Number(await guard(RUNNING.run(this.#ctx.redis, [this.#ctx.own.queue, this.#ctx.own.turns], []))))
+    return Math.max(0, await guard(RUNNING.call(this.#ctx.redis, { queue: this.#ctx.own.queue, turns: this.#ctx.own.turns })))
   }
 
   async queuedByUrgency (): Promise<readonly number[]> {
-    return await guard(TURNS_BY_URGENCY.run(this.#ctx.redis, [this.#ctx.own.turns], [])) as number[]
+    return await guard(TURNS_BY_URGENCY.call(this.#ctx.redis, { turns: this.#ctx.own.turns }))
   }
 
   /** A lost sidecar's entry whose run had not started (the reaper claimed it): held here, handed out by take() first. */

@@ -15,7 +15,7 @@ const GONE_AFTER_LOST = 2
 /** Removes from the app's queue and deliveries groups the consumer named ('' any idle over `idleMs`) that holds nothing. */
 export async function forgetConsumers (ctx: RedisContext, consumer: string, idleMs: number): Promise<void> {
   for (const [stream, group] of [[ctx.own.queue, GROUP], [ctx.own.deliveries, SENDERS]] as const) {
-    await FORGET_CONSUMERS.run(ctx.redis, [stream], [group, consumer, idleMs])
+    await FORGET_CONSUMERS.call(ctx.redis, { stream, group, consumer, idleMs })
   }
 }
 
@@ -56,15 +56,17 @@ export class RedisReaper {
       for (const stream of new Set(ctx.lease.held.values())) {
         const ids = [...ctx.lease.held].filter(([, held]) => held === stream).map(([id]) => id)
         if (ids.length === 0) continue
-        const lost = await KEEP_HELD.run(ctx.redis, [stream], [groupOf(stream), ctx.consumer, ...ids]) as string[]
+        const lost = await KEEP_HELD.call(ctx.redis, { stream, group: groupOf(stream), consumer: ctx.consumer, ids })
         for (const id of lost) ctx.lease.held.delete(id)
       }
       if (ctx.lease.claims.size > 0) {
-        const lost = await RENEW_CLAIMS.run(ctx.redis, [ctx.own.claims, ...ctx.lease.claims.keys()], [...ctx.lease.claims.values(), ctx.claimLeaseMs]) as string[]
+        const lost = await RENEW_CLAIMS.call(ctx.redis, {
+          claims: ctx.own.claims, slots: [...ctx.lease.claims.keys()], runIds: [...ctx.lease.claims.values()], leaseMs: ctx.claimLeaseMs
+        })
         for (const key of lost) ctx.lease.claims.delete(key)
       }
       // after the refreshes: when the lease falls due, what it held is idle that long
-      await guard(LEASE_BEAT.run(ctx.redis, [ctx.own.expiry], [this.#lease, ctx.lostAfterMs]))
+      await guard(LEASE_BEAT.call(ctx.redis, { dueSet: ctx.own.expiry, member: this.#lease, lostAfterMs: ctx.lostAfterMs }))
     } catch {} // Redis went away meanwhile: the next beat tries again
   }
 
@@ -77,8 +79,8 @@ export class RedisReaper {
     const ctx = this.#ctx
     if (!ctx.available || ctx.closed) return
     // keyed sync runs of lost sidecars: ended "replica lost", their keys answering so
-    const lostClaims = await LOST_CLAIMS.run(ctx.redis, [ctx.own.claims], [ctx.lostAfterMs]) as string[]
-    for (let i = 0; i < lostClaims.length; i += 2) await failLostClaim(ctx, ctx.own, lostClaims[i] as string, lostClaims[i + 1] as string)
+    const lostClaims = await LOST_CLAIMS.call(ctx.redis, { claims: ctx.own.claims, lostAfterMs: ctx.lostAfterMs })
+    for (const { slot, runId } of lostClaims) await failLostClaim(ctx, ctx.own, slot, runId)
     await this.#reap(ctx.own.queue)
     await this.#deliveries.reap(ctx.own)
   }
@@ -95,7 +97,7 @@ export class RedisReaper {
    */
   async first (): Promise<void> {
     const ctx = this.#ctx
-    await guard(LEASE_BEAT.run(ctx.redis, [ctx.own.expiry], [this.#lease, ctx.lostAfterMs]))
+    await guard(LEASE_BEAT.call(ctx.redis, { dueSet: ctx.own.expiry, member: this.#lease, lostAfterMs: ctx.lostAfterMs }))
   }
 
   /** Nothing held any more: the lease leaves the due set (the heartbeat stops). */

@@ -7,7 +7,9 @@ import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { endDeliveryId, heldEndDelivery, holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
 import { RECORDED_RUN_GRACE_SECONDS } from './redis-key-claims.ts'
-import { FINISH_RECORDED, HOLD_DELIVERY, MARK_FOLLOWED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
+import type { FieldsOf } from './redis-named-script.ts'
+import type { TAKE, TakeOutcome } from './redis-queue-scripts.ts'
+import { FINISH_RECORDED, MARK_FOLLOWED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
 
 /**
  * The runs' records in Redis: hashes written by compare-and-set (Lua script), events in a stream
@@ -136,15 +138,14 @@ export class RedisRecords implements RunRecords {
     const extra = { result: outcome.resultJson, entry: run.entry, done: true, owner: ctx.consumer }
     let ended: RunView | undefined
     if (deliveryOf === undefined && take !== undefined) {
-      const taken = await ctx.transitionAndTake(keys, run.runId, old, finished, extra, take).catch((error: unknown) => { take.cut(); throw error })
-      if (taken !== undefined) take.taken(taken.reply)
+      const taken = await ctx.transitionAndTake(keys, run.runId, old, finished, extra, take.fields).catch((error: unknown) => { take.cut(); throw error })
+      if (taken !== undefined) take.taken(taken)
       ended = taken === undefined ? undefined : view
     } else if (deliveryOf === undefined) {
       ended = await ctx.transition(keys, run.runId, old, finished, extra) ? view : undefined
     } else {
       const writing = holdDelivery(ctx, deliveryOf(view), endDeliveryId(run.runId))
-      const hold = HOLD_DELIVERY.build(writing.fields)
-      const entry = await ctx.transitionAndHold(keys, run.runId, old, finished, extra, [hold.keys, hold.args])
+      const entry = await ctx.transitionAndHold(keys, run.runId, old, finished, extra, writing.fields)
       ended = entry === undefined ? undefined : { ...view, delivery: writing.held(entry) }
     }
     if (ended === undefined) return undefined
@@ -178,7 +179,7 @@ export class RedisRecords implements RunRecords {
     // subscribed before the first read of the events: nothing appended meanwhile is missed
     const listening = await follow.listen(keys.live(runId), signal)
     // its end is told on the channel from now on (an end before this is read by the follower)
-    await guard(MARK_FOLLOWED.run(this.#ctx.redis, [keys.run(runId)], [])).catch((error: unknown) => { listening.stop(); throw error })
+    await guard(MARK_FOLLOWED.call(this.#ctx.redis, { run: keys.run(runId) })).catch((error: unknown) => { listening.stop(); throw error })
     return follow.events(listening, keys.events(runId), after + 1, async () => await this.#finishedView(keys, runId))
   }
 
@@ -190,10 +191,9 @@ export class RedisRecords implements RunRecords {
 
 const writerKey = (run: TakenRun): string => `${run.scope.projectId}/${run.scope.appName}/${run.runId}`
 
-/** TAKE sent along with a run's end (END_AND_TAKE): its keys and arguments, where its reply goes, and what a lost reply does. */
+/** TAKE sent along with a run's end (END_AND_TAKE): its fields, where its answer goes, and what a lost reply does. */
 export interface TakeAlong {
-  readonly keys: readonly string[]
-  readonly args: ReadonlyArray<string | number>
-  readonly taken: (reply: unknown) => void
+  readonly fields: FieldsOf<typeof TAKE>
+  readonly taken: (take: TakeOutcome) => void
   readonly cut: () => void
 }

@@ -1,10 +1,5 @@
-import { luaSource } from './redis-lua-file.ts'
-
-/**
- * The app's index of its recorded runs, one sorted set per status (`as:{project/app}:runs:<status>`),
- * kept in the step that records or moves a run: Lua (lua/run-index.lua), prepended to a script.
- */
-export const INDEX_RUN_LUA = luaSource('run-index.lua')
+// The app's index of its recorded runs, one sorted set per status (`as:{project/app}:runs:<status>`),
+// kept in the step that records or moves a run: lua/run-index.lua, which the scripts include.
 
 /** Every status a run's record can have: one index each. */
 export const RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'canceled'] as const

@@ -1,85 +1,32 @@
 import type { KeyEntry } from '../../run-data.ts'
-import { LuaScript } from './redis-lua-script.ts'
-import { arrayReply, codeReply, defineScript, integerReply, textReply, textsReply, unexpectedReply } from './redis-named-script.ts'
-import { INDEX_RUN_LUA } from './redis-run-index.ts'
-import { GROUP, STARTED_LUA, TAKE_LUA } from './redis-queue-scripts.ts'
+import type { LuaScript } from './redis-lua-script.ts'
+import { arrayReply, codeReply, defineScript, integerReply, luaFunction, textReply, textsReply, unexpectedReply } from './redis-named-script.ts'
+import { TAKE } from './redis-queue-scripts.ts'
 import { LEASE_BEAT, LEAVE_DELIVERY, LOOK_DUE, LOST_CLAIMS } from './redis-due-scripts.ts'
 
 // The run store's scripts, each in lua/<kebab-name>.lua with its KEYS, ARGV and replies in its
-// header; TRANSITION, MARK_FOLLOWED, END_AND_TAKE, END_AND_HOLD, KEEP_HELD and DROP_ENTRY are still written here.
+// header; the queue's are in redis-queue-scripts.ts, the due set's in redis-due-scripts.ts, the
+// listing's in redis-list-scripts.ts.
 
 /**
- * Moves a run from the record it had (compare and set: 0 when another sidecar changed it first) to
- * a new one, with what goes with it: its result, its owner, its queue entry acknowledged and
- * deleted, its retention TTL on the run and on its events (when it has any: the run's `events`
- * field), and a message to its followers (when it has any: MARK_FOLLOWED), in one HMGET, one HSET
- * and one HDEL on the run. Every
- * move ends the run (a start is START_READ's): one canceled while queued gives its body's bytes
- * back to the app's queued-bytes; a finished one drops its request and its webhook (the secret:
- * its owner has it for the delivery, and nobody else will need it), and, if it was running and
- * started by the version before (no `at`), leaves that version's running set (`running`: this
- * version counts runs taken as the queue's entries less its turns).
- * A run that was queued leaves the app's expiry set and its turn order (redis-queue-scripts.ts); it
- * moves to its new status's index at its created_at (`at`; read from the index for a run recorded
- * without), which about one end in 32 trims of runs created before the cutoff (redis-run-index.ts).
- * KEYS: run, queue, events, queued bytes, running, expiry, turns, index. ARGV: old record, new record, result (''),
- * owner (''), entry (''), ttl seconds (0), live channel, message (''), run id, index cutoff ms ('' none).
+ * Moves a run from the record it had to a new one, compare and set, with its result, owner,
+ * entry, retention and followers' message (lua/transition.lua): whether it moved. END_AND_HOLD,
+ * END_AND_TAKE and CANCEL_QUEUED run it as a function.
  */
-export const TRANSITION_LUA = `${INDEX_RUN_LUA}${STARTED_LUA}
-local current = redis.call('HMGET', KEYS[1], 'record', 'queued_bytes', 'events', 'turn', 'at', 'followed')
-if current[1] ~= ARGV[1] then return 0 end
-local set = { 'record', ARGV[2] }
-if ARGV[3] ~= '' then set[#set + 1] = 'result'; set[#set + 1] = ARGV[3] end
-if ARGV[4] ~= '' then set[#set + 1] = 'owner'; set[#set + 1] = ARGV[4] end
--- the first write may grow memory: a Redis out of memory refuses the whole script there, not halfway
-redis.call('HSET', KEYS[1], unpack(set))
-local from, to = statusOf(ARGV[1]), statusOf(ARGV[2])
-if not current[5] then reindexRun(KEYS[8], ARGV[9], from, to, ARGV[10])
-elseif from and to and from ~= to then
-  moveIndex(KEYS[8], ARGV[9], from, to, current[5])
-  -- the trim of runs expired long ago, now and then (about one end in TRIM_EVERY)
-  if ARGV[10] ~= '' and tonumber(current[5]) % 32 == 0 then redis.call('ZREMRANGEBYSCORE', KEYS[8] .. ':' .. to, '-inf', '(' .. ARGV[10]) end
-end
--- the running set is the version before's (a run it started has no 'at'): this version keeps none
-if string.find(ARGV[1], '"status":"running"', 1, true) then
-  if not current[5] then redis.call('SREM', KEYS[5], KEYS[1]) end
-elseif string.find(ARGV[1], '"status":"queued"', 1, true) then
-  redis.call('ZREM', KEYS[6], ARGV[9])
-  if current[4] then redis.call('ZREM', KEYS[7], current[4]) end
-end
-if ARGV[5] ~= '' then
-  redis.call('XACK', KEYS[2], '${GROUP}', ARGV[5])
-  redis.call('XDEL', KEYS[2], ARGV[5])
-end
-local gone = nil
-local queued = tonumber(current[2] or '0')
-if queued > 0 then
-  if redis.call('DECRBY', KEYS[4], queued) < 0 then redis.call('SET', KEYS[4], 0) end
-  gone = { 'queued_bytes', 'request', 'body', 'turn', 'turn_at' }
-end
-local ttl = tonumber(ARGV[6])
-if ttl > 0 then
-  gone = { 'queued_bytes', 'request', 'body', 'webhook', 'turn', 'turn_at', 'expires', 'at' }
-  redis.call('EXPIRE', KEYS[1], ttl)
-  if current[3] then redis.call('EXPIRE', KEYS[3], ttl) end
-end
-if gone then redis.call('HDEL', KEYS[1], unpack(gone)) end
-if ARGV[8] ~= '' and current[6] then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
-return 1
-`
-export const TRANSITION = new LuaScript(TRANSITION_LUA)
+export const TRANSITION = defineScript({
+  name: 'TRANSITION',
+  keys: ['run', 'queue', 'events', 'queuedBytes', 'oldRunningSet', 'expiry', 'turns', 'index'],
+  args: ['oldRecord', 'newRecord', 'result', 'owner', 'entry', 'ttlSeconds', 'liveChannel', 'message', 'runId', 'indexCutoffMs'],
+  reply: reply => codeReply('TRANSITION', reply, [1, 0]) === 1
+})
 
-/**
- * A follower of the run is listening on its live channel: its ends are told there from now on
- * (TRANSITION publishes `done` only for a run followed). Sent after the follower subscribed and
- * before it reads the run: an end written before this is read, one after it is heard. A run gone
- * (expired) is not recreated. KEYS: run.
- */
-export const MARK_FOLLOWED = new LuaScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'followed', '1')
-return 1
-`)
+/** A follower listens on the run's live channel: its ends are told there from now on (lua/mark-followed.lua): false when the run is gone. */
+export const MARK_FOLLOWED = defineScript({
+  name: 'MARK_FOLLOWED',
+  keys: ['run'],
+  args: [],
+  reply: reply => codeReply('MARK_FOLLOWED', reply, [1, 0]) === 1
+})
 
 /** A recorded sync call ends, its answer kept in its key's slot (lua/finish-recorded.lua): whether it ended. */
 export const FINISH_RECORDED = defineScript({
@@ -189,8 +136,6 @@ export const HOLD_DELIVERY = defineScript({
   reply: reply => textReply('HOLD_DELIVERY', reply),
   batch: { shared: 1 }
 })
-/** HOLD_DELIVERY's Lua, which END_AND_HOLD runs after a run's end. */
-export const HOLD_DELIVERY_LUA = HOLD_DELIVERY.source
 
 /** A delivery ended: its entry acknowledged and deleted, its hash gone (lua/delivery-done.lua): whether its hash was there. */
 export const DELIVERY_DONE = defineScript({
@@ -209,24 +154,13 @@ export const FORGET_CONSUMERS = defineScript({
   reply: reply => integerReply('FORGET_CONSUMERS', reply)
 })
 
-/**
- * The heartbeat: renews this sidecar's hold on the entries it still holds (XCLAIM … JUSTID, idle
- * time back to 0), and only those: an entry another sidecar took over while this one was silent
- * (a long pause) stays the other's. Returns the ids no longer held (dropped by the caller).
- * KEYS: stream. ARGV: group, consumer, ids….
- */
-export const KEEP_HELD = new LuaScript(`
-local lost = {}
-for i = 3, #ARGV do
-  local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
-  if #mine == 1 then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
-  else
-    lost[#lost + 1] = ARGV[i]
-  end
-end
-return lost
-`)
+/** The heartbeat renews this sidecar's hold on the entries it still holds, and only those (lua/keep-held.lua): the ids no longer its. */
+export const KEEP_HELD = defineScript({
+  name: 'KEEP_HELD',
+  keys: ['stream'],
+  args: ['group', 'consumer', 'ids...'],
+  reply: reply => textsReply('KEEP_HELD', reply)
+})
 
 /** Renews this sidecar's Idempotency-Key claims still running (lua/renew-claims.lua): the slots no longer its. */
 export const RENEW_CLAIMS = defineScript({
@@ -237,46 +171,49 @@ export const RENEW_CLAIMS = defineScript({
 })
 
 /**
- * A run's end and its webhook's delivery written down in one step (TRANSITION, then, when it
- * changed the record, HOLD_DELIVERY): a sidecar that dies right after the end leaves the delivery
- * to another, never a finished run with no delivery. Returns HOLD_DELIVERY's entry id, or false
- * when the record had changed (nothing written).
- * KEYS: TRANSITION's eight, then HOLD_DELIVERY's two. ARGV: TRANSITION's ten, then HOLD_DELIVERY's nine.
+ * A run's end and its webhook's delivery written down in one step, TRANSITION then, when it changed
+ * the record, HOLD_DELIVERY (lua/end-and-hold.lua): the delivery's entry id, or undefined when the
+ * record had changed (nothing written). Their KEYS and ARGV as their definitions build them.
  */
-export const END_AND_HOLD = new LuaScript(`
-local function transition (KEYS, ARGV)${TRANSITION_LUA}end
-local function hold (KEYS, ARGV)${HOLD_DELIVERY_LUA}end
-if transition({ unpack(KEYS, 1, 8) }, { unpack(ARGV, 1, 10) }) ~= 1 then return false end
-return hold({ KEYS[9], KEYS[10] }, { unpack(ARGV, 11, 19) })
-`)
+export const END_AND_HOLD = defineScript({
+  name: 'END_AND_HOLD',
+  keys: ['transitionKeys...', 'holdKeys...'],
+  args: ['transitionArgs...', 'holdArgs...'],
+  prelude: luaFunction('transition', TRANSITION) + luaFunction('hold', HOLD_DELIVERY),
+  reply: reply => reply === null ? undefined : textReply('END_AND_HOLD', reply)
+})
 
 /**
- * A run's end and the take of the next run for the slot it leaves, in one step (TRANSITION, then,
- * when it changed the record, TAKE): no round trip between a run's end and the next run's start.
- * Returns {1, TAKE's reply…} or {0} when the record had changed (nothing written, nothing taken).
- * KEYS: TRANSITION's eight, then TAKE's seven. ARGV: TRANSITION's ten, then TAKE's seven.
+ * A run's end and the take of the next run for the slot it leaves in one step, TRANSITION then,
+ * when it changed the record, TAKE (lua/end-and-take.lua): what TAKE answered, or undefined when
+ * the record had changed (nothing written, nothing taken). Their KEYS and ARGV as their
+ * definitions build them; TAKE's Buffer replies kept.
  */
-export const END_AND_TAKE = new LuaScript(`
-local function transition (KEYS, ARGV)${TRANSITION_LUA}end
-local function take (KEYS, ARGV)${TAKE_LUA}end
-if transition({ unpack(KEYS, 1, 8) }, { unpack(ARGV, 1, 10) }) ~= 1 then return { 0 } end
-return { 1, take({ unpack(KEYS, 9, 15) }, { unpack(ARGV, 11, 17) }) }
-`)
+export const END_AND_TAKE = defineScript({
+  name: 'END_AND_TAKE',
+  keys: ['transitionKeys...', 'takeKeys...'],
+  args: ['transitionArgs...', 'takeArgs...'],
+  prelude: luaFunction('transition', TRANSITION) + luaFunction('take', TAKE),
+  reply: reply => {
+    const [ended, ...taken] = arrayReply('END_AND_TAKE', reply)
+    if (ended === 0 && taken.length === 0) return undefined
+    if (ended === 1 && taken.length === 1) return TAKE.parse(taken[0])
+    throw unexpectedReply('END_AND_TAKE', reply)
+  },
+  buffers: true
+})
 
-/**
- * Acknowledges and deletes a stream entry nobody will act on, in one command (not a MULTI: on a
- * cluster, ioredis can leave a transaction's queued commands rejected and unhandled when the
- * connection closes, redis/ioredis#883). KEYS: stream. ARGV: group, entry.
- */
-export const DROP_ENTRY = new LuaScript(`
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return redis.call('XDEL', KEYS[1], ARGV[2])
-`)
+/** Acknowledges and deletes a stream entry nobody will act on, in one command (lua/drop-entry.lua): whether it was there. */
+export const DROP_ENTRY = defineScript({
+  name: 'DROP_ENTRY',
+  keys: ['stream'],
+  args: ['group', 'entry'],
+  reply: reply => codeReply('DROP_ENTRY', reply, [1, 0]) === 1
+})
 
 /** Every script above: loaded as a connection becomes ready. */
 export const SCRIPTS: readonly LuaScript[] = [
   TRANSITION, MARK_FOLLOWED, END_AND_TAKE, DROP_ENTRY, KEEP_HELD, END_AND_HOLD,
-  ...[APPEND_EVENT, OPEN_RUN, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, RENEW_CLAIMS, FAIL_LOST_CLAIM].flatMap(script => script.scripts),
-  ...[LOST_CLAIMS, LEASE_BEAT, LOOK_DUE, LEAVE_DELIVERY].flatMap(script => script.scripts),
-  ...CLAIM_KEY.scripts, ...FINISH_RECORDED.scripts, ...HOLD_DELIVERY.scripts, ...DELIVERY_DONE.scripts
-]
+  APPEND_EVENT, OPEN_RUN, KEEP_ANSWER, DROP_KEY, WEBHOOK_STATE, FORGET_CONSUMERS, RENEW_CLAIMS, FAIL_LOST_CLAIM,
+  LOST_CLAIMS, LEASE_BEAT, LOOK_DUE, LEAVE_DELIVERY, CLAIM_KEY, FINISH_RECORDED, HOLD_DELIVERY, DELIVERY_DONE
+].flatMap(script => script.scripts)

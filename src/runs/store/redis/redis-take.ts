@@ -1,22 +1,7 @@
 import type { RedisClient } from './redis-connect.ts'
 import { guard, type RedisContext } from './redis-context.ts'
-import { TAKE } from './redis-queue-scripts.ts'
-
-/** A run taken: run id, entry, record as queued, urgency ('' none), caller; and, when TAKE started it, its start. */
-export interface TakeReply {
-  readonly runId: string
-  readonly entry: string
-  readonly queued: string
-  readonly urgency: string
-  readonly caller: string
-  readonly started?: StartedTake
-}
-
-/** What TAKE's start wrote and read: the record as started, the request (JSON), body and webhook (null none). */
-export interface StartedTake { readonly record: string, readonly request: Buffer | null, readonly body: Buffer | null, readonly webhook: Buffer | null }
-
-const text = (value: unknown): string => value instanceof Buffer ? value.toString() : String(value)
-const bytesOrNull = (value: unknown): Buffer | null => value instanceof Buffer ? value : null
+import type { FieldsOf } from './redis-named-script.ts'
+import { TAKE, type TakeOutcome, type TakeReply } from './redis-queue-scripts.ts'
 
 /** TAKE passed over turns of runs no longer queued: ask again. */
 export const STALE: unique symbol = Symbol('stale')
@@ -61,26 +46,29 @@ export class TurnTaker {
    */
   async take (client: RedisClient): Promise<TakeReply | typeof STALE | typeof CAPPED | undefined> {
     const ctx = this.#ctx
-    const { keys, args, look } = this.request(client !== ctx.redis)
-    let reply: unknown
+    const { fields, look } = this.request(client !== ctx.redis)
+    let outcome: TakeOutcome
     try {
-      reply = await guard(TAKE.runBuffer(client, keys, args), client === ctx.redis ? undefined : Infinity)
+      outcome = await guard(TAKE.call(client, fields), client === ctx.redis ? undefined : Infinity)
     } catch (error) {
       this.cut()
       throw error
     }
-    return this.parse(reply, look)
+    return this.took(outcome, look)
   }
 
-  /** TAKE's keys and arguments as this sidecar sends it now (END_AND_TAKE sends them behind a run's end). */
-  request (woken = false): { keys: string[], args: Array<string | number>, look: boolean } {
+  /** TAKE's fields as this sidecar sends it now (END_AND_TAKE sends them behind a run's end), and whether it looks for the version before's runs. */
+  request (woken = false): { fields: FieldsOf<typeof TAKE>, look: boolean } {
     const ctx = this.#ctx
     const own = ctx.own
     const look = Date.now() >= this.#lookAt
     const now = Date.now()
     return {
-      keys: [own.turns, own.fair, own.wake, own.queue, own.queuedBytes, own.expiry, own.runs],
-      args: [ctx.consumer, own.run(''), look ? LOOK_PAGE : 0, this.capped().join('\n'), now, new Date(now).toISOString(), woken ? '1' : ''],
+      fields: {
+        turns: own.turns, fair: own.fair, wake: own.wake, queue: own.queue, queuedBytes: own.queuedBytes, dueSet: own.expiry, index: own.runs,
+        taker: ctx.consumer, runKeyPrefix: own.run(''), look: look ? LOOK_PAGE : 0, cappedCallers: this.capped().join('\n'),
+        startedAtMs: now, startedAtIso: new Date(now).toISOString(), woken: woken ? '1' : ''
+      },
       look
     }
   }
@@ -91,34 +79,25 @@ export class TurnTaker {
     this.#ctx.checkOwn?.()
   }
 
-  /** TAKE's reply (bulk strings as Buffers), and what it tells the next take. */
-  parse (reply: unknown, look: boolean): TakeReply | typeof STALE | typeof CAPPED | undefined {
-    if (reply === 0) return STALE
-    const taken = reply as unknown[]
-    if (taken[0] === -1) {
-      this.nextUrgency = taken[1] as number
+  /** What TAKE answered (`look`: sent with a look), and what it tells the next take. */
+  took (outcome: TakeOutcome, look: boolean): TakeReply | typeof STALE | typeof CAPPED | undefined {
+    if (outcome.kind === 'stale') return STALE
+    if (outcome.kind === 'capped') {
+      this.nextUrgency = outcome.urgency
       return CAPPED
     }
-    const seen = (taken.length === 1 ? taken[0] : taken[6]) as number
-    if (look) this.#lookAt = seen >= LOOK_PAGE ? 0 : Date.now() + LOOK_EVERY_MS
-    this.backlog = false
-    if (taken.length === 1) {
+    if (look) this.#lookAt = outcome.seen >= LOOK_PAGE ? 0 : Date.now() + LOOK_EVERY_MS
+    if (outcome.kind === 'none') {
       // none queued: the next take waits for a wake-up first (a run queued since left one)
+      this.backlog = false
       this.drained = true
       this.nextUrgency = undefined
       return undefined
     }
-    this.drained = taken[5] === 1
+    this.drained = outcome.drained
     this.backlog = !this.drained
-    this.nextUrgency = typeof taken[7] === 'number' ? taken[7] : undefined
-    return {
-      runId: text(taken[0]),
-      entry: text(taken[1]),
-      queued: text(taken[2]),
-      urgency: text(taken[3]),
-      caller: text(taken[4]),
-      started: { record: text(taken[8]), request: bytesOrNull(taken[9]), body: bytesOrNull(taken[10]), webhook: bytesOrNull(taken[11]) }
-    }
+    this.nextUrgency = outcome.next
+    return outcome.run
   }
 
   /** A run of `urgency` was queued (here, or a wake-up told it): the first turn is at least that urgent. */

@@ -3,6 +3,7 @@ import t from 'tap'
 import { NamedScript } from '../../../../src/runs/store/redis/redis-named-script.ts'
 import * as dueScripts from '../../../../src/runs/store/redis/redis-due-scripts.ts'
 import * as listScripts from '../../../../src/runs/store/redis/redis-list-scripts.ts'
+import * as queueScripts from '../../../../src/runs/store/redis/redis-queue-scripts.ts'
 import * as scripts from '../../../../src/runs/store/redis/redis-scripts.ts'
 
 // Every .lua file of the run store opens with a header (its name, KEYS, ARGV and what it returns),
@@ -14,7 +15,7 @@ const files = readdirSync(LUA).filter(name => name.endsWith('.lua')).sort()
 const textOf = (file: string): string => readFileSync(new URL(file, LUA), 'utf8')
 
 type Definition = NamedScript<readonly string[], readonly string[], unknown>
-const definitions = ([...Object.values(scripts), ...Object.values(dueScripts), ...Object.values(listScripts)] as unknown[])
+const definitions = ([...Object.values(scripts), ...Object.values(dueScripts), ...Object.values(listScripts), ...Object.values(queueScripts)] as unknown[])
   .filter((value): value is Definition => value instanceof NamedScript)
 
 interface Header {
@@ -43,8 +44,8 @@ function headerOf (text: string): Header {
 }
 
 t.test('the scan sees the scripts and their definitions', async t => {
-  t.ok(files.length >= 20, `${files.length} .lua files`)
-  t.ok(definitions.length >= 18, `${definitions.length} definitions`)
+  t.ok(files.length >= 28, `${files.length} .lua files`)
+  t.ok(definitions.length >= 24, `${definitions.length} definitions`)
   t.same(headerOf('-- KEEP_ANSWER: keeps\n-- KEYS: slot, claims\n-- ARGV: run id, ttl ms, slots...\n-- Returns: 1\nreturn 1\n'),
     { name: 'KEEP_ANSWER', keys: ['slot', 'claims'], args: ['runId', 'ttlMs', 'slots...'], returns: '1' }, 'a header as read')
 })

@@ -54,7 +54,7 @@ t.test('the listing scripts', async t => {
   })
 
   const cancel = (from: string, count = 500): ReturnType<typeof CANCEL_QUEUED.call> => CANCEL_QUEUED.call(redis, {
-    queue: `${P}:queue`, queuedBytes: `${P}:queued-bytes`, running: `${P}:running`, expiry: `${P}:expiry`, turns: `${P}:turns`, index: INDEX,
+    queue: `${P}:queue`, queuedBytes: `${P}:queued-bytes`, oldRunningSet: `${P}:running`, expiry: `${P}:expiry`, turns: `${P}:turns`, index: INDEX,
     runKeyPrefix: `${P}:run:`, eventsKeyPrefix: `${P}:events:`, liveChannelPrefix: `${P}:live:`, from, count,
     canceledFields: ',"error":"canceled"', ttlSeconds: 600, indexCutoffMs: ''
   })

@@ -1,10 +1,10 @@
 -- CANCEL_QUEUED: cancels the queued runs among up to `count` entries of the app's queue, in one step.
--- KEYS: queue, queued bytes, running, expiry, turns, index
+-- KEYS: queue, queued bytes, old running set, expiry, turns, index
 -- ARGV: run key prefix, events key prefix, live channel prefix, from, count, canceled fields, ttl seconds, index cutoff ms
 -- Returns: {how many were canceled, the last entry read ('' none: the queue's end)}
 --
 -- From the first entry after `from` ('-' the first, else an entry id, excluded). Each as a cancel
--- of it does: transition(KEYS, ARGV), TRANSITION of redis-scripts.ts, put before this file by its
+-- of it does: transition(KEYS, ARGV), transition.lua put before this file as a function by its
 -- definition (compare-and-set of its record, its entry acknowledged and deleted, its bytes given
 -- back, its retention TTL, `done` to its followers): a run a sidecar starts meanwhile is either
 -- canceled before (its start fails) or running (left alone). Its record: the queued one with
