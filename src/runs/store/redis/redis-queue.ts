@@ -128,6 +128,16 @@ export class RedisQueue implements RunQueue {
   }
 
   /**
+   * The store's connection is ready again (a restart, a failover): the takes waiting ask at once,
+   * on the request connection, instead of only through the blocking wait (whose connection may come
+   * back later, and whose wake-ups a restarted Redis may have lost).
+   */
+  reconnected (): void {
+    this.#taker.drained = false
+    this.#wake()
+  }
+
+  /**
    * The next run to run here: one taken over from a lost sidecar first, else the next in the turn
    * order. With none queued, the takes waiting share one blocking wait for a wake-up (on its own
    * connection, where they would wait one after another anyway), each asks again once it ends; a

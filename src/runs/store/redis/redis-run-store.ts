@@ -86,8 +86,12 @@ export class RedisRunStore implements RunStore {
     ctx.redis.on('ready', () => {
       void due.tick().catch(() => {})
       if (!connected) void reaper.takeOver().catch(() => {})
-      // connected again (a failover, a restart): ends the primary lost are written again
-      else this.#checkOwnSoon()
+      // connected again (a failover, a restart): ends the primary lost are written again, and the
+      // takes waiting ask at once
+      else {
+        this.#checkOwnSoon()
+        this.queue.reconnected()
+      }
       connected = true
     })
   }
