@@ -278,9 +278,9 @@ export class AsyncRunner implements RunStoreListener {
   }
 
   async #dispatch (run: TakenRun): Promise<RunOutcome> {
+    const key = runKey(run.scope, run.runId)
     // canceled between its take and now: it never reaches the app (its record says canceled already)
-    if (this.#starting.get(runKey(run.scope, run.runId)) === true) return canceledOutcome()
-    this.#starting.delete(runKey(run.scope, run.runId))
+    if (this.#starting.get(key) === true) return canceledOutcome()
     const { store, app, reportInternal, cancelAtApp } = this.#deps
     const { request } = run
     let broken = false
@@ -303,7 +303,6 @@ export class AsyncRunner implements RunStoreListener {
         }
       }
     })
-    const key = runKey(run.scope, run.runId)
     this.#running.set(key, relay)
     const deadline = armRunDeadline(run, this.#deps.deadlineSeconds, reason => {
       this.#deps.cancels.labels('deadline').inc()
