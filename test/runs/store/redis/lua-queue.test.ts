@@ -202,6 +202,16 @@ t.test('the queue scripts', async t => {
     t.equal(await redis.exists(K.wake), 0, 'drained, not woken: the list goes')
   })
 
+  t.test('TAKE reads a first page of 8 turns, then pages of 32: past it the wake list stays, capped runs are passed over', async t => {
+    for (let i = 1; i <= 9; i++) await submit(`a${i}`, { urgency: 3, caller: 'alice' })
+    await submit('b1', { urgency: 4, caller: 'bob' })
+    t.equal(await takeId(), 'a1')
+    t.same(await redis.lrange(K.wake, 0, -1), [...Array<string>(9).fill('3'), '4'], 'nine turns left, more than the first page: the list is not cut')
+    const taken = await take({ cappedCallers: 'alice' })
+    t.match(taken, { kind: 'taken', run: { runId: 'b1', caller: 'bob' }, next: 3 }, 'bob\'s less urgent run found past the first page, alice\'s capped ones')
+    t.same((await zsetOf(redis, K.turns)).map(([member]) => member.split(' ')[1]), Array<string>(8).fill('alice'), 'alice\'s eight left in their place')
+  })
+
   t.test('TAKE on a Redis out of memory is refused before any write: the turn stays', async t => {
     await submit('r1')
     await Promise.all(TAKE.scripts.map(async script => { await script.load(redis) }))

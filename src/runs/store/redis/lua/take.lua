@@ -1,7 +1,7 @@
 -- TAKE: takes the app's next queued run for a sidecar holding a free slot, and starts it, in one step.
 -- KEYS: turns, fair, wake, queue, queued bytes, due set, index
 -- ARGV: taker, run key prefix, look, capped callers, started at ms, started at iso, woken
--- Returns: {run id, entry, record as queued, urgency ('' none), caller, drained (1: no turn left, else 0), entries looked at, the urgency of the next turn ('' none), record as started, request, body, webhook (false none)} taken; {entries looked at} none queued; {-1, the urgency of the first} every run left is a capped caller's; 0 none taken after PAGES × PAGE turns (ask again)
+-- Returns: {run id, entry, record as queued, urgency ('' none), caller, drained (1: no turn left, else 0), entries looked at, the urgency of the next turn ('' none), record as started, request, body, webhook (false none)} taken; {entries looked at} none queued; {-1, the urgency of the first} every run left is a capped caller's; 0 none taken after PAGES pages of turns (ask again)
 --
 -- taker: its consumer name; look: entries to read at most ('0' none); capped callers: one per
 -- line ('' none); started at: the taker's clock, epoch ms and ISO 8601; woken: '1' sent behind a
@@ -27,7 +27,9 @@
 -- (`turn` 1) are passed over. END_AND_TAKE runs this after a run's end.
 --#include turn.lua
 --#include started.lua
-local PAGE, PAGES, TAG_TRIM = 32, 32, 16
+-- the first page is short: with a backlog only its first turn or two are read, and every element
+-- a ZRANGE gives costs the script (a page of 32 turns was a third of END_AND_TAKE's time)
+local FIRST_PAGE, PAGE, PAGES, TAG_TRIM = 8, 32, 32, 16
 local seen = 0
 -- a command on the queue's group, the group made first if it is missing (the stream deleted by hand, a server restarted empty)
 local function inGroup (...)
@@ -57,9 +59,10 @@ local capped = {}
 for caller in string.gmatch(ARGV[4], '[^\n]+') do capped[caller] = true end
 local skipped, firstCapped, empty = 0, nil, false
 for round = 1, PAGES do
-  local page = redis.call('ZRANGE', KEYS[1], skipped, skipped + PAGE - 1, 'WITHSCORES')
+  local size = round == 1 and FIRST_PAGE or PAGE
+  local page = redis.call('ZRANGE', KEYS[1], skipped, skipped + size - 1, 'WITHSCORES')
   if #page == 0 then
-    if round == 1 and adoptUnread() > 0 then page = redis.call('ZRANGE', KEYS[1], 0, PAGE - 1, 'WITHSCORES') end
+    if round == 1 and adoptUnread() > 0 then page = redis.call('ZRANGE', KEYS[1], 0, size - 1, 'WITHSCORES') end
     empty = #page == 0 and skipped == 0
     if #page == 0 then break end
   end
@@ -84,7 +87,7 @@ for round = 1, PAGES do
       removed = removed + 1
       if valid and #inGroup('XCLAIM', KEYS[4], 'runners', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID') == 1 then
         -- the turns left: known when the page holds them all
-        local short = #page < 2 * PAGE
+        local short = #page < 2 * size
         local left = short and (offset + #page / 2 - removed) or -1
         if left == 0 and adoptUnread() > 0 then left = redis.call('ZCARD', KEYS[1]) end
         -- finish tags the virtual time passed, now and then: the order's state stays while runs are
@@ -113,7 +116,7 @@ for round = 1, PAGES do
       end
     end
   end
-  if #page < 2 * PAGE and removed == 0 then break end
+  if #page < 2 * size and removed == 0 then break end
 end
 if empty or (skipped == 0 and redis.call('EXISTS', KEYS[1]) == 0) then
   redis.call('DEL', KEYS[2], KEYS[3])
