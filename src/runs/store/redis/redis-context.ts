@@ -89,13 +89,6 @@ export function parseWebhook (json: string): WebhookTarget {
   return { url: new URL(url), secret }
 }
 
-/**
- * The commands this store sends with `redis.call`, kept out of the auto-pipeline (see the
- * constructor): background ones among them (the probe, the due set's looks) would otherwise hold the
- * next auto-pipelined batch behind them while Redis does not answer (ioredis sends one batch at a time).
- */
-const SENT_WITH_CALL = ['XCLAIM', 'XAUTOCLAIM', 'ROLE', 'ZRANGE']
-
 /** The records of runs held kept to compare against: at most this many. */
 const KNOWN_MAX = 10_000
 
@@ -169,10 +162,10 @@ export class RedisContext {
     const common: RedisOptions = {
       retryStrategy: times => Math.min(100 * times, 1000), protocol: 3, connectionName: `app-sidecar:${this.own.name}:${this.consumer}`
     }
-    // auto-pipelining: the commands of every call in one turn of the event loop go out in one
-    // write (and Redis answers them in one): far fewer syscalls on both sides under load. A
-    // command sent with `call` loses its name in an auto-pipeline (redis/ioredis#1923): the ones
-    // this store sends that way are sent alone. Its channels are subscribed again by RedisFollow.
+    // no auto-pipelining: ioredis keeps one auto-pipelined batch in flight at a time, so a run's
+    // end sent while another slot's was on its way waited a whole round trip behind it (every
+    // command is written at once instead, and many stay in flight). Its channels are subscribed
+    // again by RedisFollow.
     // A Redis that stops answering (paused, partitioned) costs a request COMMAND_TIMEOUT_MS, then 503;
     // a demoted primary's connection is dropped, so the next one reaches whatever the address names now
     const target = runStoreAddress(address)
@@ -180,8 +173,6 @@ export class RedisContext {
       ...common,
       enableOfflineQueue: false,
       maxRetriesPerRequest: 1,
-      enableAutoPipelining: true,
-      autoPipeliningIgnoredCommands: SENT_WITH_CALL,
       autoResubscribe: false,
       commandTimeout: COMMAND_TIMEOUT_MS,
       reconnectOnError: reconnectOnReadonly

@@ -27,9 +27,9 @@ function tick (): void {
 
 /**
  * `pending`, or a RunStoreUnavailableError once `ms` have passed since it was asked for. ioredis's
- * own command timeout starts only as the command is written, and an auto-pipelined command waits
- * behind the batch already sent: under a stall, a request that came while another's command
- * waited would get its 503 after both timeouts. One coarse timer serves every answer awaited.
+ * own command timeout starts only as the command is written, and a command sent while the
+ * connection is being made again waits for it first: under a stall, a request would get its 503
+ * after both. One coarse timer serves every answer awaited.
  */
 export async function answerWithin<T> (pending: Promise<T>, ms: number): Promise<T> {
   return await new Promise<T>((resolve, reject) => {
