@@ -12,13 +12,22 @@ interface Submitted {
   readonly request: Pick<StoredRequest, 'headers'>
 }
 
-/** When a queued run fails if it has not started (epoch ms), and why: the sooner of its `Cancel-After` and ASYNC_QUEUE_TTL_SECONDS, both from its submission. */
-export function queuedExpiry (run: Submitted, ttlSeconds: number): { readonly at: number, readonly error: SidecarError } {
+/** When a queued run fails if it has not started (epoch ms), and by which limit (`cancelAfter` true: its `Cancel-After`; false: ASYNC_QUEUE_TTL_SECONDS). */
+export interface QueuedExpiry {
+  readonly at: number
+  readonly cancelAfter: boolean
+}
+
+/** The sooner of a queued run's `Cancel-After` and ASYNC_QUEUE_TTL_SECONDS, both from its submission. */
+export function queuedExpiry (run: Submitted, ttlSeconds: number): QueuedExpiry {
   const ttlAt = run.createdAt + ttlSeconds * 1000
   const deadlineAt = runDeadline(run)
-  return deadlineAt !== undefined && deadlineAt <= ttlAt
-    ? { at: deadlineAt, error: new RunDeadlinePassedError() }
-    : { at: ttlAt, error: new QueueExpiredError() }
+  return deadlineAt !== undefined && deadlineAt <= ttlAt ? { at: deadlineAt, cancelAfter: true } : { at: ttlAt, cancelAfter: false }
+}
+
+/** The error of a queued run failed by `limit`: made only when one fails (an Error takes its stack as it is made, a cost every run would pay). */
+export function expiryError (limit: QueuedExpiry): SidecarError {
+  return limit.cancelAfter ? new RunDeadlinePassedError() : new QueueExpiredError()
 }
 
 /** When a run's `Cancel-After` passes (epoch ms, from its submission), queued or running; undefined without one. */

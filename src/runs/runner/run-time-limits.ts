@@ -1,5 +1,5 @@
 import { DeadlineExceededError, RunDeadlinePassedError, type SidecarError } from '../../errors.ts'
-import { queuedExpiry, runDeadline } from '../run-expiry.ts'
+import { expiryError, queuedExpiry, runDeadline } from '../run-expiry.ts'
 import type { RunOutcome, TakenRun } from '../run-data.ts'
 import { type LongTimer, setLongTimeout } from '../../shared/longest-timer.ts'
 
@@ -10,8 +10,9 @@ import { type LongTimer, setLongTimeout } from '../../shared/longest-timer.ts'
  */
 export function expiredAtStart (run: TakenRun, queueTtlSeconds: number): RunOutcome | undefined {
   const now = Date.now()
-  const { at, error } = queuedExpiry(run, queueTtlSeconds)
-  if (at > now) return undefined
+  const limit = queuedExpiry(run, queueTtlSeconds)
+  if (limit.at > now) return undefined
+  const error = expiryError(limit)
   return { status: 'failed', statusCode: error.status, resultJson: JSON.stringify({ message: error.message }), runTimeMs: 0, error: error.message, completedAt: now }
 }
 

@@ -1,6 +1,6 @@
 import { AsyncQueueFullError, BodyTooLargeError } from '../../../errors.ts'
 import { FairQueue } from '../../../shared/fair-queue.ts'
-import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
+import { DEFAULT_QUEUE_TTL_SECONDS, expiryError, queuedExpiry } from '../../run-expiry.ts'
 import { setLongTimeout } from '../../../shared/longest-timer.ts'
 import { expiredRecord, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
@@ -149,13 +149,13 @@ export class MemoryQueue implements RunQueue {
     const submitted = run.submitted
     if (run.record.status !== 'queued' || submitted === undefined) return
     const now = Date.now()
-    const { at, error } = queuedExpiry(submitted, this.#ttlSeconds)
-    if (at > now) {
+    const limit = queuedExpiry(submitted, this.#ttlSeconds)
+    if (limit.at > now) {
       this.#armExpiry(run) // the clocks of timers and of Date differ by a millisecond at times: not yet
       return
     }
     this.#runs.countWaiting(run, -1)
-    const expired = expiredRecord(run.record, now, error)
+    const expired = expiredRecord(run.record, now, expiryError(limit))
     run.record = expired.record
     run.resultJson = expired.resultJson
     const taken: TakenRun = { ...submitted, webhook: run.webhook, entry: '' }

@@ -1,4 +1,4 @@
-import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
+import { DEFAULT_QUEUE_TTL_SECONDS, expiryError, queuedExpiry } from '../../run-expiry.ts'
 import { expiredRecord } from '../../run-record.ts'
 import type { RunRecord, TakenRun } from '../../run-data.ts'
 import { guard, parseWebhook, type RedisContext } from './redis-context.ts'
@@ -35,12 +35,12 @@ export class RedisExpiry {
     const createdAt = Date.parse(record.created_at)
     const submitted = { createdAt, request: { method: stored?.method ?? '', path: stored?.path ?? '', headers: stored?.headers ?? [], body: null } }
     const now = Date.now()
-    const { at, error } = queuedExpiry(submitted, ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS)
-    if (at > now) {
-      await guard(ctx.redis.zadd(keys.expiry, at, runId)) // a sidecar with another ASYNC_QUEUE_TTL_SECONDS set it: this one's stands here
+    const limit = queuedExpiry(submitted, ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS)
+    if (limit.at > now) {
+      await guard(ctx.redis.zadd(keys.expiry, limit.at, runId)) // a sidecar with another ASYNC_QUEUE_TTL_SECONDS set it: this one's stands here
       return
     }
-    const expired = expiredRecord(record, now, error)
+    const expired = expiredRecord(record, now, expiryError(limit))
     if (!await ctx.transition(keys, runId, raw as string, expired.record, { result: expired.resultJson, entry: entry ?? '', done: true })) return
     const run: TakenRun = {
       ...submitted, scope: ctx.settings.scope, runId, entry: '', webhook: webhook === null || webhook === undefined ? undefined : parseWebhook(webhook)

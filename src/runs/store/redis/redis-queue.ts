@@ -1,5 +1,5 @@
 import { setTimeout as delay } from 'node:timers/promises'
-import { AsyncQueueFullError, BodyTooLargeError, RunDeadlinePassedError, RunIdTakenError, RunStoreUnavailableError } from '../../../errors.ts'
+import { AsyncQueueFullError, BodyTooLargeError, RunIdTakenError, RunStoreUnavailableError } from '../../../errors.ts'
 import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import { type NewRun, type RunOutcome, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../../run-data.ts'
@@ -73,7 +73,7 @@ export class RedisQueue implements RunQueue {
     if ((run.request.body?.length ?? 0) > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
     // a Cancel-After sooner than the queue's TTL puts the run in the due set; the TTL alone is found from the queued index (redis-due.ts)
     const limit = queuedExpiry(run, this.#ctx.settings.queueTtlSeconds ?? DEFAULT_QUEUE_TTL_SECONDS)
-    const expiry = limit.error instanceof RunDeadlinePassedError ? limit.at : undefined
+    const expiry = limit.cancelAfter ? limit.at : undefined
     const outcome = await guard(SUBMIT.call(this.#ctx.redis, {
       run: keys.run(run.runId), queue: keys.queue, queuedBytes: keys.queuedBytes, dueSet: keys.expiry, index: keys.runs, turns: keys.turns, fair: keys.fair, wake: keys.wake,
       record: JSON.stringify(record), request: JSON.stringify(request), body: run.request.body ?? '',
