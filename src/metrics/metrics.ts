@@ -1,11 +1,9 @@
-import type * as PromClient from 'prom-client'
-import { requireCjs } from '../shared/require-cjs.ts'
+import { collectProcessMetrics, Counter, Gauge, Registry } from './prom-core.ts'
 import { FastHistogram, type HistogramCell } from './fast-histogram.ts'
 import { LastReading } from './last-reading.ts'
 
 import type { AppCancelOutcome, CancelCause, LabelledCounter, StreamMetrics, WebhookMetrics } from '../shared/metric-contracts.ts'
 
-const { Counter, Gauge, Registry, collectDefaultMetrics } = requireCjs('prom-client') as typeof PromClient
 
 export type RouteLabel = 'invoke' | 'websocket' | 'management'
 
@@ -22,7 +20,7 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
   #queued = 0
 
   constructor () {
-    collectDefaultMetrics({ register: this.registry })
+    collectProcessMetrics(this.registry)
     const answered = this.#answered
     new Counter({
       name: 'sidecar_requests_total',

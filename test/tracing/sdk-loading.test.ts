@@ -9,7 +9,7 @@ import { eventually, sidecarFor, startTestServer } from '../helpers/sidecar-harn
 // is in require.cache. Its own file: the process must not have loaded them for another test first.
 
 const SDK = ['@opentelemetry/sdk-trace/', '@opentelemetry/exporter-trace-otlp-proto/', '@opentelemetry/core/', '@opentelemetry/resources/', '@opentelemetry/exporter-trace-otlp-http/']
-const loaded = (): string[] => SDK.filter(name => Object.keys(createRequire(import.meta.url).cache).some(path => path.includes(`/node_modules/${name}`)))
+const loaded = (names = SDK): string[] => names.filter(name => Object.keys(createRequire(import.meta.url).cache).some(path => path.includes(`/node_modules/${name}`)))
 
 t.test('no endpoint, no SDK; with one, the SDK is loaded as the sidecar starts', async t => {
   const app = await startTestServer((_req, res) => { res.end('ok') })
@@ -18,6 +18,7 @@ t.test('no endpoint, no SDK; with one, the SDK is loaded as the sidecar starts',
   await eventually(async () => (await send(`${off.admin}/readyz`)).status === 200)
   t.equal((await send(`${off.base}/v4/proj/app/x`, { headers: { traceparent: `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01` } })).status, 200)
   t.same(loaded(), [], 'a traced call went through, and no SDK module was loaded')
+  t.same(loaded(['@opentelemetry/api/']), [], 'nor the API (prom-client\'s index would load it: metrics/prom-core.ts)')
   t.equal(off.logs.find(line => line.msg === 'sidecar listening')?.tracing, 'off', 'the start-up line says tracing is off')
 
   const otlp = await startOtlpReceiver()
