@@ -27,8 +27,8 @@
 -- (`turn` 1) are passed over. END_AND_TAKE runs this after a run's end.
 --#include turn.lua
 --#include started.lua
--- the first page is short: with a backlog only its first turn or two are read, and every element
--- a ZRANGE gives costs the script (a page of 32 turns was a third of END_AND_TAKE's time)
+-- the first page is short: with a backlog a take uses its first turn or two, and every element a
+-- ZRANGE hands the script costs Redis time (a first page of 32 turns was a third of END_AND_TAKE's)
 local FIRST_PAGE, PAGE, PAGES, TAG_TRIM = 8, 32, 32, 16
 local seen = 0
 -- a command on the queue's group, the group made first if it is missing (the stream deleted by hand, a server restarted empty)
