@@ -29,8 +29,7 @@ const COLLECTORS = [
 export function collectProcessMetrics (registry: PromClient.Registry): void {
   const registers = [registry]
   let last = process.cpuUsage()
-  // in prom-client's order: the user counter's collect sets all three
-  const counters = { system: undefined as PromClient.Counter | undefined, total: undefined as PromClient.Counter | undefined }
+  // in prom-client's order: the user counter's collect (at scrape time) sets all three
   new Counter({
     name: 'process_cpu_user_seconds_total',
     help: 'Total user CPU time spent in seconds.',
@@ -41,12 +40,12 @@ export function collectProcessMetrics (registry: PromClient.Registry): void {
       const system = now.system - last.system
       last = now
       this.inc(user / 1e6)
-      counters.system?.inc(system / 1e6)
-      counters.total?.inc((user + system) / 1e6)
+      systemSeconds.inc(system / 1e6)
+      totalSeconds.inc((user + system) / 1e6)
     }
   })
-  counters.system = new Counter({ name: 'process_cpu_system_seconds_total', help: 'Total system CPU time spent in seconds.', registers })
-  counters.total = new Counter({ name: 'process_cpu_seconds_total', help: 'Total user and system CPU time spent in seconds.', registers })
+  const systemSeconds = new Counter({ name: 'process_cpu_system_seconds_total', help: 'Total system CPU time spent in seconds.', registers })
+  const totalSeconds = new Counter({ name: 'process_cpu_seconds_total', help: 'Total user and system CPU time spent in seconds.', registers })
   const config = { eventLoopMonitoringPrecision: 10 }
   for (const name of COLLECTORS) (requireCjs(`prom-client/lib/metrics/${name}.js`) as Collector)(registry, config)
 }
