@@ -34,6 +34,10 @@ try {
 }
 
 const sidecar = await startSidecar(config).catch((error: NodeJS.ErrnoException) => {
+  if (error instanceof ConfigError) {
+    process.stderr.write(`app-sidecar: invalid configuration: ${error.message}\n`)
+    process.exit(2)
+  }
   const hint = portTakenHint(error, { PORT: config.port, ADMIN_PORT: config.adminPort })
   process.stderr.write(`app-sidecar: cannot start: ${error.code ?? ''} ${error.message}${hint}\n`)
   process.exit(1)

@@ -15,6 +15,7 @@ import { loadSidecarConfig, SIDECAR_VARIABLES } from '../../src/config/sidecar-c
 import { loadStoreConfig, storeHelp } from '../../src/build-store/store-config.ts'
 import {
   components, containersOf, DEPLOY, deployments, EXAMPLE_SUFFIX, exampleFiles, examples, findContainer, httpProbe, IMAGE_NAME,
+  STORE_IMAGE_NAME,
   kustomization, listed, literalEnv, manifests, matchesLabels, podSpecOf, resolvePort, ROOT, RUN_STORE, statefulSets, yamlFiles,
   deploymentSelectedBy, containerWithPort
 } from '../helpers/deploy-manifests.ts'
@@ -76,8 +77,12 @@ function parseDockerfile (text: string): Stage[] {
 }
 
 const stages = parseDockerfile(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))
+/** The last stage, the default target: the sidecar. */
 const runtime = stages.at(-1) as Stage
 const buildStage = stages.find(s => s.name === 'build')
+const storeStage = stages.find(s => s.name === 'build-store')
+/** The stage that builds a container's image. */
+const stageOfImage = (image: string | undefined): Stage | undefined => image === STORE_IMAGE_NAME ? storeStage : image === IMAGE_NAME ? runtime : undefined
 const last = (stage: Stage, op: string): string | undefined => stage.instructions.filter(i => i.op === op).at(-1)?.args
 const execForm = (args: string | undefined): unknown => args === undefined ? undefined : JSON.parse(args)
 const buildConfig = JSON.parse(readFileSync(join(ROOT, 'tsconfig.build.json'), 'utf8')) as { compilerOptions: { rootDir: string, outDir: string } }
@@ -100,8 +105,10 @@ t.test('kustomization.yaml lists every manifest, and only files that exist', asy
   }
   for (const file of exampleFiles) t.notOk(listed.includes(file), `${file} (an example) is not applied`)
   t.equal(kustomization.namespace, 'app-sidecar', 'one namespace for everything')
-  const image = kustomization.images?.find(i => i.name === IMAGE_NAME)
-  t.match(image, { newName: /\S/, newTag: /^(?!latest$)\S+$/ }, 'the image is pinned to a tag in one place')
+  for (const name of [IMAGE_NAME, STORE_IMAGE_NAME]) {
+    const image = kustomization.images?.find(i => i.name === name)
+    t.match(image, { newName: /\S/, newTag: /^(?!latest$)\S+$/ }, `${name}: the image is pinned to a tag in one place`)
+  }
 })
 
 t.test('every manifest is valid against the Kubernetes schemas', async t => {
@@ -164,8 +171,10 @@ t.test('every pod and container runs non-root, read-only, without capabilities, 
         t.match(c.image, /^[a-z0-9./-]+:(?!latest$)[\w.-]+$/, `${at}: ${c.image} pinned to a tag`)
         continue
       }
-      t.equal(c.image, IMAGE_NAME, `${at}: runs the project's image (tagged by kustomization.yaml)`)
-      const entry = (c.command ?? execForm(last(runtime, 'ENTRYPOINT')) ?? []) as string[]
+      t.equal(c.image, c.name === 'build-store' ? STORE_IMAGE_NAME : IMAGE_NAME, `${at}: runs the project's image for it (tagged by kustomization.yaml)`)
+      const stage = stageOfImage(c.image)
+      if (stage === undefined) continue
+      const entry = (c.command ?? execForm(last(stage, 'ENTRYPOINT')) ?? []) as string[]
       const script = (c.command === undefined ? (c.args ?? []) : c.command.slice(1))[0]
       t.same(entry.slice(0, 1), ['node'], `${at}: node runs it`)
       const source = sourceOfImagePath(script ?? '')
@@ -231,7 +240,8 @@ t.test('Services expose only the public ports, never the admin port nor the app'
 
 t.test('the build store reads DATABASE_URL from a Secret; no secret value sits in a manifest', async t => {
   const { pod, container: store } = findContainer('build-store')
-  t.same(store.args, ['/app/dist/bin/build-store.js'], 'the same image, the other bin')
+  t.equal(store.image, STORE_IMAGE_NAME, 'the build store\'s own image')
+  t.same(store.args, ['/app/dist/bin/build-store.js'], 'its bin')
   const databaseUrl = store.env?.find(e => e.name === 'DATABASE_URL')
   t.ok(databaseUrl?.value === undefined && databaseUrl?.valueFrom?.secretKeyRef?.key === 'DATABASE_URL', 'DATABASE_URL comes from a Secret')
   const help = storeHelp()
@@ -331,31 +341,47 @@ t.test('the KEDA example scales the app on the run store\'s backlog through Prom
   t.match(trigger?.metadata?.serverAddress, /^https?:\/\//)
 })
 
-t.test('the Dockerfile: Node 24 LTS, a numeric user, a writable data folder, one image for both bins', async t => {
-  t.same(stages.map(s => s.from), ['node:24-bookworm-slim', 'node:24-bookworm-slim'], 'build and runtime stages on node:24-bookworm-slim')
-  t.match(last(runtime, 'USER'), /^[1-9][0-9]*:[0-9]+$/, 'USER is numeric uid:gid, not a name')
-  t.equal(last(runtime, 'WORKDIR'), '/app')
-  t.match(last(runtime, 'ENV'), /(^|\s)DATA_DIR=\/app\/data(\s|$)/, 'DATA_DIR=/app/data')
-  const uid = (last(runtime, 'USER') ?? '').split(':')[0]
-  const run = runtime.instructions.filter(i => i.op === 'RUN').map(i => i.args).join(' ')
-  t.match(run, /mkdir -p \/app\/data/, 'the data folder exists')
-  t.match(run, new RegExp(`chown ${uid}(:[0-9]+)? /app/data`), 'the data folder belongs to the runtime user')
-  t.ok(runtime.instructions.some(i => i.op === 'COPY' && i.args === `--from=build /src/${buildConfig.compilerOptions.outDir} ./${buildConfig.compilerOptions.outDir}`),
-    'the runtime stage takes the compiled output from the build stage')
+t.test('the Dockerfile: Node 24 LTS, two images each with its own dependencies, numeric users, the store\'s data folder', async t => {
+  t.same(stages.map(s => [s.name, s.from]), [['build', 'node:24-bookworm-slim'], ['build-store', 'node:24-bookworm-slim'], ['sidecar', 'node:24-bookworm-slim']],
+    'a build stage, then the build store\'s image and the sidecar\'s (the default target), all on node:24-bookworm-slim')
   t.ok(buildStage !== undefined && last(buildStage, 'WORKDIR') === '/src', 'the build stage compiles in /src')
   t.ok(buildStage?.instructions.some(i => i.op === 'COPY' && i.args === 'src ./src') === true, 'the build stage has the sources')
-  t.ok(buildStage?.instructions.some(i => i.op === 'RUN' && /npm run build/.test(i.args)) === true, 'the build stage compiles them')
-  t.same(execForm(last(runtime, 'ENTRYPOINT')), ['node'], 'ENTRYPOINT node: the command picks the bin')
-  t.same(execForm(last(runtime, 'CMD')), ['/app/dist/bin/app-sidecar.js'], 'the sidecar by default')
+  const builds = buildStage?.instructions.filter(i => i.op === 'RUN').map(i => i.args).join(' ') ?? ''
+  t.match(builds, /npm run build && npm run build --prefix packages\/build-store/, 'the build stage compiles both packages')
+  t.match(builds, /rm -rf dist\/build-store dist\/bin\/build-store\.\* dist\/demo\/start\.\*/, 'the sidecar\'s output leaves out the build store')
+
+  const images = [
+    { stage: runtime, manifests: 'package.json package-lock.json', dist: '/src/dist', bin: '/app/dist/bin/app-sidecar.js' },
+    { stage: storeStage, manifests: 'packages/build-store/package.json packages/build-store/package-lock.json', dist: '/src/packages/build-store/dist', bin: '/app/dist/bin/build-store.js' }
+  ]
+  for (const { stage, manifests, dist, bin } of images) {
+    if (stage === undefined) throw new Error('the Dockerfile has no build-store stage')
+    const at = stage.name ?? ''
+    t.match(last(stage, 'USER'), /^[1-9][0-9]*:[0-9]+$/, `${at}: USER is numeric uid:gid, not a name`)
+    t.equal(last(stage, 'WORKDIR'), '/app', `${at}: WORKDIR /app`)
+    t.ok(stage.instructions.some(i => i.op === 'COPY' && i.args === `${manifests} ./`), `${at}: installs from ${manifests}`)
+    t.match(stage.instructions.filter(i => i.op === 'RUN').map(i => i.args).join(' '), /npm ci --omit=dev --ignore-scripts/, `${at}: production dependencies only, from the lockfile`)
+    t.ok(stage.instructions.some(i => i.op === 'COPY' && i.args === `--from=build ${dist} ./dist`), `${at}: the compiled output from the build stage`)
+    t.same(execForm(last(stage, 'ENTRYPOINT')), ['node'], `${at}: ENTRYPOINT node`)
+    t.same(execForm(last(stage, 'CMD')), [bin], `${at}: runs ${bin} by default`)
+  }
+  const store = storeStage as Stage
+  t.match(last(store, 'ENV'), /(^|\s)DATA_DIR=\/app\/data(\s|$)/, 'the build store: DATA_DIR=/app/data')
+  const uid = (last(store, 'USER') ?? '').split(':')[0]
+  const run = store.instructions.filter(i => i.op === 'RUN').map(i => i.args).join(' ')
+  t.match(run, /mkdir -p \/app\/data/, 'the data folder exists')
+  t.match(run, new RegExp(`chown ${uid}(:[0-9]+)? /app/data`), 'the data folder belongs to the runtime user')
 
   const bins = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { bin: Record<string, string> }).bin
   t.same(Object.keys(bins).sort(), ['app-sidecar', 'build-store'], 'package.json names both bins')
+  const storeBins = (JSON.parse(readFileSync(join(ROOT, 'packages/build-store/package.json'), 'utf8')) as { bin: Record<string, string> }).bin
+  t.same(storeBins, { 'build-store': bins['build-store'] }, 'the build store\'s package names its bin at the same path')
   for (const [name, path] of Object.entries(bins)) {
     const source = sourceOfImagePath(`/app/${path}`)
-    t.ok(source !== undefined && existsSync(source), `bin ${name} (/app/${path}) is built into the image`)
+    t.ok(source !== undefined && existsSync(source), `bin ${name} (/app/${path}) is built into its image`)
   }
   const ignored = readFileSync(join(ROOT, '.dockerignore'), 'utf8').split('\n').map(l => l.trim())
-  for (const needed of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src']) {
+  for (const needed of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src', 'packages', 'packages/build-store']) {
     t.notOk(ignored.includes(needed), `.dockerignore keeps ${needed} in the build context`)
   }
 })
@@ -367,8 +393,8 @@ t.test('kubectl kustomize renders the base as listed', { skip: kubectl.status ==
   const objects = parseAllDocuments(rendered.stdout).map(d => d.toJS() as { kind: string, metadata: { name: string, namespace?: string } })
   t.same(objects.map(o => `${o.kind}/${o.metadata.name}`).sort(), manifests.map(m => `${m.kind}/${m.name}`).sort(), 'every listed object, nothing else')
   for (const o of objects) if (o.kind !== 'Namespace') t.equal(o.metadata.namespace, kustomization.namespace, `${o.kind}/${o.metadata.name} namespaced`)
-  const image = kustomization.images?.find(i => i.name === IMAGE_NAME)
+  const tagged = [IMAGE_NAME, STORE_IMAGE_NAME].map(name => kustomization.images?.find(i => i.name === name))
   const redisImage = podSpecOf(statefulSets[0]?.object as StatefulSet).containers[0]?.image
   const images = new Set(rendered.stdout.match(/image: \S+/g)?.filter(i => i !== `image: ${redisImage}`))
-  t.same([...images], [`image: ${image?.newName}:${image?.newTag}`], 'every container but the run store\'s Redis runs the tagged image')
+  t.same([...images].sort(), tagged.map(image => `image: ${image?.newName}:${image?.newTag}`).sort(), 'every container but the run store\'s Redis runs one of the two tagged images')
 })

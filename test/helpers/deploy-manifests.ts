@@ -10,8 +10,10 @@ import type { IContainer, IPodSpec, IProbe } from 'kubernetes-models/v1'
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 export const DEPLOY = join(ROOT, 'deploy')
 export const EXAMPLE_SUFFIX = '.example.yaml'
-/** The name manifests give the project's image; kustomization.yaml's `images:` points it at a registry. */
+/** The name manifests give the sidecar's image; kustomization.yaml's `images:` points it at a registry. */
 export const IMAGE_NAME = 'app-sidecar'
+/** The build store's image (the Dockerfile's `build-store` target). */
+export const STORE_IMAGE_NAME = 'app-sidecar-build-store'
 /** The run store's StatefulSet, Service and NetworkPolicy (deploy/run-store-redis/). */
 export const RUN_STORE = 'run-store-redis'
 
