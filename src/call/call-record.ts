@@ -8,6 +8,7 @@ import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import type { RouteLabel, SidecarMetrics } from '../metrics/metrics.ts'
 import type { CallRoute } from './match-route.ts'
 import { runIdFor } from './run-id.ts'
+import { type AccessLine, writeAccessLine } from '../shared/access-line.ts'
 import { DEFAULT_URGENCY } from '../shared/fair-queue.ts'
 
 /** What every finished request leaves behind: one log line, its metrics, and its drain slot freed. */
@@ -27,17 +28,6 @@ export interface AbortTaker {
   outlivesCaller?: () => boolean
 }
 
-/** The request's log line. */
-interface AccessLine {
-  method: string | undefined
-  path: string
-  status: number
-  duration: number
-  runId: string
-  aborted?: true
-  error?: string
-  reason?: string
-}
 
 /**
  * One request from arrival to close: its run id, an abort (caller gone, deadline) that whoever
@@ -108,7 +98,7 @@ export abstract class CallRecord {
         line.error = this.refusal.code
         line.reason = this.refusal.reason
       }
-      recorder.logger.info(line, label === 'websocket' ? 'websocket' : 'request')
+      writeAccessLine(recorder.logger, line, label === 'websocket' ? 'websocket' : 'request')
     })
   }
 

@@ -1,6 +1,7 @@
 import type Pino from 'pino'
 import type { DestinationStream, Logger } from 'pino'
 import type { LogLevel } from '../config/env-parsers.ts'
+import { writesAccessLinesByHand } from '../shared/access-line.ts'
 import { requireCjs } from '../shared/require-cjs.ts'
 
 const pino = requireCjs('pino') as typeof Pino
@@ -28,8 +29,14 @@ export function createLogger (level: LogLevel, destination?: DestinationStream):
       censor: '[redacted]'
     }
   }
-  if (destination !== undefined) return pino(options, destination)
+  if (destination !== undefined) return plain(pino(options, destination), destination)
   const stdout = pino.destination({ dest: 1, sync: false, minLength: 2048, maxWrite: 4096 })
   setInterval(() => { stdout.flush() }, LOG_FLUSH_INTERVAL_MS).unref()
-  return pino(options, stdout)
+  return plain(pino(options, stdout), stdout)
+}
+
+/** The request lines of `logger` are written by hand, to the same stream, in the same order as its other lines. */
+function plain (logger: Logger, stream: DestinationStream): Logger {
+  writesAccessLinesByHand(logger, stream, (logger as unknown as Record<symbol, string>)[pino.symbols.chindingsSym] ?? '')
+  return logger
 }
