@@ -1,11 +1,31 @@
 import type { JSONWebKeySet, JWTVerifyGetKey } from 'jose'
-// jose's subpaths, not its index: the index loads every JWE, JWK and signing module too (~2 MB of an idle sidecar)
-import * as joseErrors from 'jose/errors'
-import { createLocalJWKSet } from 'jose/jwks/local'
-import { jwtVerify } from 'jose/jwt/verify'
+import type * as JoseErrors from 'jose/errors'
+import type { createLocalJWKSet } from 'jose/jwks/local'
+import type { jwtVerify } from 'jose/jwt/verify'
 import { LRUCache } from 'lru-cache'
 import { ForbiddenProjectError, InvalidTokenError, type SidecarError, StoreUnreachableError } from '../errors.ts'
 import { fetchBoundedJson } from './bounded-json.ts'
+
+/** The parts of jose the verifier uses. */
+interface Jose {
+  readonly jwtVerify: typeof jwtVerify
+  readonly createLocalJWKSet: typeof createLocalJWKSet
+  readonly errors: typeof JoseErrors
+}
+/** jose once loaded: every use comes after a loadJose() (a verification, a key set made). */
+let jose: Jose | undefined
+let joseLoading: Promise<Jose> | undefined
+
+/**
+ * jose, imported on first use: its modules take ~15 ms to load, which start-up need not wait for
+ * (the key set is fetched, and jose loaded with it, once the listeners are up). Its subpaths, not
+ * its index: the index loads every JWE, JWK and signing module too (~2 MB of an idle sidecar).
+ */
+async function loadJose (): Promise<Jose> {
+  joseLoading ??= Promise.all([import('jose/jwt/verify'), import('jose/jwks/local'), import('jose/errors')])
+    .then(([verify, local, errors]) => (jose = { jwtVerify: verify.jwtVerify, createLocalJWKSet: local.createLocalJWKSet, errors }))
+  return await joseLoading
+}
 
 /** What the sidecar keeps of a token it has verified. */
 export interface VerifiedToken {
@@ -110,11 +130,12 @@ export class TokenVerifier {
   }
 
   async #verify (token: string): Promise<VerifiedToken> {
+    const { jwtVerify, errors } = jose ?? await loadJose()
     let payload
     try {
       ({ payload } = await jwtVerify(token, this.#keys, { algorithms: ACCEPTED_ALGORITHMS, requiredClaims: ['exp'] }))
     } catch (error) {
-      throw tokenError(error)
+      throw tokenError(errors, error)
     }
     const verified: VerifiedToken = {
       projectId: typeof payload.projectId === 'string' ? payload.projectId : undefined,
@@ -167,7 +188,7 @@ function remoteKeys (url: URL, timing: { refetchCooldownMs: number, retryAfterFa
     if (fetching !== undefined) return fetching
     if (Date.now() < failedAt + timing.retryAfterFailureMs) throw new KeySetUnavailableError(`${failure as string}; backing off`)
     fetching = fetchBoundedJson(url, { maxBytes: JWKS_MAX_BYTES, timeoutMs: JWKS_TIMEOUT_MS })
-      .then(json => createLocalJWKSet(json as JSONWebKeySet))
+      .then(async json => (jose ?? await loadJose()).createLocalJWKSet(json as JSONWebKeySet))
       .then(loaded => {
         keys = loaded
         fetchedAt = Date.now()
@@ -190,7 +211,8 @@ function remoteKeys (url: URL, timing: { refetchCooldownMs: number, retryAfterFa
     try {
       return await current(header, token)
     } catch (error) {
-      if (!(error instanceof joseErrors.JWKSNoMatchingKey) || fetchesNow) throw error
+      // jose is loaded: the key set `current` was made by it
+      if (!(error instanceof (jose as Jose).errors.JWKSNoMatchingKey) || fetchesNow) throw error
       let refetch = fetching // a fetch already under way is joined, whatever started it
       if (refetch === undefined) {
         if (Date.now() < lastRefetch + timing.refetchCooldownMs) throw error
@@ -208,7 +230,7 @@ function remoteKeys (url: URL, timing: { refetchCooldownMs: number, retryAfterFa
   }
 }
 
-function tokenError (error: unknown): SidecarError {
+function tokenError (joseErrors: typeof JoseErrors, error: unknown): SidecarError {
   if (error instanceof joseErrors.JWTExpired) return new InvalidTokenError('expired')
   if (error instanceof joseErrors.JWSSignatureVerificationFailed) return new InvalidTokenError('bad signature')
   if (error instanceof joseErrors.JOSEAlgNotAllowed) return new InvalidTokenError('algorithm not allowed')
