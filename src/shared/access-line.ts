@@ -1,6 +1,6 @@
 import type { DestinationStream, Logger } from 'pino'
 
-/** A request's log line (docs/errors.md, "Log lines"): only these fields, none of them a secret. */
+/** A request's log line (docs/errors.md, "What the log says"): only these fields, none of them a secret. */
 export interface AccessLine {
   method: string | undefined
   path: string
@@ -30,7 +30,7 @@ export function writesAccessLinesByHand (logger: Logger, stream: DestinationStre
 /**
  * One request's line at info, exactly as pino would write `logger.info(line, msg)` (the same
  * bytes, key order included: test/call/access-line.test.ts) at a fraction of the cost: the
- * fields are known, so nothing is walked, redacted or probed. Every request writes one (SPEC).
+ * fields are known, so nothing is walked, redacted or probed. Every request writes one.
  */
 export function writeAccessLine (logger: Logger, line: AccessLine, msg: string): void {
   const plain = plainLoggers.get(logger)

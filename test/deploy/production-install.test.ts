@@ -3,15 +3,15 @@
 // pg, TypeBox, nor the OpenTelemetry SDK, an optional peer) in at most 20 MB, and the sidecar
 // runs on it; the build store's package installs and runs on its own, with the versions the
 // repository tests.
-import { execFile } from 'node:child_process'
 import { cpSync, existsSync } from 'node:fs'
-import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises'
+import { copyFile, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { runNode } from '../helpers/child-process.ts'
 import { send } from '../helpers/http-client.ts'
+import { runIn, sizeOf } from '../helpers/npm-project.ts'
 import { eventually, startTestServer } from '../helpers/sidecar-harness.ts'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -25,27 +25,6 @@ const NOT_IN_SIDECAR = [
 ]
 /** The sidecar's own packages: none of them in the build store's install. */
 const NOT_IN_STORE = ['undici', 'ioredis', 'prom-client', 'http-proxy', 'ws']
-
-/** Without npm's own variables: under `npm test` they name the repository as the project. */
-const childEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_/i.test(name)))
-
-interface Ran { code: number, stdout: string, stderr: string }
-/** Runs `file args…` in `cwd` without NODE_OPTIONS (tap's hook breaks the node processes npm starts). */
-async function runIn (cwd: string, file: string, args: string[]): Promise<Ran> {
-  return await new Promise(resolve => {
-    execFile('env', ['-u', 'NODE_OPTIONS', file, ...args], { cwd, env: childEnv, maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
-      resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : -1, stdout, stderr })
-    })
-  })
-}
-
-async function sizeOf (path: string): Promise<number> {
-  const info = await stat(path)
-  if (!info.isDirectory()) return info.size
-  let total = 0
-  for (const entry of await readdir(path)) total += await sizeOf(join(path, entry))
-  return total
-}
 
 interface Lock { packages: Record<string, { version?: string }> }
 async function lockOf (dir: string): Promise<Lock> {

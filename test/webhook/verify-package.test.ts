@@ -1,8 +1,7 @@
 // The receivers' package (packages/app-sidecar-verify): packed, installed on its own with no
 // network into an empty project, it verifies a delivery the sidecar really sent, and so does the
 // Python verifier of docs/routes.md. Receivers must not pay for the server's dependencies.
-import { execFile } from 'node:child_process'
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -10,6 +9,7 @@ import t from 'tap'
 import { signWebhook } from '../../src/webhook/webhook-signature.ts'
 import type { ReceivedAttempt } from '../helpers/webhook-receiver.ts'
 import { startWebhookReceiver } from '../helpers/webhook-receiver.ts'
+import { runIn, sizeOf } from '../helpers/npm-project.ts'
 import { call, LOOPBACK_ENV, sidecarFor, startWebhookApp } from './webhook-kit.ts'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -23,33 +23,8 @@ const PACKED_FILES = [
   'README.md', 'dist/shared/run-id-rule.d.ts', 'dist/shared/run-id-rule.js', 'dist/webhook/webhook-signature.d.ts',
   'dist/webhook/webhook-signature.js', 'package.json'
 ]
-/** The whole node_modules of a receiver that installed it (8.4 kB when this was written, against 77 MB for app-sidecar). */
+/** The whole node_modules of a receiver that installed it (8.4 kB when this was written, against 12 MB for the sidecar's production install). */
 const MAX_INSTALLED_BYTES = 20_000
-
-/** Without npm's own variables: under `npm test` they name the repository as the project (npm_config_local_prefix). */
-const childEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_/i.test(name)))
-
-interface Ran { code: number, stdout: string, stderr: string }
-/**
- * Runs `file args…` in `cwd`, through `env -u NODE_OPTIONS`: tap puts its process-info hook into
- * NODE_OPTIONS of every child, and in the node processes npm starts (tsc) that hook breaks them.
- */
-async function runIn (cwd: string, file: string, args: string[], input?: string): Promise<Ran> {
-  return await new Promise(resolve => {
-    const child = execFile('env', ['-u', 'NODE_OPTIONS', file, ...args], { cwd, env: childEnv, maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
-      resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : -1, stdout, stderr })
-    })
-    child.stdin?.end(input)
-  })
-}
-
-async function sizeOf (path: string): Promise<number> {
-  const info = await stat(path)
-  if (!info.isDirectory()) return info.size
-  let total = 0
-  for (const entry of await readdir(path)) total += await sizeOf(join(path, entry))
-  return total
-}
 
 async function filesUnder (dir: string): Promise<string[]> {
   const found: string[] = []
