@@ -11,6 +11,8 @@ import { GONE, LEASE, LEFT } from './redis-due.ts'
 
 /** A consumer idle this many times RUN_LOST_AFTER_SECONDS, holding nothing, belonged to a sidecar long gone (a live one touches its groups every heartbeat). */
 const GONE_AFTER_LOST = 2
+/** How long after a beat's worth of time the second takeover of a lost sidecar's entries looks (their idle time is counted by Redis). */
+const LATER_TAKEOVER_MARGIN_MS = 500
 
 /** Removes from the app's queue and deliveries groups the consumer named ('' any idle over `idleMs`) that holds nothing. */
 export async function forgetConsumers (ctx: RedisContext, consumer: string, idleMs: number): Promise<void> {
@@ -120,6 +122,10 @@ export class RedisReaper {
     // this sidecar's own lease fell due (a pause, or a release that failed): moved on, or removed
     if (members.includes(this.#lease)) await (ctx.lease.holds ? this.keep() : this.release())
     if (lost.length > 0 || left.length > 0) await this.takeOver()
+    // what a lost sidecar took after its last beat is idle less than RUN_LOST_AFTER_SECONDS when
+    // its lease falls due (the lease was written at that beat): one more takeover a beat later
+    // finds it idle long enough, rather than the sweep minutes later
+    if (lost.length > 0) setTimeout(() => { void this.takeOver().catch(() => {}) }, ctx.heartbeatMs + LATER_TAKEOVER_MARGIN_MS).unref()
     // a stopping sidecar takes no delivery over: left ones stay due, for another
     if (left.length > 0 && !this.#deliveries.leaving) await guard(ctx.redis.zrem(ctx.own.expiry, ...left))
     if (lost.length > 0) {
