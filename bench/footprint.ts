@@ -4,13 +4,14 @@
 // Read against bare Node (an HTTP server answering "{}") and the floor proxy, and against an
 // older build (BENCH_BEFORE_BIN), in interleaved rounds; medians printed as one JSON line each.
 // `npm run build && node --import tsx bench/footprint.ts`   (BENCH_ROUNDS=7, BENCH_BEFORE_BIN=…)
-import { type ChildProcess, spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { spawn } from 'node:child_process'
 import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { createTokenIssuer, serveJwks } from '../test/helpers/demo-token-issuer.ts'
 import { freePort } from '../test/helpers/ports.ts'
+import { median } from './aggregate.ts'
+import { rssMb } from './process-memory.ts'
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7)
@@ -53,6 +54,7 @@ const targets: Target[] = [
   { name: 'bare-node', args: ['-e', BARE_NODE], env: port => ({ PORT: String(port) }), ready: port => `http://127.0.0.1:${port}/`, call: port => `http://127.0.0.1:${port}/run` }
 ]
 
+/** Polls `url` every 2 ms until it answers 200 (child-processes.ts' waitForHttp200 polls every 50 ms: too coarse for a start time). */
 async function waitFor200 (url: string, ms: number): Promise<void> {
   const deadline = performance.now() + ms
   for (;;) {
@@ -66,12 +68,8 @@ async function waitFor200 (url: string, ms: number): Promise<void> {
   }
 }
 
-function rssMb (child: ChildProcess): number {
-  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))?.[1]
-  return Number(kb) / 1024
-}
-
-interface Sample { startMs: number, restMb: number, oneCallMb: number }
+/** RSS in MB (10⁶ bytes), as the bench reports it; undefined if the process is gone. */
+interface Sample { startMs: number, restMb: number | undefined, oneCallMb: number | undefined }
 async function measure (target: Target): Promise<Sample> {
   const [port, admin] = [await freePort(), await freePort()]
   const started = performance.now()
@@ -80,23 +78,19 @@ async function measure (target: Target): Promise<Sample> {
     await waitFor200(target.ready(port, admin), 15_000)
     const startMs = performance.now() - started
     await sleep(1000)
-    const restMb = rssMb(child)
+    const restMb = rssMb(child.pid as number)
     const response = await fetch(target.call(port), {
       method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: '{"name":"Ada"}'
     })
     await response.arrayBuffer()
     if (response.status !== 200) throw new Error(`${target.name}: the call answered ${response.status}`)
     await sleep(2000)
-    return { startMs, restMb, oneCallMb: rssMb(child) }
+    return { startMs, restMb, oneCallMb: rssMb(child.pid as number) }
   } finally {
     child.kill('SIGKILL')
   }
 }
 
-const median = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.floor(sorted.length / 2)] as number
-}
 const samples = new Map<string, Sample[]>(targets.map(t => [t.name, []]))
 for (let round = 0; round < ROUNDS; round++) {
   for (const target of targets) samples.get(target.name)?.push(await measure(target))

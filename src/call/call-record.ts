@@ -28,7 +28,6 @@ export interface AbortTaker {
   outlivesCaller?: () => boolean
 }
 
-
 /**
  * One request from arrival to close: its run id, an abort (caller gone, deadline) that whoever
  * holds the call at that moment acts on, and what to free when it closes. On close it logs one
