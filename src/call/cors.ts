@@ -37,7 +37,7 @@ export class CorsPolicy {
 
   /** True when the call was answered (a preflight); throws OriginNotAllowedError (403) for a preflight from an origin not allowed. */
   answer (call: HttpCall): boolean {
-    const { req, res } = call
+    const { req, out } = call
     const origin = req.headers.origin
     if (origin === undefined) return false
     // a preflight, as Fetch defines it: an OPTIONS with Origin and Access-Control-Request-Method
@@ -46,9 +46,9 @@ export class CorsPolicy {
       if (preflight) throw new OriginNotAllowedError()
       return false
     }
-    res.setHeader('access-control-allow-origin', origin)
-    res.setHeader('vary', 'Origin')
-    res.setHeader('access-control-expose-headers', EXPOSED_HEADERS)
+    out.setHeader('access-control-allow-origin', origin)
+    out.setHeader('vary', 'Origin')
+    out.setHeader('access-control-expose-headers', EXPOSED_HEADERS)
     if (!preflight || call.settled) return preflight
     const headers: OutgoingHttpHeaders = {
       'access-control-allow-methods': ALLOWED_METHODS,
@@ -57,7 +57,7 @@ export class CorsPolicy {
     }
     const asked = requestedHeaders(req.headers['access-control-request-headers'])
     if (asked !== '') headers['access-control-allow-headers'] = asked
-    res.writeHead(204, headers).end()
+    out.writeHead(204, headers).end()
     return true
   }
 }

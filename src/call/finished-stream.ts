@@ -10,6 +10,6 @@ export function answerFinishedStream (call: HttpCall): boolean {
   const req = call.req
   const lastEventId = req.headers['last-event-id']
   if (typeof lastEventId !== 'string' || !lastEventId.endsWith(DONE_ID_SUFFIX) || (req.method !== 'GET' && req.method !== 'HEAD')) return false
-  if (!call.settled) call.res.writeHead(204, { 'x-request-id': call.runId }).end()
+  if (!call.settled) call.out.writeHead(204, { 'x-request-id': call.runId }).end()
   return true
 }

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
+import { AnswerWriter } from '../shared/answer-writer.ts'
 import { knownError, sendError } from '../shared/http-answers.ts'
 import { SIDECAR_INTERNAL } from '../errors.ts'
 import type { WebhookTarget } from '../webhook/webhook-endpoint.ts'
@@ -11,6 +12,8 @@ import type { RouteLabel } from '../metrics/metrics.ts'
 /** An HTTP request and its response. */
 export class HttpCall extends CallRecord implements StageCall {
   readonly res: ServerResponse
+  /** Everything the call's caller gets is written here (answer-writer.ts). */
+  readonly out: AnswerWriter
   // what the /v4 stages found, in the order they run (invoke-pipeline.ts)
   /** Where the call asked its webhook to go. */
   webhook: WebhookTarget | undefined = undefined
@@ -34,13 +37,14 @@ export class HttpCall extends CallRecord implements StageCall {
   constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse) {
     super(recorder, route, req, res)
     this.res = res
+    this.out = new AnswerWriter(req, res)
     this.#logger = recorder.logger
   }
 
   get status (): number { return this.res.headersSent ? this.res.statusCode : 499 }
   get finished (): boolean { return this.res.writableFinished }
   // a call that outlives its caller is still answered, for its Idempotency-Key (nothing reaches the socket)
-  get settled (): boolean { return this.res.writableEnded || (this.res.destroyed && !this.outliving) }
+  get settled (): boolean { return this.out.writableEnded || (this.res.destroyed && !this.outliving) }
 
   protected override freed (): void { this.inFlight?.leave() }
 
@@ -48,6 +52,6 @@ export class HttpCall extends CallRecord implements StageCall {
     if (this.settled) return
     const ctx = { runId: this.runId, logger: this.#logger, internal: SIDECAR_INTERNAL }
     this.refusal = knownError(error, ctx)
-    sendError(this.res, this.refusal, ctx)
+    sendError(this.out, this.refusal, ctx)
   }
 }

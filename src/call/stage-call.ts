@@ -1,4 +1,5 @@
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { IncomingMessage } from 'node:http'
+import type { AnswerWriter } from '../shared/answer-writer.ts'
 import type { CallTrace } from '../shared/trace-contracts.ts'
 import type { AnswerTee } from '../shared/response-sink.ts'
 import type { WebhookTarget } from '../webhook/webhook-endpoint.ts'
@@ -24,7 +25,8 @@ export type RunRecording = (webhook: WebhookTee | undefined) => AnswerTee
  */
 export interface StageCall {
   readonly req: IncomingMessage
-  readonly res: ServerResponse
+  /** Where its answer is written, whoever writes it (answer-writer.ts): never to the response itself. */
+  readonly out: AnswerWriter
   readonly runId: string
   /** When it arrived (performance.now()): its deadlines count from here. */
   readonly arrivedAt: number

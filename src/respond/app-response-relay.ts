@@ -1,9 +1,10 @@
-import type { IncomingHttpHeaders, ServerResponse } from 'node:http'
+import type { IncomingHttpHeaders } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
 import { CallerDisconnectedError, CallerGoneError, DeadlineExceededError, RunCanceledError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
-import type { AnswerTee, ResponseCapture, ResponseSink, SinkContext } from '../shared/response-sink.ts'
+import { AnswerWriter } from '../shared/answer-writer.ts'
+import type { AnswerTee, ResponseSink, SinkContext } from '../shared/response-sink.ts'
 import type { TraceSpan } from '../shared/trace-contracts.ts'
 import type { CancelAtApp } from '../call/app-cancel.ts'
 import type { AbortTaker } from '../call/call-record.ts'
@@ -20,10 +21,9 @@ const CALLER_GONE = new CallerDisconnectedError()
  * is canceled; then, with APP_CANCEL_PATH, the app is told too (once).
  */
 export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext, AbortTaker {
-  /** The caller's response; a response nobody reads once the call goes on as a run (outliveAsRun). */
-  res: ServerResponse
+  /** The call's answer writer; one nobody reads once the call goes on as a run (outliveAsRun). */
+  out: AnswerWriter
   readonly runId: string
-  capture: ResponseCapture | undefined
   /** When the request was forwarded (run_time_ms counts from here). */
   readonly forwardedAt = performance.now()
   readonly queueMs: number
@@ -50,12 +50,12 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   constructor (call: HttpCall, choose: SinkChooser,
     unreachable: (detail: string) => SidecarError, tee?: AnswerTee, span?: TraceSpan, cancelAtApp?: CancelAtApp) {
     this.#call = call
-    this.res = call.res
+    this.out = call.out
     this.runId = call.runId
     this.queueMs = call.queueMs
     this.#tee = tee
     this.#span = span
-    this.capture = tee?.capture
+    if (tee !== undefined) call.out.result = tee.capture
     this.#choose = choose
     this.#unreachable = unreachable
     this.#cancelAtApp = cancelAtApp
@@ -66,7 +66,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
 
   cut (error: SidecarError): void {
     this.#refused = true
-    if (!this.res.headersSent) this.answer(error) // a begun stream has written its own end
+    if (!this.out.headersSent) this.answer(error) // a begun stream has written its own end
     this.#controller?.abort(error)
   }
 
@@ -86,6 +86,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     if (this.#outlived) return true // a run already (outliveAsRun): its caller was answered
     if (this.#call.recording === undefined || this.#ended) return false
     this.#outlived = true
+    this.out.mute() // the answer is made all the same, for its key: nothing more goes to a socket that is gone
     this.#resume() // paused for the caller's reading, which is over
     return true
   }
@@ -93,16 +94,16 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   /**
    * The call goes on as a run, its caller answered otherwise (its `Prefer: wait` ran out, 202): from
    * now on the app's answer is followed by `tee` alone (the run's record, and the webhook's), the
-   * sinks writing into a response nobody reads; the call holds its slot until the app request ends.
+   * sinks writing into a writer nobody reads; the call holds its slot until the app request ends.
    * False when the app's response has begun (it goes on to the caller); `makeTee` is called only
    * when the call does go on as a run (a tee made for nothing would take over the call's webhook).
    */
-  outliveAsRun (makeTee: () => AnswerTee, unread: ServerResponse): boolean {
+  outliveAsRun (makeTee: () => AnswerTee): boolean {
     if (this.#sink !== undefined || this.#ended || this.#callerGone || this.#expired !== undefined) return false
     const tee = makeTee()
     this.#tee = tee
-    this.capture = tee.capture
-    this.res = unread
+    this.out = AnswerWriter.unread(this.out.req)
+    this.out.result = tee.capture
     this.#outlived = true
     return true
   }
@@ -133,7 +134,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   onResponseData (controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (!(this.#sink as ResponseSink).write(chunk) && !this.#callerGone && !this.#outlived) {
       controller.pause()
-      this.res.once('drain', this.#resume)
+      this.out.onDrain(this.#resume)
     }
   }
 
@@ -167,7 +168,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
       else sink.fail(reported)
     } else if (this.#callerGone || cause instanceof CallerGoneError) {
       reported = CALLER_GONE
-      this.res.destroy()
+      this.out.destroy()
     } else if (sink !== undefined) {
       reported = cause instanceof SidecarError ? cause : this.#unreachable(describeNetworkError(cause))
       sink.fail(cause)

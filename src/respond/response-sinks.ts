@@ -11,16 +11,17 @@ import type { ResponseSink, SinkContext } from '../shared/response-sink.ts'
 
 /** Status, headers and body as the app sent them (hop-by-hop headers aside; `corsOwned`: see callerResponseHeaders). */
 export function passthroughSink (ctx: SinkContext, status: number, headers: IncomingHttpHeaders, corsOwned = false): ResponseSink {
-  const { res, capture } = ctx
-  res.writeHead(status, callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs), false, corsOwned))
+  const { out } = ctx
+  const capture = out.result
+  out.writeHead(status, callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs), false, corsOwned))
   if (capture !== undefined) capture.status = status
   return {
     write: chunk => {
       capture?.body(chunk)
-      return res.write(chunk)
+      return out.write(chunk)
     },
-    end: () => { res.end() },
-    fail: () => { res.destroy() },
+    end: () => { out.end() },
+    fail: () => { out.destroy() },
     streaming: false
   }
 }
@@ -37,7 +38,8 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
   const syntax = new JsonSyntax()
   let size = 0
   let refused = false
-  const { capture } = ctx
+  const { out } = ctx
+  const capture = out.result
   if (capture !== undefined) capture.status = status
   return {
     streaming: false,
@@ -59,26 +61,26 @@ export function envelopeSink (ctx: SinkContext, status: number, headers: Incomin
       if (refused) return
       const runTimeMs = roundedMs(performance.now() - ctx.forwardedAt)
       const timestamp = new Date().toISOString()
-      const out = callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs, runTimeMs), true, corsOwned)
-      out['content-type'] = 'application/json; charset=utf-8'
+      const head = callerResponseHeaders(headers, ctx.runId, serverTiming(ctx.queueMs, runTimeMs), true, corsOwned)
+      head['content-type'] = 'application/json; charset=utf-8'
       // a small envelope is one string, sent with the head in one write; a large one goes as its parts, no copy
       if (size <= ONE_WRITE_BYTES) {
         const text = envelopeText(ctx.runId, chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks, size), syntax.end(), runTimeMs, timestamp)
-        out['content-length'] = Buffer.byteLength(text)
-        ctx.res.writeHead(status, out)
-        ctx.res.end(text)
+        head['content-length'] = Buffer.byteLength(text)
+        out.writeHead(status, head)
+        out.end(text)
         return
       }
       const parts = envelopeParts(ctx.runId, chunks, syntax.end(), runTimeMs, timestamp)
       let length = 0
       for (const part of parts) length += part.length
-      out['content-length'] = length
-      ctx.res.writeHead(status, out)
-      ctx.res.cork()
+      head['content-length'] = length
+      out.writeHead(status, head)
+      out.cork()
       const last = parts.length - 1
-      for (let i = 0; i < last; i++) ctx.res.write(parts[i])
-      ctx.res.end(parts[last])
-      ctx.res.uncork()
+      for (let i = 0; i < last; i++) out.write(parts[i] as Buffer)
+      out.end(parts[last])
+      out.uncork()
     },
     fail: error => {
       ctx.answer(error instanceof SidecarError ? error : new AppUnreachableError(describeNetworkError(error)))

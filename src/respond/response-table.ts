@@ -16,7 +16,7 @@ export type SinkChooser = (ctx: SinkContext, status: number, headers: IncomingHt
  */
 export function responseTable (streams: StreamSinks, runtime: 'cortex' | 'custom', envelopeMaxBytes: number, corsOwned = false): SinkChooser {
   return function chooseSink (ctx, status, headers) {
-    const req = ctx.res.req
+    const req = ctx.out.req
     if (!hasReadableBody(req.method, status, headers)) return passthroughSink(ctx, status, headers, corsOwned)
     const kind = streamKind(headers, req.headers.accept)
     if (kind === 'event-stream') return streams.eventStream(ctx)

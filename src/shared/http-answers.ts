@@ -1,7 +1,8 @@
-import { type IncomingMessage, type ServerResponse, STATUS_CODES } from 'node:http'
+import { type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse, STATUS_CODES } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
 import { HeadersTimeoutError, HeadersTooLargeError, MalformedHttpError, SidecarError } from '../errors.ts'
+import type { AnswerOut } from './answer-writer.ts'
 
 // Every status and JSON error the sidecar and the build store answer themselves is written here.
 
@@ -17,7 +18,7 @@ export interface AnswerContext {
 }
 
 /** Answers `status` with a JSON text already serialised. */
-export function sendJson (res: ServerResponse, status: number, json: string, headers?: Readonly<Record<string, string>>): void {
+export function sendJson (res: AnswerOut, status: number, json: string, headers?: Readonly<Record<string, string>>): void {
   res.writeHead(status, headers === undefined
     ? { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(json) }
     : { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(json), ...headers })
@@ -36,23 +37,20 @@ export function knownError (error: unknown, ctx: AnswerContext): SidecarError {
  * Answers with a JSON error `{"message": …}`, `X-Request-Id` when there is a run id. When the
  * response has already begun there is no status left to send, so the connection is cut instead.
  */
-export function sendError (res: ServerResponse, error: unknown, ctx: AnswerContext): void {
+export function sendError (res: AnswerOut, error: unknown, ctx: AnswerContext): void {
   if (res.headersSent) {
     res.destroy()
     return
   }
   const known = knownError(error, ctx)
   const body = known.body()
-  res.statusCode = known.status
-  res.setHeader('content-type', JSON_TYPE)
-  res.setHeader('content-length', Buffer.byteLength(body))
-  if (ctx.runId !== undefined) res.setHeader('x-request-id', ctx.runId)
-  if (known.headers !== undefined) {
-    for (const name in known.headers) res.setHeader(name, known.headers[name] as string)
-  }
+  const headers: OutgoingHttpHeaders = { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body) }
+  if (ctx.runId !== undefined) headers['x-request-id'] = ctx.runId
+  if (known.headers !== undefined) Object.assign(headers, known.headers)
   // a 413's body is not read on, even when it has all arrived
-  if (known.status === 413) res.setHeader('connection', 'close')
+  if (known.status === 413) headers.connection = 'close'
   else if (!res.req.complete) limitUnreadBody(res.req)
+  res.writeHead(known.status, headers)
   res.end(body)
 }
 

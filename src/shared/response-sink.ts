@@ -1,5 +1,5 @@
-import type { ServerResponse } from 'node:http'
 import type { SidecarError } from '../errors.ts'
+import type { AnswerWriter, ResponseCapture } from './answer-writer.ts'
 
 /** Where an app response goes: each kind of response the caller can get is one sink. */
 export interface ResponseSink {
@@ -11,14 +11,6 @@ export interface ResponseSink {
   fail: (error: Error) => void
   /** A server-sent event stream (its webhook reports the events sent, with status 200). */
   readonly streaming: boolean
-}
-
-/** A copy of what the caller gets, kept for the call's webhook: sinks feed it as they write. */
-export interface ResponseCapture {
-  /** The status the caller got (200 for a stream). */
-  status: number
-  body: (chunk: Buffer) => void
-  event: (data: string) => void
 }
 
 /**
@@ -39,14 +31,13 @@ export interface AnswerTee {
 
 /** What a sink needs to know of the call it answers. */
 export interface SinkContext {
-  readonly res: ServerResponse
+  /** The call's answer writer; its `result`, set when the call asked for a webhook or is a run, is fed as the sinks write. */
+  readonly out: AnswerWriter
   readonly runId: string
   /** When the request was forwarded (performance.now()). */
   readonly forwardedAt: number
   /** How long the call waited for its slot, in ms (Server-Timing's `queue`). */
   readonly queueMs: number
-  /** Set when the call asked for a webhook. */
-  readonly capture: ResponseCapture | undefined
   /** Answers with the sidecar's own JSON error (the response has not begun). */
   answer: (error: SidecarError) => void
   /**

@@ -1,4 +1,5 @@
-import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { OutgoingHttpHeaders } from 'node:http'
+import type { AnswerWriter } from '../shared/answer-writer.ts'
 import type { StreamMetrics } from '../shared/metric-contracts.ts'
 import { frameSseError, frameSseEvent, SSE_HEARTBEAT } from './sse-frame.ts'
 
@@ -14,7 +15,7 @@ const CR = 0x0d
  * comments when idle; and an `event: error` to end a stream whose app failed.
  */
 export class SseWriter {
-  readonly #res: ServerResponse
+  readonly #res: AnswerWriter
   readonly #metrics: StreamMetrics
   readonly #timer: NodeJS.Timeout | undefined
   #boundary: Boundary = 'event'
@@ -22,7 +23,7 @@ export class SseWriter {
   #closed = false
 
   /** `timing`: the Server-Timing of a stream the app gives (a run's events have none). */
-  constructor (res: ServerResponse, runId: string, heartbeatMs: number, metrics: StreamMetrics, timing?: string) {
+  constructor (res: AnswerWriter, runId: string, heartbeatMs: number, metrics: StreamMetrics, timing?: string) {
     this.#res = res
     this.#metrics = metrics
     const headers: OutgoingHttpHeaders = {
@@ -45,8 +46,7 @@ export class SseWriter {
       metrics.sseStreams.dec()
     }
     // a recorded run's stream may begin after its caller left (it is kept for its Idempotency-Key)
-    if (res.destroyed) closed()
-    else res.once('close', closed)
+    res.onClose(closed)
   }
 
   /** Sends one event whose data is `data`; false when the caller's buffer is full. */

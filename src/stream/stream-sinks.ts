@@ -32,8 +32,8 @@ const failure = (error: Error): string =>
 
 export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
   const open = (ctx: SinkContext): SseWriter => {
-    if (ctx.capture !== undefined) ctx.capture.status = 200
-    return new SseWriter(ctx.res, ctx.runId, deps.heartbeatMs, deps.metrics, serverTiming(ctx.queueMs))
+    if (ctx.out.result !== undefined) ctx.out.result.status = 200
+    return new SseWriter(ctx.out, ctx.runId, deps.heartbeatMs, deps.metrics, serverTiming(ctx.queueMs))
   }
   const tooLarge = new EventTooLargeError(deps.maxEventBytes)
   /** An event over STREAM_MAX_EVENT_BYTES: the error event (then `last`, a converted stream's end frame), and the app request cut. */
@@ -45,7 +45,7 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
 
   return {
     eventStream (ctx) {
-      const capture = ctx.capture
+      const capture = ctx.out.result
       const writer = open(ctx)
       let events = 0
       const parser = createSseDataParser(data => { events++; capture?.event(data) }, deps.maxEventBytes)
@@ -62,7 +62,7 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
     },
 
     ndjson (ctx) {
-      const capture = ctx.capture
+      const capture = ctx.out.result
       const writer = open(ctx)
       const splitter = new NdjsonSplitter(deps.maxEventBytes)
       let writable = true
@@ -88,7 +88,7 @@ export function createStreamSinks (deps: StreamSinkDeps): StreamSinks {
     },
 
     chunks (ctx) {
-      const capture = ctx.capture
+      const capture = ctx.out.result
       const writer = open(ctx)
       const decoder = new StringDecoder('utf8')
       const emit = (text: string): boolean => {

@@ -7,6 +7,7 @@ import type { AbortTaker } from '../../src/call/call-record.ts'
 import type { CallRoute } from '../../src/call/match-route.ts'
 import type { RequestBody } from '../../src/call/request-body.ts'
 import type { RunRecording, StageCall } from '../../src/call/stage-call.ts'
+import { AnswerWriter } from '../../src/shared/answer-writer.ts'
 import { knownError, sendError } from '../../src/shared/http-answers.ts'
 import { DEFAULT_URGENCY } from '../../src/shared/fair-queue.ts'
 import type { CallTrace } from '../../src/shared/trace-contracts.ts'
@@ -37,6 +38,8 @@ export interface FakeCallOptions {
 
 /** A StageCall over a real request, and what the test needs to drive and read it. */
 export interface FakeCall extends StageCall {
+  /** The caller's response itself, under the call's writer. */
+  readonly res: ServerResponse
   /** Every error the call was answered with (the pipeline's catch, or a stage's own answer). */
   readonly answered: unknown[]
   /** Resolves once the caller has the whole answer, or undefined when its connection was cut. */
@@ -60,6 +63,7 @@ export function countingCounter<Label extends string> (): LabelledCounter<Label>
 class LoopbackCall implements FakeCall {
   readonly req: IncomingMessage
   readonly res: ServerResponse
+  readonly out: AnswerWriter
   readonly runId: string
   readonly arrivedAt = performance.now()
   route: CallRoute
@@ -90,6 +94,7 @@ class LoopbackCall implements FakeCall {
   constructor (req: IncomingMessage, res: ServerResponse, route: CallRoute, got: Promise<CallerGot | undefined>) {
     this.req = req
     this.res = res
+    this.out = new AnswerWriter(req, res)
     this.route = route
     this.got = got
     this.runId = String(req.headers['x-request-id'] ?? 'fake-run')
@@ -103,7 +108,7 @@ class LoopbackCall implements FakeCall {
     })
   }
 
-  get settled (): boolean { return this.res.writableEnded || (this.res.destroyed && !this.#outliving) }
+  get settled (): boolean { return this.out.writableEnded || (this.res.destroyed && !this.#outliving) }
   get outliving (): boolean { return this.#outliving }
   get signal (): AbortSignal { return this.#controller.signal }
 
@@ -111,7 +116,7 @@ class LoopbackCall implements FakeCall {
     this.answered.push(error)
     if (this.settled) return
     const ctx = { runId: this.runId, logger, internal: SIDECAR_INTERNAL }
-    sendError(this.res, knownError(error, ctx), ctx)
+    sendError(this.out, knownError(error, ctx), ctx)
   }
 
   abort (reason: Error): void {

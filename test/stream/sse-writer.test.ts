@@ -5,6 +5,7 @@ import { connect } from 'node:net'
 import t from 'tap'
 import { SidecarMetrics } from '../../src/metrics/metrics.ts'
 import { SseWriter } from '../../src/stream/sse-writer.ts'
+import { AnswerWriter } from '../../src/shared/answer-writer.ts'
 import { sleep } from '../helpers/timing.ts'
 
 // A stream can be ended (or failed) while the caller is not reading: the last bytes then wait in
@@ -19,11 +20,11 @@ for (const how of ['end', 'fail'] as const) {
     const endedP = new Promise<void>(resolve => { ended = resolve })
     let response: ServerResponse | undefined
     let closed: Promise<void> = Promise.resolve()
-    const server = createServer((_req, res) => {
+    const server = createServer((req, res) => {
       response = res
       closed = new Promise(resolve => { res.once('close', () => { resolve() }) })
       res.on('error', (error: NodeJS.ErrnoException) => { errors.push(error.code ?? error.message) })
-      const writer = new SseWriter(res, 'run-1', 50, metrics)
+      const writer = new SseWriter(new AnswerWriter(req, res), 'run-1', 50, metrics)
       const big = 'x'.repeat(64 * 1024)
       // fill the socket and the response's own buffer (the caller reads nothing yet): write until
       // a 'drain' does not come within 200 ms

@@ -48,7 +48,7 @@ export function createRunCancel (deps: RunCancelDeps): (call: StageCall, route: 
     deps.cancels.labels('request').inc()
     // a run canceled before it started is counted here; a running one by the sidecar that ran it
     if (view.record.started_at === undefined) deps.runsTotal.labels('canceled').inc()
-    if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
+    if (!call.settled) sendJson(call.out, 200, recordJson(view), { 'x-request-id': call.runId })
   }
 
   /** A call in flight here, else on another replica sharing the store: true when one was canceled. */
@@ -78,7 +78,7 @@ export function createRunCancel (deps: RunCancelDeps): (call: StageCall, route: 
   /** A plain call has no record kept: its cancel's answer says only that. */
   function canceledPlain (call: StageCall, runId: string): void {
     deps.cancels.labels('request').inc()
-    if (!call.settled) sendJson(call.res, 200, JSON.stringify({ run_id: runId, status: 'canceled' }), { 'x-request-id': call.runId })
+    if (!call.settled) sendJson(call.out, 200, JSON.stringify({ run_id: runId, status: 'canceled' }), { 'x-request-id': call.runId })
   }
 
   return cancel

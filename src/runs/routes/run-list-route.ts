@@ -26,7 +26,7 @@ export function createRunList (deps: RunListDeps): (call: StageCall, route: RunR
       json += recordJson({ record: page.records[i] as RunRecord, resultJson: undefined, async: true })
     }
     json += `],"next_cursor":${page.next === undefined ? 'null' : JSON.stringify(cursorOf(request.statuses, page.next))}}`
-    if (!call.settled) sendJson(call.res, 200, json, { 'x-request-id': call.runId })
+    if (!call.settled) sendJson(call.out, 200, json, { 'x-request-id': call.runId })
   }
 
   async function purge (call: StageCall, route: RunRoute): Promise<void> {
@@ -34,7 +34,7 @@ export function createRunList (deps: RunListDeps): (call: StageCall, route: RunR
     const canceled = await store.listing.cancelQueued(route.scope)
     // counted as the cancel of each would count it (none had started)
     if (canceled > 0) deps.runsTotal.labels('canceled').inc(canceled)
-    if (!call.settled) sendJson(call.res, 200, `{"canceled":${canceled}}`, { 'x-request-id': call.runId })
+    if (!call.settled) sendJson(call.out, 200, `{"canceled":${canceled}}`, { 'x-request-id': call.runId })
   }
 
   return async function serveRunList (call, route) {

@@ -1,4 +1,3 @@
-import { once } from 'node:events'
 import { MalformedRequestError, MethodNotAllowedError, SidecarError, TooManyReadersError } from '../../errors.ts'
 import { recordJson } from '../run-record.ts'
 import type { RunStore } from '../store/run-store.ts'
@@ -30,7 +29,7 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: StageCall, route: 
 
   async function record (call: StageCall, route: RunRoute): Promise<void> {
     const view = await store.records.get(route.scope, route.runId)
-    if (!call.settled) sendJson(call.res, 200, recordJson(view), { 'x-request-id': call.runId })
+    if (!call.settled) sendJson(call.out, 200, recordJson(view), { 'x-request-id': call.runId })
   }
 
   const cancel = createRunCancel(deps)
@@ -39,14 +38,14 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: StageCall, route: 
     const after = startAfter(call.req.headers['last-event-id'], route.query)
     const items = await store.records.follow(route.scope, route.runId, after, call.signal)
     if (call.settled) return
-    const { res } = call
-    const writer = new SseWriter(res, call.runId, deps.heartbeatMs, deps.metrics)
+    const { out } = call
+    const writer = new SseWriter(out, call.runId, deps.heartbeatMs, deps.metrics)
     // the stream answers from here on: past DEADLINE_SECONDS it ends with an error event, not a cut connection
     call.forwarded = true
     call.onAbort({ abortFor: reason => { if (reason instanceof SidecarError) writer.fail(reason.message) } })
     try {
       for await (const item of items) {
-        if (res.writableEnded) return
+        if (out.writableEnded) return
         let writable: boolean
         if (item.type === 'event') {
           writable = writer.framed(frameSseEvent(item.data, undefined, item.n), 1)
@@ -58,13 +57,13 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: StageCall, route: 
           break
         }
         // a slow reader is not buffered for: the store keeps the events until it catches up
-        if (!writable && !res.destroyed) await once(res, 'drain', { signal: call.signal }).catch(() => {})
-        if (res.destroyed) return
+        if (!writable && !out.destroyed) await out.drained(call.signal)
+        if (out.destroyed) return
       }
     } catch (error) {
       // the store failed mid-stream (503 run store unavailable): the stream says so and ends; the
       // reader resumes with Last-Event-ID, as after any cut
-      if (!(error instanceof SidecarError) || res.writableEnded) throw error
+      if (!(error instanceof SidecarError) || out.writableEnded) throw error
       writer.fail(error.message)
       return
     }

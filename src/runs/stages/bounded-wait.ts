@@ -9,7 +9,6 @@ import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { StageCall } from '../../call/stage-call.ts'
 import { takeSlot } from '../../call/take-slot.ts'
 import type { AppResponseRelay } from '../../respond/app-response-relay.ts'
-import { unreadResponse } from '../../respond/unread-response.ts'
 import type { WebhookTee } from '../../webhook/webhook-tee.ts'
 import { answerWaitRanOut } from './queued-answer.ts'
 import { RecordedRunTee } from './recorded-run.ts'
@@ -68,7 +67,7 @@ export interface BoundedWait {
 export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
   /** The wait ran out at the app before its response began: the call is recorded running, and its answer goes to the run. */
   async function goOnAsRun (call: StageCall, relay: WatchedRelay, webhookTee: WebhookTee | undefined): Promise<void> {
-    if (call.settled || call.res.headersSent) return // answered, or its stream has begun: that goes on to the caller
+    if (call.settled || call.out.headersSent) return // answered, or its stream has begun: that goes on to the caller
     const { route } = call
     const createdAt = Math.round(performance.timeOrigin + call.arrivedAt)
     const startedAt = Math.round(performance.timeOrigin + relay.forwardedAt)
@@ -85,7 +84,7 @@ export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
     const recorded = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal }
     const since = { forwardedAt: relay.forwardedAt, startedAt }
     const makeTee = (): RecordedRunTee => new RecordedRunTee(recorded, webhookTee, deps.maxResultBytes, since)
-    if (!relay.outliveAsRun(makeTee, unreadResponse(call.req))) return
+    if (!relay.outliveAsRun(makeTee)) return
     call.outlive() // its slot and the drain's count are held until the app answers
     // sent now, before anything the run appends (one connection, commands in order)
     const opening = deps.store.records.open(run)
@@ -96,7 +95,7 @@ export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
       call.answer(error)
       return
     }
-    if (!call.settled) answerWaitRanOut(call.res, route, call.runId, 'running', call.waitSeconds as number)
+    if (!call.settled) answerWaitRanOut(call.out, route, call.runId, 'running', call.waitSeconds as number)
   }
 
   async function queueAfterWait (gate: ConcurrencyGate, call: StageCall, over: AbortSignal): Promise<boolean> {

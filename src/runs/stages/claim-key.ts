@@ -1,4 +1,5 @@
-import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { OutgoingHttpHeaders } from 'node:http'
+import type { AnswerOut } from '../../shared/answer-writer.ts'
 import type { Logger } from 'pino'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../../errors.ts'
 import { idempotencyKey, idempotencySlot, requestDigest } from '../idempotency-key.ts'
@@ -81,79 +82,63 @@ export function createIdempotency (deps: IdempotencyDeps): (call: StageCall) => 
     }
     if (held.digest !== digest) throw new IdempotencyKeyReusedError()
     if (held.answer !== undefined) {
-      if (!call.settled) replay(call.res, held, held.answer, route)
+      if (!call.settled) replay(call.out, held, held.answer, route)
       return true
     }
     if (!async) throw new IdempotencyInProgressError()
-    if (!call.settled) answerQueued(call.res, route, held.runId, true)
+    if (!call.settled) answerQueued(call.out, route, held.runId, true)
     return true
   }
 }
 
 /**
- * Watches a sync call that holds a key (in `slot`): what the caller gets is copied (up to `maxAnswerBytes`)
- * and kept for repeats when the answer ends, before the caller has its last bytes. A caller that
- * leaves once its request reached the app does not stop it: the answer is made all the same, copied
- * and kept, and nothing more goes to its socket. A call that never reached the app (503 queue
- * full, the deadline or its caller leaving while it waited) frees the key instead: a retry runs.
+ * Watches a sync call that holds a key (in `slot`), as a tap on its answer writer: what the caller
+ * gets is copied (up to `maxAnswerBytes`) and kept for repeats when the answer ends, before the
+ * caller has its last bytes. A caller that leaves once its request reached the app does not stop
+ * it: the answer is made all the same, copied and kept (the writer is muted: nothing more goes to
+ * its socket). A call that never reached the app (503 queue full, the deadline or its caller
+ * leaving while it waited) frees the key instead: a retry runs.
  */
 function keepSyncAnswer (deps: IdempotencyDeps, call: StageCall, recorded: KeyedRun): void {
-  const res = call.res
   const chunks: Buffer[] = []
   let size = 0
   let tooLarge = false
-  const keep = (chunk: unknown, encoding: unknown): void => {
-    if (tooLarge || chunk === undefined || chunk === null || typeof chunk === 'function') return
-    // a Buffer is kept as it is, not copied: what the sinks write is never written to again
-    const bytes = typeof chunk === 'string'
-      ? Buffer.from(chunk, typeof encoding === 'string' ? encoding as BufferEncoding : 'utf8')
-      : Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array)
-    size += bytes.length
-    if (size > deps.maxAnswerBytes) {
-      tooLarge = true
-      chunks.length = 0
-    } else {
-      chunks.push(bytes)
-    }
-  }
+  let status = 0
   let contentType: string | undefined
-  const writeHead = res.writeHead
-  res.writeHead = function (this: ServerResponse, status: number, ...rest: unknown[]) {
-    contentType = contentTypeIn(rest[rest.length - 1]) ?? contentType
-    return (writeHead as (...args: unknown[]) => ServerResponse).call(this, status, ...rest)
-  }
-  const write = res.write
-  const end = res.end
-  res.write = function (this: ServerResponse, chunk: unknown, encoding?: unknown, callback?: unknown) {
-    keep(chunk, encoding)
-    if (call.outliving) return true // its caller left: the copy is all there is to write
-    return (write as (...args: unknown[]) => boolean).call(this, chunk, encoding, callback)
-  } as ServerResponse['write']
   let kept = false
-  res.end = function (this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-    const outliving = call.outliving
-    const finish = (): ServerResponse => outliving
-      ? (end as () => ServerResponse).call(this) // the response only ends: no byte for a socket that is gone
-      : (end as (...args: unknown[]) => ServerResponse).call(this, chunk, encoding, callback)
-    if (kept || !call.forwarded || (this.destroyed && !outliving)) return finish()
-    kept = true
-    keep(chunk, encoding)
-    const answer: KeptAnswer = tooLarge
-      ? { status: 409, contentType: 'application/json; charset=utf-8', body: Buffer.from(TOO_LARGE) }
-      : { status: this.statusCode, contentType: contentType ?? headerText(this.getHeader('content-type')), body: Buffer.concat(chunks) }
-    // The answer is kept before the caller has its end: a retry sent once the answer is complete is
-    // always a replay. It is kept with the run's end (handed to its record, whose end the relay
-    // writes as the answer ends, after its webhook): the store runs commands in order, so once the
-    // caller holds the answer, its webhook is written down too.
-    recorded.answer = answer
-    queueMicrotask(() => {
-      const keeping = recorded.kept ?? deps.store.keys.keepAnswer(recorded.run.scope, recorded.slot, call.runId, answer)
-      keeping
+  call.out.tap({
+    head: (answered, headers) => {
+      status = answered
+      contentType = contentTypeIn(headers) ?? contentType
+    },
+    bytes: chunk => {
+      if (tooLarge) return
+      // a Buffer is kept as it is, not copied: what the sinks write is never written to again
+      const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+      size += bytes.length
+      if (size > deps.maxAnswerBytes) {
+        tooLarge = true
+        chunks.length = 0
+      } else {
+        chunks.push(bytes)
+      }
+    },
+    ending: () => {
+      if (!call.forwarded || (call.out.destroyed && !call.outliving)) return undefined
+      kept = true
+      const answer: KeptAnswer = tooLarge
+        ? { status: 409, contentType: 'application/json; charset=utf-8', body: Buffer.from(TOO_LARGE) }
+        : { status, contentType, body: Buffer.concat(chunks) }
+      // The answer is kept before the caller has its end: a retry sent once the answer is complete is
+      // always a replay. It is kept with the run's end (handed to its record, whose end the relay
+      // writes as the answer ends, after its webhook; hence a microtask's wait): the store runs
+      // commands in order, so once the caller holds the answer, its webhook is written down too.
+      recorded.answer = answer
+      return Promise.resolve()
+        .then(async () => { await (recorded.kept ?? deps.store.keys.keepAnswer(recorded.run.scope, recorded.slot, call.runId, answer)) })
         .catch((error: unknown) => { deps.logger.warn({ err: error, runId: call.runId }, 'Idempotency-Key answer not kept') })
-        .finally(finish)
-    })
-    return this
-  } as ServerResponse['end']
+    }
+  })
   call.onClose(() => {
     // no complete answer (never forwarded, or the app failed mid-answer, which cuts the caller's
     // connection): a retry runs; a run that never reached the app is forgotten too (it never ran)
@@ -174,7 +159,7 @@ export async function keepAsyncAnswer (store: RunStore, call: StageCall, submitt
   await store.keys.keepAnswer(scope, slot, call.runId, { status: 202, contentType: 'application/json; charset=utf-8', body: Buffer.from(queuedBody(call.runId)) })
 }
 
-function replay (res: ServerResponse, held: KeyEntry, answer: KeptAnswer, route: CallRoute): void {
+function replay (res: AnswerOut, held: KeyEntry, answer: KeptAnswer, route: CallRoute): void {
   const headers: OutgoingHttpHeaders = { ...replayHeaders(held), 'content-length': answer.body.length }
   if (answer.contentType !== undefined) headers['content-type'] = answer.contentType
   if (answer.contentType?.startsWith('text/event-stream') === true) {
@@ -191,20 +176,10 @@ const fingerprintQuery = (route: CallRoute): string => splitQuery(route.forwarde
 
 const replayHeaders = (held: KeyEntry): Record<string, string> => ({ 'x-request-id': held.runId, 'idempotent-replayed': 'true' })
 
-const headerText = (value: unknown): string | undefined => value === undefined ? undefined : String(value)
-
-/** The Content-Type among the headers given to writeHead: an object, or a [name, value, …] list. */
-function contentTypeIn (headers: unknown): string | undefined {
-  if (Array.isArray(headers)) {
-    const flat = headers.flat() as unknown[]
-    for (let i = 0; i + 1 < flat.length; i += 2) {
-      if (String(flat[i]).toLowerCase() === 'content-type') return String(flat[i + 1])
-    }
-    return undefined
-  }
-  if (headers === null || typeof headers !== 'object') return undefined
-  for (const [name, value] of Object.entries(headers)) {
-    if (name.toLowerCase() === 'content-type') return headerText(value)
+/** The Content-Type among the headers of an answer's head. */
+function contentTypeIn (headers: OutgoingHttpHeaders): string | undefined {
+  for (const name in headers) {
+    if (name.toLowerCase() === 'content-type') return String(headers[name])
   }
   return undefined
 }

@@ -1,4 +1,4 @@
-import type { ServerResponse } from 'node:http'
+import type { AnswerOut } from '../../shared/answer-writer.ts'
 import { sendJson } from '../../shared/http-answers.ts'
 import type { CallRoute } from '../../call/match-route.ts'
 
@@ -9,7 +9,7 @@ export const queuedBody = (runId: string): string => `{"run_id":${JSON.stringify
 export const runLocation = (route: CallRoute, runId: string): string => `/v4/${route.projectId}/${route.appName}/_runs/${runId}`
 
 /** 202 with the run's id and `Location`; `replayed`: a repeat of a key's async request, answered with the first's run. */
-export function answerQueued (res: ServerResponse, route: CallRoute, runId: string, replayed: boolean): void {
+export function answerQueued (res: AnswerOut, route: CallRoute, runId: string, replayed: boolean): void {
   const headers: Record<string, string> = replayed
     ? { 'x-request-id': runId, 'idempotent-replayed': 'true', location: runLocation(route, runId) }
     : { 'x-request-id': runId, location: runLocation(route, runId) }
@@ -17,7 +17,7 @@ export function answerQueued (res: ServerResponse, route: CallRoute, runId: stri
 }
 
 /** 202 for a sync call whose `Prefer: wait=<seconds>` ran out: it goes on as a run, queued or already running. */
-export function answerWaitRanOut (res: ServerResponse, route: CallRoute, runId: string, status: 'queued' | 'running', seconds: number): void {
+export function answerWaitRanOut (res: AnswerOut, route: CallRoute, runId: string, status: 'queued' | 'running', seconds: number): void {
   sendJson(res, 202, `{"run_id":${JSON.stringify(runId)},"status":"${status}"}`, {
     'x-request-id': runId, location: runLocation(route, runId), 'preference-applied': `wait=${seconds}`
   })

@@ -52,8 +52,8 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: StageCall, waitRan
     // with an Idempotency-Key, the 202 is kept for repeats before the caller has it; a refused run frees the key
     await (call.keySlot === undefined ? submitted : keepAsyncAnswer(deps.store, call, submitted))
     if (call.settled) return true
-    if (waitRanOut === undefined) answerQueued(call.res, route, call.runId, false)
-    else answerWaitRanOut(call.res, route, call.runId, 'queued', waitRanOut)
+    if (waitRanOut === undefined) answerQueued(call.out, route, call.runId, false)
+    else answerWaitRanOut(call.out, route, call.runId, 'queued', waitRanOut)
     return true
   }
 }
