@@ -12,29 +12,45 @@ interface CancelScope {
  * table V8 has rehashed away keeps its entries until the next full collection, so a call it held
  * outlived scavenges with its request, response and buffers, promoted to the old space (a plain
  * call cost ~20% more CPU, most of it in collections). An entry lets go of its call as it leaves.
+ * Calls sent with the same run id are chained, newest first (`older`).
  */
 class InFlightEntry {
   call: StageCall | undefined
+  older: InFlightEntry | undefined
   readonly #calls: Map<string, InFlightEntry>
+  readonly #runId: string
 
   constructor (calls: Map<string, InFlightEntry>, call: StageCall) {
     this.#calls = calls
+    this.#runId = call.runId
     this.call = call
+    this.older = calls.get(call.runId)
   }
 
-  /** The call closed (StageCall calls it): a later call with its run id stays. */
+  /** The call closed (StageCall calls it): the other calls with its run id stay. */
   leave (): void {
-    const call = this.call
-    if (call === undefined) return
-    if (this.#calls.get(call.runId) === this) this.#calls.delete(call.runId)
+    if (this.call === undefined) return
     this.call = undefined
+    const head = this.#calls.get(this.#runId)
+    if (head === this) {
+      if (this.older === undefined) this.#calls.delete(this.#runId)
+      else this.#calls.set(this.#runId, this.older)
+      return
+    }
+    for (let entry = head; entry !== undefined; entry = entry.older) {
+      if (entry.older === this) {
+        entry.older = this.older
+        return
+      }
+    }
   }
 }
 
 /**
  * This replica's `/v4` HTTP calls in flight, by run id, so that a cancel finds any of them,
- * plain calls included. A plain call costs one small entry, one Map set and one delete; two calls
- * sent with the same X-Request-Id: the later one is the one found.
+ * plain calls included. Only a call that passed its route and auth checks is added (invoke-pipeline.ts):
+ * a refused request, or a `_runs` request, never shadows a call's run id. A plain call costs one
+ * small entry, one Map set and one delete.
  */
 export class CallsByRunId {
   readonly #calls = new Map<string, InFlightEntry>()
@@ -46,26 +62,35 @@ export class CallsByRunId {
     call.inFlight = entry
   }
 
-  /** The call in flight here with that run id in that app (undefined: none, or already answered). */
+  /** The newest call in flight here with that run id in that app (undefined: none, or already answered). */
   find (scope: CancelScope, runId: string): StageCall | undefined {
-    const call = this.#calls.get(runId)?.call
-    if (call === undefined || (call.settled && !call.outliving)) return undefined
-    // a call not routed yet names no app: any app's cancel reaches it
-    const route = call.route as StageCall['route'] | undefined
-    if (route !== undefined && (route.projectId !== scope.projectId || route.appName !== scope.appName)) return undefined
-    return call
+    for (let entry = this.#calls.get(runId); entry !== undefined; entry = entry.older) {
+      const call = entry.call
+      if (call !== undefined && inScope(call, scope)) return call
+    }
+    return undefined
   }
 
   /**
-   * Cancels the call in flight here with that run id: a wait ends, an app request is cut, and the
-   * caller gets 499 `{"message": "run canceled"}` (a begun stream: an error event). True when one was found.
+   * Cancels every call in flight here with that run id in that app: a wait ends, an app request
+   * is cut, and the caller gets 499 `{"message": "run canceled"}` (a begun stream: an error
+   * event). True when one was found.
    */
   cancel (scope: CancelScope, runId: string): boolean {
-    const call = this.find(scope, runId)
-    if (call === undefined) return false
-    const reason = new RunCanceledError()
-    call.abort(reason)
-    if (!call.forwarded) call.answer(reason)
-    return true
+    const found: StageCall[] = []
+    for (let entry = this.#calls.get(runId); entry !== undefined; entry = entry.older) {
+      const call = entry.call
+      if (call !== undefined && inScope(call, scope)) found.push(call)
+    }
+    for (const call of found) {
+      const reason = new RunCanceledError()
+      call.abort(reason)
+      if (!call.forwarded) call.answer(reason)
+    }
+    return found.length > 0
   }
 }
+
+/** Still to be answered (or answered for its key alone), and of the app the cancel names. */
+const inScope = (call: StageCall, scope: CancelScope): boolean =>
+  !(call.settled && !call.outliving) && call.route.projectId === scope.projectId && call.route.appName === scope.appName

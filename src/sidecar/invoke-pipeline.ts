@@ -94,6 +94,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     if (answerFinishedStream(call)) return                                 // 204 GET/HEAD with Last-Event-ID <run_id>.done: an EventSource stops
     const runRoute = matchRunRoute(call.route)                             // 400 malformed run id; _runs never reaches the app
     if (runRoute !== undefined && await serveRunRoute(call, runRoute)) return // 404 no such run, 409, 503 run store unavailable
+    calls.add(call)                                                        // known by its run id until it closes: a cancel finds it
     call.webhook = webhookTarget(call)                                     // 400 malformed webhookEndpoint
     call.idempotencyKey = idempotencyKeyOf(call)                           // 400 malformed Idempotency-Key (POSTs)
     readPriority(call)                                                     // Priority: u=<0-7> (else 3); the caller waits are shared fairly by
@@ -109,7 +110,6 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
 
   return function handleInvoke (req, res) {
     const call = new HttpCall(deps, 'invoke', req, res)                    // run id; log line, metrics, drain on close
-    calls.add(call)                                                        // known by its run id until it closes: a cancel finds it
     call.trace = deps.tracer?.startCall(req.method as string, req.headers) // its server span (tracing on), ended on close
     startDeadline(call, config.deadlineSeconds)                            // 504 past DEADLINE_SECONDS
     invoke(call).catch(error => { call.answer(error) })

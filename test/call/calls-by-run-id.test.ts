@@ -51,3 +51,36 @@ t.test('two calls with one run id: the later is found; the earlier closing leave
   later.freed()
   t.equal(calls.find(scope, 'same'), undefined)
 })
+
+t.test('two calls of one app with one run id are canceled together; a third, of another app, is not', async t => {
+  const calls = new CallsByRunId()
+  const aborted: string[] = []
+  const make = (name: string, route = scope): HttpCall & { freed: () => void } => {
+    const call = fakeCall('same')
+    Object.assign(call, { route, forwarded: true, abort: () => { aborted.push(name) } })
+    return call
+  }
+  const first = make('first')
+  const other = make('other app', { projectId: 'p', appName: 'other' })
+  const second = make('second')
+  calls.add(first)
+  calls.add(other)
+  calls.add(second)
+  t.equal(calls.cancel(scope, 'same'), true)
+  t.same(aborted, ['second', 'first'], 'both of the app, newest first; not the other app\'s')
+  t.equal(calls.cancel({ projectId: 'p', appName: 'none' }, 'same'), false)
+})
+
+t.test('a call in the middle of a chain leaves it; the others stay, in order', async t => {
+  const calls = new CallsByRunId()
+  const [a, b, c] = [fakeCall('same'), fakeCall('same'), fakeCall('same')]
+  calls.add(a)
+  calls.add(b)
+  calls.add(c)
+  b.freed()
+  t.equal(calls.find(scope, 'same'), c)
+  c.freed()
+  t.equal(calls.find(scope, 'same'), a, 'the oldest is found once the newer ones closed')
+  a.freed()
+  t.equal(calls.find(scope, 'same'), undefined)
+})

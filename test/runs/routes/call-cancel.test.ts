@@ -217,3 +217,26 @@ t.test('APP_CANCEL_PATH goes under APP_URL\'s path, as forwarded calls do; the e
   ])
   await h.jwks.close()
 })
+
+t.test('only a call that passed its checks is known by its run id: refused requests and the cancel itself never stand in for it', async t => {
+  const { holder, app } = await memoryFleet(t)
+  const caller = runsClient({ base: holder.base })
+  const pending = caller.call('/hold', { headers: { 'x-request-id': 'shadowed-1' } })
+  const held = await app.waitForHeld(1)
+  // requests refused before they could run, each sent with the running call's run id
+  const otherProject = await send(`${holder.base}/v4/other/a/json`, { method: 'POST', headers: { 'x-request-id': 'shadowed-1' } })
+  t.equal(otherProject.status, 404, 'another project: refused by the route check')
+  const badRunRoute = await send(`${holder.base}/v4/p/a/_runs/shadowed-1/nothing`, { headers: { 'x-request-id': 'shadowed-1' } })
+  t.equal(badRunRoute.status, 404, 'a `_runs` request that names no route')
+  const tooLarge = await caller.call('/json', { headers: { 'x-request-id': 'shadowed-1', 'content-length': '999999999999' }, body: '' }).catch(() => undefined)
+  t.not(tooLarge?.status, 200, 'a body refused before it reached the app')
+  // a cancel sent with the run id as its own X-Request-Id cancels the call, not itself
+  const cancel = await send(caller.runUrl('shadowed-1', '/cancel'), { method: 'POST', headers: { 'x-request-id': 'shadowed-1' } })
+  t.equal(cancel.status, 200)
+  t.equal(cancel.text, canceledPlain('shadowed-1'))
+  const answer = await pending
+  t.equal(answer.status, 499, 'the running call was canceled')
+  t.equal(answer.text, CANCELED)
+  await held.cut
+  await eventually(() => cancelsAtApp(app, 'shadowed-1').length === 1, 3000)
+})
