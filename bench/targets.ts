@@ -52,8 +52,8 @@ export const directTarget = (id: string, label: string, request: LoadRequest, ch
  * A plain proxy of its own in front of `upstream` (undefined only on a skipped target): the Node
  * floor, the bare http-proxy or nginx (skipped when not installed); called with `request(origin)`.
  */
-export function proxyTarget (ctx: BenchContext, kind: 'floor' | 'http-proxy' | 'nginx', label: string, upstream: StartedServer | undefined,
-  request: (origin: string) => LoadRequest, checkResponse: RunningTarget['checkResponse'], id: string = kind): TargetDef {
+export function proxyTarget (ctx: BenchContext, kind: 'floor' | 'floor-contract' | 'http-proxy' | 'nginx', label: string, upstream: StartedServer | undefined,
+  request: (origin: string) => LoadRequest, checkResponse: RunningTarget['checkResponse'], id: string = kind, env: NodeJS.ProcessEnv = {}): TargetDef {
   const skipReason = kind === 'nginx' ? nginxSkipReason() : undefined
   return {
     id,
@@ -63,7 +63,7 @@ export function proxyTarget (ctx: BenchContext, kind: 'floor' | 'http-proxy' | '
       if (upstream === undefined) throw new Error(`${id}: nothing to proxy`)
       const server = kind === 'nginx'
         ? await startNginx(ctx, upstream.port)
-        : await startProxyScript(ctx, kind === 'floor' ? 'floor-proxy' : 'bare-http-proxy', upstream.origin)
+        : await startProxyScript(ctx, kind === 'http-proxy' ? 'bare-http-proxy' : `${kind}-proxy`, upstream.origin, env)
       return { request: request(server.origin), checkResponse, children: [server.child], stop: async () => { await server.child.stop() } }
     }
   }
@@ -189,11 +189,13 @@ export async function benchAuth (projectId: string): Promise<{ jwks: JwksServer,
 
 /**
  * A bench proxy in front of `appOrigin`, plain JavaScript on bare Node: bench/bare-http-proxy.mjs
- * (http-proxy with a keep-alive agent) or bench/floor-proxy.mjs (the Node floor: undici's
- * Pool.dispatch and nothing else, issue 17); ready when its port accepts.
+ * (http-proxy with a keep-alive agent), bench/floor-proxy.mjs (the Node floor: undici's
+ * Pool.dispatch and nothing else, issue 17) or bench/floor-contract-proxy.mjs (the floor plus what
+ * the contract makes every plain call do, issue 40; `env`: its JWKS_URL, PROJECT_ID, APP_NAME);
+ * ready when its port accepts.
  */
-async function startProxyScript (ctx: BenchContext, name: 'bare-http-proxy' | 'floor-proxy', appOrigin: string): Promise<StartedServer> {
-  return await startServer(ctx, name, [...cpuProfArgs(ctx, name), join(ctx.root, `bench/${name}.mjs`)], { TARGET_URL: appOrigin },
+async function startProxyScript (ctx: BenchContext, name: 'bare-http-proxy' | 'floor-proxy' | 'floor-contract-proxy', appOrigin: string, env: NodeJS.ProcessEnv = {}): Promise<StartedServer> {
+  return await startServer(ctx, name, [...cpuProfArgs(ctx, name), join(ctx.root, `bench/${name}.mjs`)], { ...env, TARGET_URL: appOrigin },
     async (child, port) => { await waitForPort(child, port) })
 }
 

@@ -4,23 +4,23 @@ import { measurePacedRate } from '../paced-load.ts'
 import type { BenchContext, Check, Evaluation, PreparedScenario, Ratio, Scenario, TargetResult } from '../scenario.ts'
 import type { BenchSettings } from '../settings.ts'
 import {
-  appRunRequest, directTarget, expectGreeting, expectRawGreeting, GREETING_BODY, proxyTarget, runRequest, shareServers, sidecarTarget, startExampleApp
+  APP_NAME, appRunRequest, directTarget, expectGreeting, expectRawGreeting, GREETING_BODY, PROJECT_ID, proxyTarget, runRequest, shareServers, sidecarTarget, startExampleApp
 } from '../targets.ts'
 
 /**
  * The sidecar's bread and butter: a small JSON POST answered at once by the example app, reached
- * directly, through the Node floor, a bare http-proxy, the sidecar and nginx. Targets (issue 17;
- * the headline sidecar: cortex envelope, auth on, LOG_LEVEL=info): requests/s ≥ 0.85× the
- * floor's, CPU per request ≤ 1.2× the floor's; RUNTIME=custom ≥ 0.9× the floor's requests/s;
- * idle RSS ≤ 55 MB; peak RSS with 1,000 connections ≤ 110 MB; evenly paced 1,000 requests/s:
- * p99 ≤ direct + 1 ms and ≤ 0.2 vCPU.
+ * directly, through the Node floor, the contract's floor, a bare http-proxy, the sidecar and
+ * nginx. Targets (issue 40, after issue 17; the headline sidecar: cortex envelope, auth on,
+ * LOG_LEVEL=info): requests/s ≥ 0.9× the floor's, CPU per request ≤ 1.15× the floor's;
+ * RUNTIME=custom ≥ 0.9× the floor's requests/s; idle RSS ≤ 50 MB; peak RSS with 1,000
+ * connections ≤ 110 MB; evenly paced 1,000 requests/s: p99 ≤ direct + 0.5 ms and ≤ 0.2 vCPU.
  */
-const FLOOR_RPS_TARGET = 0.85
-const FLOOR_CPU_TARGET = 1.2
+const FLOOR_RPS_TARGET = 0.9
+const FLOOR_CPU_TARGET = 1.15
 const CUSTOM_FLOOR_RPS_TARGET = 0.9
-const IDLE_RSS_TARGET_MB = 55
+const IDLE_RSS_TARGET_MB = 50
 const MANY_RSS_TARGET_MB = 110
-const P99_DELTA_TARGET_MS = 1
+const P99_DELTA_TARGET_MS = 0.5
 const VCPU_AT_RATE_TARGET = 0.2
 const IDLE_SECONDS = 2
 
@@ -34,6 +34,8 @@ async function prepare (ctx: BenchContext): Promise<PreparedScenario> {
   return prepared([
     directTarget('direct', 'direct (example app)', appRunRequest(app.origin), expectRawGreeting),
     proxyTarget(ctx, 'floor', 'the Node floor (undici Pool.dispatch, no features)', app, appRunRequest, expectRawGreeting),
+    proxyTarget(ctx, 'floor-contract', 'the contract\'s floor (the Node floor + token cache, run id, envelope, pino line, metrics)', app,
+      origin => runRequest(origin, token), expectGreeting, 'floor-contract', { JWKS_URL: jwks.url.href, PROJECT_ID, APP_NAME }),
     proxyTarget(ctx, 'http-proxy', 'bare http-proxy (keep-alive agent)', app, appRunRequest, expectRawGreeting),
     sidecar('sidecar', 'sidecar (cortex, auth, LOG_LEVEL=info)', 'as shipped: cortex envelope, auth on (cached token), one pino line per request (to a file)', 'info'),
     sidecar('sidecar-warn', 'sidecar (LOG_LEVEL=warn)', 'LOG_LEVEL=warn: what the per-request log line costs', 'warn'),
@@ -50,11 +52,16 @@ function evaluate (results: TargetResult[], settings: BenchSettings): Evaluation
   const ratios: Ratio[] = []
   // every sidecar row against the Node floor, the bare proxy, nginx and the app: requests/s and CPU per request
   for (const sidecar of measured.filter(r => r.id.startsWith('sidecar'))) {
-    for (const [other, name] of [['floor', 'the Node floor'], ['http-proxy', 'bare http-proxy'], ['nginx', 'nginx'], ['direct', 'direct']] as const) {
+    for (const [other, name] of [['floor', 'the Node floor'], ['floor-contract', 'the contract\'s floor'], ['http-proxy', 'bare http-proxy'], ['nginx', 'nginx'], ['direct', 'direct']] as const) {
       if (!ran(results, other)) continue
       ratios.push(...pairRatios(results, 'throughput', '×', rps, [[`${sidecar.id}/${other}`, `${sidecar.label} / ${name}, requests/s`, sidecar.id, other]]))
       if (other !== 'direct') ratios.push(...pairRatios(results, 'throughput', '×', cpuPerRequest, [[`cpu/${sidecar.id}/${other}`, `${sidecar.label} / ${name}, CPU per request`, sidecar.id, other]]))
     }
+  }
+  // what the contract's per-call work costs on its own, done the cheapest way (floor-contract-proxy.mjs)
+  if (ran(results, 'floor-contract') && ran(results, 'floor')) {
+    ratios.push(...pairRatios(results, 'throughput', '×', rps, [['floor-contract/floor', 'the contract\'s floor / the Node floor, requests/s', 'floor-contract', 'floor']]),
+      ...pairRatios(results, 'throughput', '×', cpuPerRequest, [['cpu/floor-contract/floor', 'the contract\'s floor / the Node floor, CPU per request', 'floor-contract', 'floor']]))
   }
   const ratio = (id: string): Ratio => ratioById(ratios, id)
   const checks: Check[] = [
