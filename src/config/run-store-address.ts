@@ -28,7 +28,9 @@ export const parseRunStoreAddress: EnvParser<RunStoreAddress> = (name, raw) => {
     throw new ConfigError(name, `expected ${FORMS}, got ${scheme === undefined ? 'no URL' : `a ${scheme}:// URL`}`)
   }
   const rest = text.slice(scheme.length + 3)
-  const at = rest.lastIndexOf('@', rest.indexOf('/') === -1 ? rest.length : rest.indexOf('/'))
+  // the last '@' ends the credentials, even when a password holds an unencoded '/' (a master name
+  // with an '@' must be encoded): no part of a password is ever read as a host
+  const at = rest.lastIndexOf('@')
   const credentials = at === -1 ? {} : parseCredentials(name, rest.slice(0, at))
   const afterAuth = rest.slice(at + 1)
   const slash = afterAuth.indexOf('/')
