@@ -89,9 +89,11 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     deliveryLost: held => { webhooks.resume(held) },
     truncated: (scope, runId, what) => { logger.warn({ runId, projectId: scope.projectId, appName: scope.appName, cut: what }, 'run kept in part') },
     rewritten: (scope, runId, what) => { logger.warn({ runId, projectId: scope.projectId, appName: scope.appName, rewritten: what }, 'run store lost a write in a failover; written again') },
-    availability: available => {
-      if (available) logger.info({ runStore: 'redis' }, 'run store reachable')
-      else logger.warn({ runStore: 'redis' }, 'run store unreachable: async runs and run records answer 503 until it is back')
+    availability: (available, why) => {
+      // once per outage (a store down at start included), and once when it is back
+      const runStore = config.runStoreUrl?.text
+      if (available) logger.info({ runStore }, `run store reachable at RUN_STORE_URL ${runStore ?? ''}`)
+      else logger.warn({ runStore, reason: why }, `run store unreachable at RUN_STORE_URL ${runStore ?? ''}: ${why ?? 'not connected'}; async runs and run records answer 503 until it is back`)
       runner.availability(available)
     }
   })

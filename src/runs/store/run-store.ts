@@ -36,8 +36,8 @@ export interface RunStoreListener {
   lost: (run: TakenRun, view: RunView) => void
   /** A queued run was failed by a time limit (`Cancel-After`, ASYNC_QUEUE_TTL_SECONDS) by this sidecar: send its webhook (`view.delivery`: held already). */
   expired: (run: TakenRun, view: RunView) => void
-  /** The backend became reachable (true) or unreachable (false). */
-  availability: (available: boolean) => void
+  /** The backend became reachable (true) or unreachable (false: `why`, in plain words); also as first known at start. */
+  availability: (available: boolean, why?: string) => void
   /** A delivery whose sidecar was lost (or stopped) is now this one's: make its remaining attempts. */
   deliveryLost?: (delivery: HeldDelivery) => void
   /** Part of a run could not be kept (`what`: which part, and why): logged, the record keeps its shape. */

@@ -10,7 +10,7 @@ import type { WebhookTarget } from '../../../webhook/webhook-endpoint.ts'
 import { channelsOf, type Channels } from './redis-channels.ts'
 import { connectRedis, isCluster, type RedisClient, runStoreAddress } from './redis-connect.ts'
 import { RedisFollow } from './redis-follow.ts'
-import { COMMAND_TIMEOUT_MS, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
+import { COMMAND_TIMEOUT_MS, plainWords, reconnectOnReadonly, type ReplyLike, unavailableReply } from './redis-replies.ts'
 import type { FieldsOf } from './redis-named-script.ts'
 import { GROUP, QUEUE_SCRIPTS, TAKE, type TakeOutcome } from './redis-queue-scripts.ts'
 import { answerWithin } from './redis-deadline.ts'
@@ -136,7 +136,7 @@ export class RedisContext {
   readonly known = new LRUCache<string, string>({ max: KNOWN_MAX })
   /** The queues whose consumer group this store knows exists. */
   readonly groups = new Set<string>()
-  listener: RunStoreListener | undefined
+  #listener: RunStoreListener | undefined
   /** Told when this store starts holding something (the run store starts its heartbeat). */
   holding: (() => void) | undefined
   /** Told when this store's own pending entries should be looked at (a take's answer lost). */
@@ -144,7 +144,14 @@ export class RedisContext {
   /** Told of a time something of the app falls due (a run this store queued, at its time limit). */
   dueAt: ((at: number) => void) | undefined
   closed = false
-  #available = false
+  /** Undefined until first known: a store down at start is an outage too (logged). */
+  #available: boolean | undefined = undefined
+  /** Why the store was last found unusable, in plain words (the outage's log line). */
+  #problem = 'not connected'
+  /** The database number RUN_STORE_URL names (0 on a cluster). */
+  readonly #db: number
+  /** Set once the server refused that database: the store stays unavailable. */
+  #refused: string | undefined = undefined
   /** The probe while the store is taken for unavailable. */
   #probe: NodeJS.Timeout | undefined
   #checking = false
@@ -169,6 +176,7 @@ export class RedisContext {
     // A Redis that stops answering (paused, partitioned) costs a request COMMAND_TIMEOUT_MS, then 503;
     // a demoted primary's connection is dropped, so the next one reaches whatever the address names now
     const target = runStoreAddress(address)
+    this.#db = target.topology === 'single' ? Number(target.url.pathname.slice(1) || 0) : target.topology === 'sentinel' ? target.db : 0
     this.redis = connectRedis(target, {
       ...common,
       enableOfflineQueue: false,
@@ -182,15 +190,17 @@ export class RedisContext {
     this.#publish = this.channels.publishCommand
     this.follow = new RedisFollow(this.redis, this.channels, guard)
     for (const client of [this.redis, this.blocking]) {
-      client.on('error', () => {}) // reported through availability
+      // reported through availability, in plain words
+      client.on('error', (error: Error) => { this.#failed(error) })
       // ioredis gives a connection up for good when a failover's news (+switch-master) reaches its
       // Sentinel connector while it is asking the sentinels where to connect (its connect rejects,
       // the client ends): made again, as any other dropped connection is
       client.on('end', () => {
-        if (!this.closed) setTimeout(() => { if (!this.closed && client.status === 'end') client.connect().catch(() => {}) }, RECONNECT_ENDED_MS).unref()
+        if (this.#endured()) setTimeout(() => { if (this.#endured() && client.status === 'end') client.connect().catch(() => {}) }, RECONNECT_ENDED_MS).unref()
       })
     }
     this.redis.on('ready', () => {
+      if (this.#refused !== undefined) return
       // a server restarted or failed over knows no script: loaded before the first EVALSHA (a NOSCRIPT still
       // falls back to EVAL); on a cluster, SCRIPT LOAD reaches any node: the app's node loads them on first use
       if (!isCluster(this.redis)) for (const script of [...SCRIPTS, ...QUEUE_SCRIPTS]) script.load(this.redis).catch(() => {})
@@ -220,14 +230,43 @@ export class RedisContext {
       // on a cluster, a write to the app's slot: a node that lost it answers MOVED, a cluster down CLUSTERDOWN
       if (isCluster(this.redis)) return await this.redis.del(this.own.probe) >= 0
       const role = await this.redis.call('ROLE') as unknown[]
+      if (role[0] !== 'master' && this.#refused === undefined) this.#problem = 'the server is a replica, not the primary'
       return role[0] === 'master'
     } catch (error) {
       // a server that refuses ROLE (a managed service) still answered
-      return (error as Error).name === 'ReplyError' && unavailableReply(error as ReplyLike) === undefined
+      if ((error as Error).name === 'ReplyError' && unavailableReply(error as ReplyLike) === undefined) return true
+      if (this.#refused === undefined) this.#problem = plainWords(error as Error)
+      return false
     }
   }
 
-  get available (): boolean { return this.#available }
+  get available (): boolean { return this.#available === true }
+
+  get listener (): RunStoreListener | undefined { return this.#listener }
+  /** Told of the store's availability as soon as it is known: at once when it already is (a Redis down at start). */
+  set listener (listener: RunStoreListener | undefined) {
+    this.#listener = listener
+    if (this.#available !== undefined) listener?.availability(this.#available, this.#available ? undefined : this.#problem)
+  }
+
+  /** A connection that ended is made again: unless the store was closed, or refused its database. */
+  #endured (): boolean { return !this.closed && this.#refused === undefined }
+
+  /**
+   * A client's error: remembered as the outage's reason. A database number the server does not
+   * have (its SELECT refused, which ioredis reports and then goes on in database 0) is never
+   * replaced by another: both connections are closed for good and the store stays unavailable.
+   */
+  #failed (error: Error): void {
+    if (this.#refused !== undefined) return
+    this.#problem = plainWords(error)
+    if (!/DB index is out of range/.test(error.message)) return
+    this.#refused = `the server has no database ${this.#db}`
+    this.#problem = this.#refused
+    this.blocking.disconnect()
+    this.redis.disconnect()
+    this.#setAvailable(false)
+  }
 
   /** How long an Idempotency-Key claim outlives its sidecar's last heartbeat: as long as a lost sidecar's runs. */
   get claimLeaseMs (): number { return this.lostAfterMs + this.heartbeatMs }
@@ -328,7 +367,7 @@ export class RedisContext {
       this.#probe = setInterval(() => { this.#check() }, PROBE_MS)
       this.#probe.unref()
     }
-    this.listener?.availability(available)
+    this.listener?.availability(available, available ? undefined : this.#problem)
   }
 }
 
@@ -345,7 +384,7 @@ export async function guard<T> (pending: Promise<T>, timeoutMs = COMMAND_TIMEOUT
   } catch (error) {
     if (!(error instanceof RunStoreUnavailableError) && (error as Error).name === 'ReplyError' && unavailableReply(error as ReplyLike) === undefined) throw error
     for (const suspect of suspicions) suspect()
-    throw error instanceof RunStoreUnavailableError ? error : new RunStoreUnavailableError((error as Error).message)
+    throw error instanceof RunStoreUnavailableError ? error : new RunStoreUnavailableError(plainWords(error as Error))
   }
 }
 

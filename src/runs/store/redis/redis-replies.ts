@@ -42,3 +42,36 @@ export function unavailableReply (error: ReplyLike): string | undefined {
 export function reconnectOnReadonly (error: Error): 1 | false {
   return error.message.startsWith('READONLY') || error.message.startsWith('NOREPLICAS') ? 1 : false
 }
+
+/** What the client library says when it cannot reach Redis, in plain words (by error code, then by its wording). */
+const PLAIN_CODES: Readonly<Record<string, string>> = {
+  ECONNREFUSED: 'connection refused',
+  ECONNRESET: 'connection reset',
+  EPIPE: 'connection reset',
+  ETIMEDOUT: 'connection timed out',
+  ENOTFOUND: 'host not found',
+  EAI_AGAIN: 'host not found',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable'
+}
+const PLAIN_MESSAGES: ReadonlyArray<[RegExp, string]> = [
+  [/^Stream isn't writeable|^Connection is closed/, 'not connected'],
+  [/All sentinels are unreachable/, 'no sentinel reachable'],
+  [/Failed to refresh slots cache|None of startup nodes is available/, 'no cluster node reachable'],
+  [/^(NOAUTH|WRONGPASS)|invalid username-password/, 'credentials refused'],
+  [/DB index is out of range/, 'the server has no such database'],
+  [/Command timed out/, 'no answer in time']
+]
+
+/**
+ * Why Redis could not be used, in plain words (for logs and a 503's reason): a network failure,
+ * a connection not made, credentials refused, a deployment's refusal (its code: `LOADING`, …).
+ */
+export function plainWords (error: Error): string {
+  const byCode = PLAIN_CODES[(error as NodeJS.ErrnoException).code ?? '']
+  if (byCode !== undefined) return byCode
+  for (const [wording, words] of PLAIN_MESSAGES) if (wording.test(error.message)) return words
+  const refusal = unavailableReply(error)
+  if (refusal !== undefined) return `the server answered ${refusal}`
+  return error.message.split('\n')[0] as string
+}
