@@ -68,7 +68,10 @@ t.test('npm pack: zero dependencies, the signing code and nothing else, a few ki
     t.equal(manifest[field], undefined, `no ${field}`)
   }
 
-  const packed = await runIn(PACKAGE_DIR, 'npm', ['pack', '--json', '--pack-destination', work])
+  // exactly as its README says, from the clone's root
+  const readme = await readFile(join(PACKAGE_DIR, 'README.md'), 'utf8')
+  t.ok(readme.includes('npm pack ./packages/app-sidecar-verify '), 'the README gives this command')
+  const packed = await runIn(ROOT, 'npm', ['pack', './packages/app-sidecar-verify', '--json', '--pack-destination', work])
   t.equal(packed.code, 0, `npm pack succeeds${packed.code === 0 ? '' : `: ${packed.stderr}`}`)
   const [info] = JSON.parse(packed.stdout) as Array<{ filename: string, size: number, unpackedSize: number, files: Array<{ path: string }> }>
   if (info === undefined) throw new Error(`npm pack printed no package: ${packed.stdout}`)
