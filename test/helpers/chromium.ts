@@ -47,12 +47,12 @@ export interface HeadlessChromium {
 }
 
 /**
- * Opens `url` in a headless Chromium of its own, with a fresh profile in a tmp dir; at `t`'s
+ * Opens `url` in a headless Chromium of its own (`flags` added to its own), with a fresh profile in a tmp dir; at `t`'s
  * teardown its whole process group is killed, and the profile removed once it exited.
  */
-export async function openInChromium (t: TestLike, chromium: string, url: string): Promise<HeadlessChromium> {
+export async function openInChromium (t: TestLike, chromium: string, url: string, flags: readonly string[] = []): Promise<HeadlessChromium> {
   const profile = await mkdtemp(join(tmpdir(), 'sidecar-chromium-'))
-  const child = spawn(chromium, [...FLAGS, `--user-data-dir=${profile}`, url], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(chromium, [...FLAGS, ...flags, `--user-data-dir=${profile}`, url], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
   const keep = (text: string): void => { output = (output + text).slice(-20_000) }
   child.stdout.setEncoding('utf8').on('data', keep)
