@@ -6,7 +6,7 @@
 const API = '/console/api'
 const REFRESH_MS = 1000
 const HISTORY_MS = 5000
-const PAGE_SIZE = 25
+const PAGE_SIZE = 20
 const EVENTS_SHOWN = 500
 
 const $ = id => document.getElementById(id)
@@ -131,7 +131,7 @@ async function refreshHistory () {
 // ---- runs
 
 function duration (r) {
-  if (r.run_time_ms !== undefined) return `${(r.run_time_ms / 1000).toFixed(2)} s`
+  if (r.run_time_ms !== undefined) return r.run_time_ms < 1000 ? `${r.run_time_ms.toFixed(0)} ms` : `${(r.run_time_ms / 1000).toFixed(2)} s`
   if (r.started_at) return `${((Date.now() - Date.parse(r.started_at)) / 1000).toFixed(0)} s so far`
   return ''
 }
