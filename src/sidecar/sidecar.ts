@@ -111,6 +111,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     queued: delta => { metrics.changeQueued(delta) }
   }, config.callerMaxInflight)
   metrics.watchCallers(() => gate.busiestCallerInflight)
+  metrics.watchReadiness(() => readiness.passing)
   // passed() also resolves when the probe stops (shutdown): only a real pass opens the gate
   void readiness.passed().then(() => { if (readiness.passing) gate.open() })
   // calls waiting for an app that never gets ready would otherwise wait in silence

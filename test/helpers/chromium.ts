@@ -11,23 +11,28 @@ interface TestLike {
 }
 
 /**
- * The path of `chromium` on PATH (Debian's package; `.ci/run` installs it). Undefined when there is
- * none: under CI=true the test fails (a suite whose browser is missing must not pass by skipping),
- * else it is skipped with the reason.
+ * The path of program `name` on PATH (a Debian package's; `.ci/run` installs it). Undefined when
+ * there is none: under CI=true the test fails (a suite whose tool is missing must not pass by
+ * skipping), else it is skipped with the reason (`install`: the command that brings it).
  */
-export function findChromium (t: TestLike): string | undefined {
+export function findProgram (t: TestLike, name: string, install: string): string | undefined {
   for (const dir of (process.env.PATH ?? '').split(delimiter)) {
     if (dir === '') continue
-    const path = join(dir, 'chromium')
+    const path = join(dir, name)
     try {
       accessSync(path, constants.X_OK)
       return path
     } catch {}
   }
-  const why = 'no chromium on PATH (apt-get install chromium)'
+  const why = `no ${name} on PATH (${install})`
   if (process.env.CI === 'true') t.fail(why)
   else t.comment(`skipped: ${why}`)
   return undefined
+}
+
+/** The path of `chromium` on PATH, as findProgram finds it. */
+export function findChromium (t: TestLike): string | undefined {
+  return findProgram(t, 'chromium', 'apt-get install chromium')
 }
 
 /**
