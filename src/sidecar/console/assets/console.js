@@ -144,8 +144,7 @@ function runRow (r) {
   open.type = 'button'
   open.addEventListener('click', () => openRun(r.run_id))
   const cells = [
-    ['Run', open], ['Status', el('span', r.status, `status-${r.status}`)], ['Caller', el('span', r.caller ?? '')],
-    ['Urgency', el('span', r.urgency === undefined ? '' : String(r.urgency))], ['Attempt', el('span', String(r.attempt ?? 1))],
+    ['Run', open], ['Status', el('span', r.status, `status-${r.status}`)], ['Attempt', el('span', String(r.attempt ?? 1))],
     ['Created', el('span', time(r.created_at))], ['Started', el('span', time(r.started_at))], ['Duration', el('span', duration(r))]
   ]
   for (const [label, content] of cells) {
