@@ -97,13 +97,15 @@ t.test('at 390 and 1280 pixels wide nothing overflows: tiles, charts, runs list,
   t.equal((await client.submit('/ndjson/wide', 'a-long-run-id-of-sixty-four-characters-0123456789-abcdefghijklmn')).status, 202)
   const stream = await app.waitForHeld(1)
   stream.res.write(`${JSON.stringify({ text: 'a long event without spaces '.repeat(3) + 'x'.repeat(300) })}\n`)
-  for (let i = 0; i < 20; i++) t.equal((await client.submit('/json/x', `queued-${i}`)).status, 202)
-  await scene.rowShows('queued-19', 'queued')
+  for (let i = 0; i < 15; i++) t.equal((await client.submit('/json/x', `queued-${i}`)).status, 202)
+  await scene.rowShows('queued-14', 'queued')
   await activate(page, '#runs tr[data-run-id^="a-long-run-id"] button')
   await page.waitFor("document.querySelectorAll('#run-events li').length === 1", 'the run view with its event')
   for (const [width, height] of [[390, 844], [1280, 800]] as const) {
     await page.resize(width, height)
-    await page.waitFor(`innerWidth === ${width} && document.querySelector('#c-requests canvas')?.getBoundingClientRect().width <= ${width}`, `charts resized to ${width}`)
+    // the charts follow the window's resize event: wait until each has its container's width
+    await page.waitFor(`innerWidth === ${width} && [...document.querySelectorAll('.chart')].every(chart =>
+      Math.abs(chart.querySelector('.uplot').getBoundingClientRect().width - chart.clientWidth) <= 1)`, `charts resized to ${width}`)
     const seen = await page.evaluate<{ scrollWidth: number, innerWidth: number, out: string[] }>(OVERFLOW)
     t.equal(seen.innerWidth, width)
     t.ok(seen.scrollWidth <= width, `${width}: the page is ${seen.scrollWidth} px wide`)

@@ -5,40 +5,23 @@ import type { Logger } from 'pino'
 import { CallerGoneError, SIDECAR_INTERNAL } from '../../errors.ts'
 import type { AbortTaker } from '../../call/call-record.ts'
 import type { CallRoute } from '../../call/match-route.ts'
-import type { RequestBody } from '../../call/request-body.ts'
-import type { RunRecording, StageCall } from '../../call/stage-call.ts'
+import type { StageCall } from '../../call/stage-call.ts'
+import { StageFindings } from '../../call/stage-findings.ts'
 import type { RunScope } from '../../runs/run-data.ts'
 import { AnswerWriter } from '../../shared/answer-writer.ts'
-import { DEFAULT_URGENCY } from '../../shared/fair-queue.ts'
 import { knownError, sendError } from '../../shared/http-answers.ts'
-import type { CallTrace } from '../../shared/trace-contracts.ts'
-import type { WebhookTarget } from '../../webhook/webhook-endpoint.ts'
 
 /**
  * A console request handed to the `_runs` routes (the record, events, cancel, list), so the
  * console answers exactly as they do: not a `/v4` call (no gate, no webhook, no log line, not
  * counted in sidecar_requests_total nor held by the drain), it only ends when its reader leaves.
  */
-export class ConsoleCall implements StageCall {
+export class ConsoleCall extends StageFindings implements StageCall {
   readonly req: IncomingMessage
   readonly out: AnswerWriter
   readonly runId = randomUUID()
   readonly arrivedAt = performance.now()
   route: CallRoute
-  caller = ''
-  urgency = DEFAULT_URGENCY
-  fairCaller = ''
-  webhook: WebhookTarget | undefined = undefined
-  idempotencyKey: string | undefined = undefined
-  body: RequestBody = null
-  async = false
-  keySlot: string | undefined = undefined
-  recording: RunRecording | undefined = undefined
-  waitSeconds: number | undefined = undefined
-  waitOver: AbortSignal | undefined = undefined
-  forwarded = false
-  trace: CallTrace | undefined = undefined
-  inFlight: { leave: () => void } | undefined = undefined
   readonly outliving = false
   readonly #res: ServerResponse
   readonly #logger: Logger
@@ -46,6 +29,7 @@ export class ConsoleCall implements StageCall {
   #taker: AbortTaker | undefined
 
   constructor (req: IncomingMessage, res: ServerResponse, scope: RunScope, logger: Logger) {
+    super()
     this.req = req
     this.#res = res
     this.#logger = logger
