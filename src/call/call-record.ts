@@ -3,13 +3,12 @@ import { performance } from 'node:perf_hooks'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
 import { CallerGoneError, DeadlineExceededError, type SidecarError } from '../errors.ts'
-import type { CallTrace } from '../shared/trace-contracts.ts'
 import type { InflightTracker } from '../lifecycle/inflight-tracker.ts'
 import type { RouteLabel, SidecarMetrics } from '../metrics/metrics.ts'
 import type { CallRoute } from './match-route.ts'
 import { runIdFor } from './run-id.ts'
 import { type AccessLine, writeAccessLine } from '../shared/access-line.ts'
-import { DEFAULT_URGENCY } from '../shared/fair-queue.ts'
+import { StageFindings } from './stage-findings.ts'
 
 /** What every finished request leaves behind: one log line, its metrics, and its drain slot freed. */
 export interface CallRecorder {
@@ -33,23 +32,13 @@ export interface AbortTaker {
  * holds the call at that moment acts on, and what to free when it closes. On close it logs one
  * line (method, path without query, status, duration in ms, run id) and counts the request.
  */
-export abstract class CallRecord {
+export abstract class CallRecord extends StageFindings {
   readonly req: IncomingMessage
   readonly runId: string
   /** What the route stage found: set first by either /v4 pipeline (a /v2 read has none). */
   route!: CallRoute
-  /** Who calls, as an Idempotency-Key is scoped: the verified token's `sub` ('' with auth off, or for a token without one). */
-  caller = ''
-  /** Its `Priority` urgency (0 most urgent … 7; 3 by default): the order of its wait for a slot. */
-  urgency = DEFAULT_URGENCY
-  /** Who calls, as waits are shared fairly and CALLER_MAX_INFLIGHT counts: `caller`, else its address. */
-  fairCaller = ''
-  /** The app has the request: its relay answers from now on. */
-  forwarded = false
   /** How long it waited for its slot, in ms (Server-Timing's `queue`): 0 when one was free. */
   queueMs = 0
-  /** Its spans (tracing on): ended as it closes. */
-  trace: CallTrace | undefined
   /** When it arrived (performance.now()): its deadlines count from here. */
   readonly arrivedAt: number
   /** The sidecar's own answer, when it gave one: its code and reason go in the log line. */
@@ -66,6 +55,7 @@ export abstract class CallRecord {
   readonly #inflight: InflightTracker
 
   constructor (recorder: CallRecorder, label: RouteLabel, req: IncomingMessage, closes: Duplex | ServerResponse) {
+    super()
     this.req = req
     this.#metrics = recorder.metrics
     this.#inflight = recorder.inflight

@@ -3,10 +3,8 @@ import type { Logger } from 'pino'
 import { AnswerWriter } from '../shared/answer-writer.ts'
 import { knownError, sendError } from '../shared/http-answers.ts'
 import { SIDECAR_INTERNAL } from '../errors.ts'
-import type { WebhookTarget } from '../webhook/webhook-endpoint.ts'
 import { type CallRecorder, CallRecord } from './call-record.ts'
-import type { RequestBody } from './request-body.ts'
-import type { RunRecording, StageCall } from './stage-call.ts'
+import type { StageCall } from './stage-call.ts'
 import type { RouteLabel } from '../metrics/metrics.ts'
 
 /** An HTTP request and its response. */
@@ -14,24 +12,7 @@ export class HttpCall extends CallRecord implements StageCall {
   readonly res: ServerResponse
   /** Everything the call's caller gets is written here (answer-writer.ts). */
   readonly out: AnswerWriter
-  // what the /v4 stages found, in the order they run (invoke-pipeline.ts)
-  /** Where the call asked its webhook to go. */
-  webhook: WebhookTarget | undefined = undefined
-  /** A POST's Idempotency-Key. */
-  idempotencyKey: string | undefined = undefined
-  /** What goes to the app (read whole once the key stage has taken its digest). */
-  body: RequestBody = null
-  /** `?async=true` or `Prefer: respond-async`: queued as a run, answered 202. */
-  async = false
-  /** The Idempotency-Key slot this call holds in the run store: filled with its answer or freed as it ends. */
-  keySlot: string | undefined = undefined
-  /** A sync call recorded as a run with its key: makes the tee that records its answer on the run. */
-  recording: RunRecording | undefined = undefined
-  /** `Prefer: wait=<seconds>` of a sync call, and what aborts when it runs out (see bounded-wait.ts). */
-  waitSeconds: number | undefined = undefined
-  waitOver: AbortSignal | undefined = undefined
-  /** Where it is known by its run id while in flight (a cancel finds it there); it leaves as it closes. */
-  inFlight: { leave: () => void } | undefined = undefined
+  // what the /v4 stages find (webhook, key, body, …) starts as StageFindings has it
   readonly #logger: Logger
 
   constructor (recorder: CallRecorder, route: RouteLabel, req: IncomingMessage, res: ServerResponse) {

@@ -1,18 +1,13 @@
 import type { IncomingMessage } from 'node:http'
 import type { AnswerWriter } from '../shared/answer-writer.ts'
 import type { CallTrace } from '../shared/trace-contracts.ts'
-import type { AnswerTee } from '../shared/response-sink.ts'
 import type { WebhookTarget } from '../webhook/webhook-endpoint.ts'
-import type { WebhookTee } from '../webhook/webhook-tee.ts'
 import type { AbortTaker } from './call-record.ts'
 import type { CallRoute } from './match-route.ts'
+import type { RunRecording } from './stage-findings.ts'
 import type { RequestBody } from './request-body.ts'
 
-/**
- * A sync call recorded as a run (it holds an Idempotency-Key): given the call's webhook tee (if
- * any), the tee that records what the caller gets on the run and feeds the webhook's.
- */
-export type RunRecording = (webhook: WebhookTee | undefined) => AnswerTee
+export type { RunRecording } from './stage-findings.ts'
 
 /**
  * What a `/v4` stage reads and writes of a call: the request, where its answer goes, what the

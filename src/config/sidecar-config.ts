@@ -66,6 +66,8 @@ export interface SidecarConfig {
   asyncQueueTtlSeconds: number
   /** CORS_ALLOWED_ORIGINS: whose browser pages may call /v4; undefined: no CORS header anywhere. */
   corsAllowedOrigins: AllowedOrigins | undefined
+  /** CONSOLE_TOKEN: turns on the operator console on the admin port; undefined: no console (404). */
+  consoleToken: string | undefined
   logLevel: LogLevel
   otelSdkDisabled: boolean
   otelEndpoint: URL | undefined
@@ -137,6 +139,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'ASYNC_QUEUE_MAX_BYTES', key: 'asyncQueueMaxBytes', defaultText: '268435456', meaning: 'most request-body bytes of async runs waiting per app; beyond it 503, one larger body 413', parse: integerIn(0, 64 * GIB), fallback: fixed(268_435_456) }),
   variable({ name: 'ASYNC_QUEUE_TTL_SECONDS', key: 'asyncQueueTtlSeconds', defaultText: '86400', meaning: 'an async run still queued this long after its submission fails (504)', parse: integerIn(1, MAX_SECONDS), fallback: fixed(86_400) }),
   variable({ name: 'CORS_ALLOWED_ORIGINS', key: 'corsAllowedOrigins', defaultText: undefined, meaning: 'origins (comma-separated, or *) whose browser pages may call /v4; unset = no CORS', parse: parseOriginList, fallback: fixed(undefined) }),
+  variable({ name: 'CONSOLE_TOKEN', key: 'consoleToken', defaultText: undefined, meaning: 'turns on the operator console at /console on ADMIN_PORT (its login token, 16+ characters); unset = no console', parse: optionalString(parseConsoleToken), fallback: fixed(undefined) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),
   variable({ name: 'OTEL_SDK_DISABLED', key: 'otelSdkDisabled', defaultText: 'false', meaning: 'true: no tracing even with an endpoint set', parse: parseBoolean, fallback: fixed(false) }),
   variable({ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', key: 'otelEndpoint', defaultText: undefined, meaning: 'OTLP/HTTP collector base URL; spans go to $it/v1/traces; unset = no tracing', parse: parseHttpUrl, fallback: fixed(undefined) }),
@@ -160,6 +163,12 @@ function parseServiceName (name: string, raw: string): string {
   return value
 }
 
+// typed by hand at the console's login: long enough not to be guessed, no character a form or a header would mangle
+function parseConsoleToken (name: string, raw: string): string {
+  if (raw.length < 16 || !/^[\x21-\x7e]+$/.test(raw)) throw new ConfigError(name, 'must be 16 or more visible ASCII characters')
+  return raw
+}
+
 /**
  * Reads every sidecar variable from `env`. An empty value counts as unset.
  * Throws a ConfigError naming the first invalid variable.
@@ -176,6 +185,10 @@ export function loadSidecarConfig (env: NodeJS.ProcessEnv = process.env): Sideca
   if (config.runStoreUrl !== undefined && (config.projectId === undefined || (config.appName === undefined && config.buildId === undefined))) {
     throw new ConfigError('RUN_STORE_URL', 'needs PROJECT_ID and APP_NAME too (a shared run store serves one app per sidecar)')
   }
+  // the console shows one app's runs
+  if (config.consoleToken !== undefined && (config.projectId === undefined || config.appName === undefined)) {
+    throw new ConfigError('CONSOLE_TOKEN', 'needs PROJECT_ID and APP_NAME too (the console shows one app)')
+  }
   return config
 }
 
@@ -191,7 +204,7 @@ export function sidecarHelp (): string {
     ...rows,
     '',
     'Public routes: /v4/{project_id}/{app_name}/{path...} (HTTP and WebSocket), GET|HEAD /v2/...',
-    'Admin routes:  /livez /healthz /readyz /metrics on ADMIN_PORT',
+    'Admin routes:  /livez /healthz /readyz /metrics on ADMIN_PORT (and /console with CONSOLE_TOKEN)',
     ''
   ].join('\n')
 }

@@ -74,6 +74,13 @@ export class ConcurrencyGate {
     return most
   }
 
+  /** The `count` callers holding the most slots now, most first (the console's busiest callers); O(callers). */
+  busiestCallers (count: number): Array<{ caller: string, inflight: number }> {
+    const holding: Array<{ caller: string, inflight: number }> = []
+    for (const [caller, { held }] of this.#held) if (held > 0) holding.push({ caller, inflight: held })
+    return holding.sort((a, b) => b.inflight - a.inflight || (a.caller < b.caller ? -1 : 1)).slice(0, count)
+  }
+
   /** The caller holds CALLER_MAX_INFLIGHT slots: its next call waits. */
   capped (caller: string | undefined): boolean {
     return this.#callerLimit > 0 && caller !== undefined && (this.#held.get(caller)?.held ?? 0) >= this.#callerLimit

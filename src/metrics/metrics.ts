@@ -172,6 +172,16 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     })
   }
 
+  /** Feeds sidecar_app_ready from the app's ready check at each scrape (the alert "app not ready" reads it). */
+  watchReadiness (ready: () => boolean): void {
+    new Gauge({
+      name: 'sidecar_app_ready',
+      help: 'Whether the app passes its ready check (READYCHECK_PATH, else a TCP connect): 1, or 0',
+      registers: [this.registry],
+      collect () { this.set(ready() ? 1 : 0) }
+    })
+  }
+
   /** Feeds sidecar_busiest_caller_inflight from the gate at each scrape. */
   watchCallers (busiest: () => number): void {
     new Gauge({

@@ -1,16 +1,35 @@
-import { createServer, type Server, type ServerResponse } from 'node:http'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AppProbe } from '../lifecycle/app-probe.ts'
 import type { SidecarMetrics } from '../metrics/metrics.ts'
 
-export interface AdminDeps {
-  readonly metrics: SidecarMetrics
+/** What /readyz reads (the console's readiness tile too). */
+export interface ReadinessDeps {
   readonly readiness: AppProbe
-  readonly health: AppProbe
   readonly draining: () => boolean
   /** Why no token can be verified yet (auth on and no key set fetched), else undefined. */
   readonly tokenKeysMissing: () => string | undefined
   /** Whether the run store answers: /readyz's body says it (`run_store`), its status does not depend on it. */
   readonly runStoreUp?: () => boolean
+}
+
+/** Paths of their own on the admin port (the console): true when it took the request. */
+export type AdminRoutes = (req: IncomingMessage, res: ServerResponse) => boolean
+
+export interface AdminDeps extends ReadinessDeps {
+  readonly metrics: SidecarMetrics
+  readonly health: AppProbe
+  /** The console (CONSOLE_TOKEN set), else undefined: its paths are 404. */
+  readonly console?: AdminRoutes | undefined
+}
+
+/** /readyz's answer: 200 when the app is ready, the sidecar not draining and token keys held; else 503 saying which. */
+export function readinessOf (deps: ReadinessDeps): { status: 200 | 503, body: { status?: 'ready', message?: string, run_store: 'up' | 'down' } } {
+  const run_store = deps.runStoreUp?.() === false ? 'down' : 'up'
+  const keysMissing = deps.tokenKeysMissing()
+  if (deps.draining()) return { status: 503, body: { message: 'draining', run_store } }
+  if (!deps.readiness.passing) return { status: 503, body: { message: 'app is not ready', run_store } }
+  if (keysMissing !== undefined) return { status: 503, body: { message: `no token keys yet: ${keysMissing}`, run_store } }
+  return { status: 200, body: { status: 'ready', run_store } }
 }
 
 function answer (res: ServerResponse, status: number, body: object): void {
@@ -19,9 +38,10 @@ function answer (res: ServerResponse, status: number, body: object): void {
   res.end(text)
 }
 
-/** The operators' port: `/livez`, `/healthz`, `/readyz` and `/metrics`. Never exposed to callers. */
+/** The operators' port: `/livez`, `/healthz`, `/readyz`, `/metrics` (and the console's paths). Never exposed to callers. */
 export function createAdminServer (deps: AdminDeps): Server {
   return createServer((req, res) => {
+    if (deps.console?.(req, res) === true) return
     const path = (req.url ?? '/').split('?', 1)[0]
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD')
@@ -37,11 +57,8 @@ export function createAdminServer (deps: AdminDeps): Server {
         else answer(res, 503, { message: 'app is not healthy' })
         return
       case '/readyz': {
-        const runStore = { run_store: deps.runStoreUp?.() === false ? 'down' : 'up' }
-        if (deps.draining()) answer(res, 503, { message: 'draining', ...runStore })
-        else if (!deps.readiness.passing) answer(res, 503, { message: 'app is not ready', ...runStore })
-        else if (deps.tokenKeysMissing() !== undefined) answer(res, 503, { message: `no token keys yet: ${deps.tokenKeysMissing() as string}`, ...runStore })
-        else answer(res, 200, { status: 'ready', ...runStore })
+        const { status, body } = readinessOf(deps)
+        answer(res, status, body)
         return
       }
       case '/metrics':

@@ -111,6 +111,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     queued: delta => { metrics.changeQueued(delta) }
   }, config.callerMaxInflight)
   metrics.watchCallers(() => gate.busiestCallerInflight)
+  metrics.watchReadiness(() => readiness.passing)
   // passed() also resolves when the probe stops (shutdown): only a real pass opens the gate
   void readiness.passed().then(() => { if (readiness.passing) gate.open() })
   // calls waiting for an app that never gets ready would otherwise wait in silence
@@ -129,6 +130,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     gate, app, sender: webhooks, metrics, logger, reportInternal, inflight, tracer, store: options.runStore, calls, cancelAtApp
   })
 
+  const heartbeatMs = config.sseHeartbeatSeconds * 1000
   const recorder = { logger, metrics, inflight }
   const invoke = createInvokeHandler({ ...recorder, config, verifier, app, webhooks: deliveries, gate, runs, tracer, reportInternal, calls, cancelAtApp })
   const management = createManagementHandler({ ...recorder, store, basePath: pathPrefix(config.storeUrl), storeUrl: config.storeUrl.href })
@@ -137,7 +139,24 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const server = createPublicServer({
     invoke, management, upgrade: websockets.handleUpgrade, logger, headersTimeoutMs: options.headersTimeoutMs ?? 60_000
   })
-  const admin = createAdminServer({ metrics, readiness, health, draining: () => draining, tokenKeysMissing: () => verifier?.keysMissing, runStoreUp: () => runs.available })
+  const readinessDeps = { readiness, draining: () => draining, tokenKeysMissing: () => verifier?.keysMissing, runStoreUp: () => runs.available }
+  // the console's code is loaded, and its sampler runs, only with CONSOLE_TOKEN: a plain call never meets it
+  const operatorConsole = config.consoleToken === undefined ? undefined : (await import('./console/open-console.ts')).openConsole({
+    ...readinessDeps,
+    token: config.consoleToken,
+    scope: { projectId: config.projectId as string, appName: config.appName as string }, // loadSidecarConfig requires both with it
+    metrics,
+    replicaConcurrency: config.replicaConcurrency,
+    busiestCallers: count => gate.busiestCallers(count),
+    runStoreBackend: runs.backend,
+    webhooksPending: () => webhooks.pending,
+    store: runs,
+    calls,
+    heartbeatMs,
+    maxReaders: config.runMaxReaders,
+    logger
+  })
+  const admin = createAdminServer({ ...readinessDeps, metrics, health, console: operatorConsole?.routes })
 
   await listen(server, config.port, config.host)
   await listen(admin, config.adminPort, config.host)
@@ -153,6 +172,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
 
   async function close (): Promise<void> {
     clearInterval(notReady)
+    operatorConsole?.close()
     await runner.close()
     await webhooks.drain(Promise.resolve())
     await runs.close()

@@ -11,23 +11,28 @@ interface TestLike {
 }
 
 /**
- * The path of `chromium` on PATH (Debian's package; `.ci/run` installs it). Undefined when there is
- * none: under CI=true the test fails (a suite whose browser is missing must not pass by skipping),
- * else it is skipped with the reason.
+ * The path of program `name` on PATH (a Debian package's; `.ci/run` installs it). Undefined when
+ * there is none: under CI=true the test fails (a suite whose tool is missing must not pass by
+ * skipping), else it is skipped with the reason (`install`: the command that brings it).
  */
-export function findChromium (t: TestLike): string | undefined {
+export function findProgram (t: TestLike, name: string, install: string): string | undefined {
   for (const dir of (process.env.PATH ?? '').split(delimiter)) {
     if (dir === '') continue
-    const path = join(dir, 'chromium')
+    const path = join(dir, name)
     try {
       accessSync(path, constants.X_OK)
       return path
     } catch {}
   }
-  const why = 'no chromium on PATH (apt-get install chromium)'
+  const why = `no ${name} on PATH (${install})`
   if (process.env.CI === 'true') t.fail(why)
   else t.comment(`skipped: ${why}`)
   return undefined
+}
+
+/** The path of `chromium` on PATH, as findProgram finds it. */
+export function findChromium (t: TestLike): string | undefined {
+  return findProgram(t, 'chromium', 'apt-get install chromium')
 }
 
 /**
@@ -47,12 +52,12 @@ export interface HeadlessChromium {
 }
 
 /**
- * Opens `url` in a headless Chromium of its own, with a fresh profile in a tmp dir; at `t`'s
+ * Opens `url` in a headless Chromium of its own (`flags` added to its own), with a fresh profile in a tmp dir; at `t`'s
  * teardown its whole process group is killed, and the profile removed once it exited.
  */
-export async function openInChromium (t: TestLike, chromium: string, url: string): Promise<HeadlessChromium> {
+export async function openInChromium (t: TestLike, chromium: string, url: string, flags: readonly string[] = []): Promise<HeadlessChromium> {
   const profile = await mkdtemp(join(tmpdir(), 'sidecar-chromium-'))
-  const child = spawn(chromium, [...FLAGS, `--user-data-dir=${profile}`, url], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(chromium, [...FLAGS, ...flags, `--user-data-dir=${profile}`, url], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
   const keep = (text: string): void => { output = (output + text).slice(-20_000) }
   child.stdout.setEncoding('utf8').on('data', keep)

@@ -5,14 +5,11 @@ import { pino } from 'pino'
 import { SIDECAR_INTERNAL } from '../../src/errors.ts'
 import type { AbortTaker } from '../../src/call/call-record.ts'
 import type { CallRoute } from '../../src/call/match-route.ts'
-import type { RequestBody } from '../../src/call/request-body.ts'
-import type { RunRecording, StageCall } from '../../src/call/stage-call.ts'
+import type { StageCall } from '../../src/call/stage-call.ts'
+import { StageFindings } from '../../src/call/stage-findings.ts'
 import { AnswerWriter } from '../../src/shared/answer-writer.ts'
 import { knownError, sendError } from '../../src/shared/http-answers.ts'
-import { DEFAULT_URGENCY } from '../../src/shared/fair-queue.ts'
-import type { CallTrace } from '../../src/shared/trace-contracts.ts'
 import type { LabelledCounter } from '../../src/shared/metric-contracts.ts'
-import type { WebhookTarget } from '../../src/webhook/webhook-endpoint.ts'
 
 // A call to test one /v4 stage alone: a real request on a real loopback socket, answered through
 // a real ServerResponse, with no sidecar around it (no pipeline, gate, metrics or log line). The
@@ -60,27 +57,13 @@ export function countingCounter<Label extends string> (): LabelledCounter<Label>
   return { counts, labels: label => ({ inc: (value = 1) => { counts.set(label, (counts.get(label) ?? 0) + value) } }) }
 }
 
-class LoopbackCall implements FakeCall {
+class LoopbackCall extends StageFindings implements FakeCall {
   readonly req: IncomingMessage
   readonly res: ServerResponse
   readonly out: AnswerWriter
   readonly runId: string
   readonly arrivedAt = performance.now()
   route: CallRoute
-  caller = ''
-  urgency = DEFAULT_URGENCY
-  fairCaller = ''
-  webhook: WebhookTarget | undefined = undefined
-  idempotencyKey: string | undefined = undefined
-  body: RequestBody = null
-  async = false
-  keySlot: string | undefined = undefined
-  recording: RunRecording | undefined = undefined
-  waitSeconds: number | undefined = undefined
-  waitOver: AbortSignal | undefined = undefined
-  forwarded = false
-  trace: CallTrace | undefined = undefined
-  inFlight: { leave: () => void } | undefined = undefined
   readonly answered: unknown[] = []
   readonly got: Promise<CallerGot | undefined>
   /** How long it waited for its slot (waited()). */
@@ -92,6 +75,7 @@ class LoopbackCall implements FakeCall {
   #taker: AbortTaker | undefined
 
   constructor (req: IncomingMessage, res: ServerResponse, route: CallRoute, got: Promise<CallerGot | undefined>) {
+    super()
     this.req = req
     this.res = res
     this.out = new AnswerWriter(req, res)

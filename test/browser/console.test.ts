@@ -1,0 +1,119 @@
+import t from 'tap'
+import { consoleScene } from '../helpers/console-page.ts'
+import type { ChromiumPage } from '../helpers/chromium-page.ts'
+
+// Issue 42, in a real browser (docs/console.md): an operator signs in with the keyboard, sees runs
+// appear and change status without a reload, follows a streaming run's events, cancels it (the
+// app request is cut), purges the queue after a confirmation; at 390 and 1280 pixels wide nothing
+// is wider than the window; and the page meets no CSP violation and throws nothing.
+
+/** Presses Enter on the element `selector` (focused first, as Tab would): a keyboard user's click. */
+async function activate (page: ChromiumPage, selector: string): Promise<void> {
+  await page.evaluate(`document.querySelector(${JSON.stringify(selector)}).focus()`)
+  await page.press('Enter')
+}
+
+/** Elements wider than the window, or reaching past its right edge (none may). */
+const OVERFLOW = `(() => {
+  const width = document.documentElement.clientWidth
+  const out = [...document.querySelectorAll('body *')].filter(el => {
+    const box = el.getBoundingClientRect()
+    return box.width > 0 && box.right > width + 0.5
+  }).map(el => el.tagName + (el.id ? '#' + el.id : '') + ' ' + Math.round(el.getBoundingClientRect().right))
+  return { scrollWidth: document.scrollingElement.scrollWidth, innerWidth, out }
+})()`
+
+t.test('sign in by keyboard; runs appear and change status live; a streaming run\'s events; Cancel cuts the app request', async t => {
+  const scene = await consoleScene(t)
+  if (scene === undefined) return
+  const { app, client, page } = scene
+  await page.evaluate('window.sameDocument = true')
+
+  t.equal((await client.submit('/ndjson/live', 'streaming-run')).status, 202)
+  const stream = await app.waitForHeld(1)
+  await scene.rowShows('streaming-run', 'running')
+  t.equal((await client.submit('/json/next', 'queued-run')).status, 202)
+  await scene.rowShows('queued-run', 'queued')
+  t.same(await page.evaluate("[...document.querySelectorAll('#runs tbody tr')].map(row => row.dataset.runId)"), ['queued-run', 'streaming-run'], 'newest first')
+
+  await activate(page, '#runs tr[data-run-id="streaming-run"] button')
+  await page.waitFor("!document.getElementById('run').hidden && document.getElementById('run-id').textContent === 'streaming-run'", 'the run view')
+  stream.res.write('{"step":1}\n')
+  await page.waitFor("document.getElementById('run-events').textContent.includes('{\"step\":1}')", 'the first event')
+  stream.res.write('{"step":2}\n')
+  await page.waitFor("document.querySelectorAll('#run-events li').length === 2", 'the second event')
+  t.same(await page.evaluate("[...document.querySelectorAll('#run-events li')].map(li => li.textContent)"), ['{"step":1}', '{"step":2}'], 'the events, in order')
+  t.equal(await page.evaluate("document.getElementById('cancel').hidden"), false, 'Cancel is offered for a running run')
+
+  await activate(page, '#cancel')
+  await stream.cut
+  t.ok(stream.wasCut(), 'the app request was aborted')
+  await page.waitFor("document.getElementById('run-record').textContent.includes('\"status\": \"canceled\"')", 'the record, canceled')
+  await page.waitFor("[...document.querySelectorAll('#run-events li')].some(li => li.textContent === 'done ')", 'the done event')
+  t.equal(await page.evaluate("document.getElementById('cancel').hidden"), true, 'no Cancel for a finished run')
+  await scene.rowShows('streaming-run', 'canceled')
+  // the slot is free: the queued run runs and succeeds, the list follows
+  await scene.rowShows('queued-run', 'succeeded')
+  t.equal(await page.evaluate('window.sameDocument'), true, 'all of it without a reload')
+
+  await page.press('Escape')
+  await page.waitFor("document.getElementById('run').hidden", 'Escape closes the run view')
+  t.same(await page.cspViolations(), [], 'no CSP violation')
+  t.same(page.problems, [], 'no exception, no console error')
+})
+
+t.test('Purge asks first: Escape keeps the queue, the confirmation cancels it', async t => {
+  const scene = await consoleScene(t)
+  if (scene === undefined) return
+  const { app, client, page } = scene
+  t.equal((await client.submit('/hold/busy', 'busy')).status, 202)
+  await app.waitForHeld(1)
+  for (const id of ['waiting-1', 'waiting-2']) t.equal((await client.submit('/json/x', id)).status, 202)
+  await scene.rowShows('waiting-2', 'queued')
+  await page.waitFor("document.getElementById('t-backlog').textContent === '2'", 'the backlog tile: 2')
+
+  await activate(page, '#purge')
+  await page.waitFor("document.getElementById('purge-dialog').open && document.activeElement.value === 'keep'", 'the confirmation, Keep focused')
+  await page.press('Escape')
+  await page.waitFor("!document.getElementById('purge-dialog').open", 'the confirmation closed')
+  t.equal((await client.read('waiting-1')).record.status, 'queued', 'Escape purged nothing')
+
+  await activate(page, '#purge')
+  await page.waitFor("document.getElementById('purge-dialog').open", 'the confirmation again')
+  await activate(page, '#purge-confirm')
+  await scene.rowShows('waiting-1', 'canceled')
+  await scene.rowShows('waiting-2', 'canceled')
+  t.equal((await client.read('waiting-2')).record.status, 'canceled')
+  t.equal((await client.read('busy')).record.status, 'running', 'the running run is not purged')
+  await page.waitFor("document.getElementById('t-backlog').textContent === '0'", 'the backlog tile: 0')
+  app.held[0]?.res.end('{}')
+  t.same(page.problems, [])
+})
+
+t.test('at 390 and 1280 pixels wide nothing overflows: tiles, charts, runs list, run view', async t => {
+  const scene = await consoleScene(t, 390, 844)
+  if (scene === undefined) return
+  const { app, client, page } = scene
+  t.equal((await client.submit('/ndjson/wide', 'a-long-run-id-of-sixty-four-characters-0123456789-abcdefghijklmn')).status, 202)
+  const stream = await app.waitForHeld(1)
+  stream.res.write(`${JSON.stringify({ text: 'a long event without spaces '.repeat(3) + 'x'.repeat(300) })}\n`)
+  for (let i = 0; i < 15; i++) t.equal((await client.submit('/json/x', `queued-${i}`)).status, 202)
+  await scene.rowShows('queued-14', 'queued')
+  await activate(page, '#runs tr[data-run-id^="a-long-run-id"] button')
+  await page.waitFor("document.querySelectorAll('#run-events li').length === 1", 'the run view with its event')
+  for (const [width, height] of [[390, 844], [1280, 800]] as const) {
+    await page.resize(width, height)
+    // the charts follow the window's resize event: wait until each has its container's width
+    await page.waitFor(`innerWidth === ${width} && [...document.querySelectorAll('.chart')].every(chart =>
+      Math.abs(chart.querySelector('.uplot').getBoundingClientRect().width - chart.clientWidth) <= 1)`, `charts resized to ${width}`)
+    const seen = await page.evaluate<{ scrollWidth: number, innerWidth: number, out: string[] }>(OVERFLOW)
+    t.equal(seen.innerWidth, width)
+    t.ok(seen.scrollWidth <= width, `${width}: the page is ${seen.scrollWidth} px wide`)
+    t.same(seen.out, [], `${width}: no element reaches past the window's right edge`)
+  }
+  t.equal(await page.evaluate("getComputedStyle(document.querySelector('#runs thead')).display"), 'table-header-group', '1280: the runs as a table')
+  await page.resize(390, 844)
+  t.equal(await page.evaluate("getComputedStyle(document.querySelector('#runs thead')).display"), 'none', '390: the runs as cards')
+  stream.res.end()
+  t.same(page.problems, [])
+})
