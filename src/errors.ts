@@ -86,6 +86,13 @@ export class QueueFullError extends SidecarError {
   }
 }
 
+/** A call waited APP_READY_TIMEOUT_SECONDS for an app that was never ready. */
+export class AppNotReadyError extends SidecarError {
+  constructor (seconds: number) {
+    super(503, 'SIDECAR_APP_NOT_READY', 'app not ready', { 'retry-after': '5' }, `app not ready within APP_READY_TIMEOUT_SECONDS (${seconds} s)`)
+  }
+}
+
 /** The sidecar's answer to an exception nobody expected (it is logged once, with its stack). */
 export class SidecarInternalError extends SidecarError {
   constructor () { super(500, 'SIDECAR_INTERNAL', 'internal error') }

@@ -15,6 +15,7 @@ interface BuildSettings {
   readycheckEndpoint?: string
   deadlineSeconds?: number
   responseGracePeriodSeconds?: number
+  deploymentInitializationTimeout?: number
 }
 
 /** Build field → the sidecar variable it stands for. */
@@ -27,7 +28,8 @@ const SETTINGS: Array<[keyof BuildSettings, string, (value: never) => string]> =
   ['healthcheckEndpoint', 'HEALTHCHECK_PATH', String],
   ['readycheckEndpoint', 'READYCHECK_PATH', String],
   ['deadlineSeconds', 'DEADLINE_SECONDS', String],
-  ['responseGracePeriodSeconds', 'RESPONSE_GRACE_PERIOD_SECONDS', String]
+  ['responseGracePeriodSeconds', 'RESPONSE_GRACE_PERIOD_SECONDS', String],
+  ['deploymentInitializationTimeout', 'APP_READY_TIMEOUT_SECONDS', String]
 ]
 
 export interface BuildFetchOptions {

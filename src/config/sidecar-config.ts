@@ -35,6 +35,8 @@ export interface SidecarConfig {
   maxBodyBytes: number
   envelopeMaxBodyBytes: number
   deadlineSeconds: number
+  /** Longest a call waits for the app's first readiness (0: no bound); past it 503 app not ready. */
+  appReadyTimeoutSeconds: number
   responseGracePeriodSeconds: number
   readycheckPath: string | undefined
   healthcheckPath: string | undefined
@@ -109,6 +111,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'MAX_BODY_BYTES', key: 'maxBodyBytes', defaultText: '67108864', meaning: 'largest request body; beyond it 413', parse: integerIn(0, 64 * GIB), fallback: fixed(67_108_864) }),
   variable({ name: 'ENVELOPE_MAX_BODY_BYTES', key: 'envelopeMaxBodyBytes', defaultText: '33554432', meaning: 'largest 2xx app body the cortex envelope wraps; beyond it 502', parse: integerIn(0, GIB), fallback: fixed(33_554_432) }),
   variable({ name: 'DEADLINE_SECONDS', key: 'deadlineSeconds', defaultText: '0', meaning: 'longest a request may run; 0 = none', parse: numberUpTo(MAX_SECONDS), fallback: fixed(0) }),
+  variable({ name: 'APP_READY_TIMEOUT_SECONDS', key: 'appReadyTimeoutSeconds', defaultText: '300', meaning: "longest a call waits for the app's first readiness; past it 503 app not ready; 0 = no bound", parse: numberUpTo(MAX_SECONDS), fallback: fixed(300) }),
   variable({ name: 'RESPONSE_GRACE_PERIOD_SECONDS', key: 'responseGracePeriodSeconds', defaultText: '900', meaning: 'on SIGTERM, how long in-flight work may finish', parse: numberUpTo(MAX_SECONDS), fallback: fixed(900) }),
   variable({ name: 'READYCHECK_PATH', key: 'readycheckPath', defaultText: undefined, meaning: 'app path probed for readiness; unset = TCP connect', parse: optionalString(parseHttpPath), fallback: fixed(undefined) }),
   variable({ name: 'HEALTHCHECK_PATH', key: 'healthcheckPath', defaultText: undefined, meaning: 'app path probed for health; unset = TCP connect', parse: optionalString(parseHttpPath), fallback: fixed(undefined) }),

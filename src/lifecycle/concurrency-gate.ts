@@ -1,4 +1,4 @@
-import { QueueFullError } from '../errors.ts'
+import { AppNotReadyError, QueueFullError } from '../errors.ts'
 import { DEFAULT_URGENCY, FairQueue, URGENCY_LEVELS } from '../shared/fair-queue.ts'
 
 /** Frees the slot a call holds; calling it more than once does nothing. */
@@ -56,8 +56,12 @@ export class ConcurrencyGate {
   #nextRun: NextRunUrgency | undefined
   #callerFreed: ((caller: string) => void) | undefined
 
-  constructor (limit: number, queueDepth: number, observer: GateObserver, callerLimit = 0) {
+  /** APP_READY_TIMEOUT_SECONDS in ms: the longest a call waits while the app was never ready (0: no bound). */
+  readonly #readyTimeoutMs: number
+
+  constructor (limit: number, queueDepth: number, observer: GateObserver, callerLimit = 0, readyTimeoutMs = 0) {
     this.#limit = limit
+    this.#readyTimeoutMs = readyTimeoutMs
     this.#queueDepth = queueDepth
     this.#callerLimit = callerLimit
     this.#observer = observer
@@ -167,19 +171,26 @@ export class ConcurrencyGate {
     if (signal.aborted) return Promise.reject(signal.reason as Error)
     if (this.#waiting >= this.#queueDepth) throw new QueueFullError(1)
     return new Promise<Release>((resolve, reject) => {
-      const waiter: Waiter = { grant: resolve, caller, settled: false }
+      let notReady: NodeJS.Timeout | undefined
+      const waiter: Waiter = { grant: release => { clearTimeout(notReady); resolve(release) }, caller, settled: false }
       this.#waiters.push(urgency, caller, waiter)
       this.#waiting++
       this.#observer.queued(1)
-      signal.addEventListener('abort', () => {
+      const leave = (reason: Error): void => {
         if (waiter.settled) return
         waiter.settled = true // dropped from the queue when met, or as its caller's line keeps too many
+        clearTimeout(notReady)
         this.#waiters.forget(urgency, caller)
         this.#waiting--
         this.#observer.queued(-1)
-        reject(signal.reason as Error)
+        reject(reason)
         this.#wakeIdleWatchers()
-      }, { once: true })
+      }
+      signal.addEventListener('abort', () => { leave(signal.reason as Error) }, { once: true })
+      // an app never ready (a wrong APP_URL, an app that cannot start) is not waited for without end
+      if (!this.#open && this.#readyTimeoutMs > 0) {
+        notReady = setTimeout(() => { if (!this.#open) leave(new AppNotReadyError(this.#readyTimeoutMs / 1000)) }, this.#readyTimeoutMs)
+      }
       // the waiters before it may all be capped callers
       if (this.#open && this.#hasSlot()) this.#dispatch()
     })

@@ -109,7 +109,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   const gate = new ConcurrencyGate(config.replicaConcurrency, config.queueDepth, {
     inflight: delta => { metrics.changeInflight(delta); stats.change(delta) },
     queued: delta => { metrics.changeQueued(delta) }
-  }, config.callerMaxInflight)
+  }, config.callerMaxInflight, config.appReadyTimeoutSeconds * 1000)
   metrics.watchCallers(() => gate.busiestCallerInflight)
   metrics.watchReadiness(() => readiness.passing)
   // passed() also resolves when the probe stops (shutdown): only a real pass opens the gate

@@ -11,7 +11,7 @@ import { startTestServer } from '../helpers/sidecar-harness.ts'
 const BUILD = {
   id: 'b1', projectId: 'p1', modelId: 'app-1', name: 'hello', port: 9123, runtime: 'custom', disableAuth: true,
   replicaConcurrency: 4, healthcheckEndpoint: '/health', readycheckEndpoint: '/ready', deadlineSeconds: 30,
-  responseGracePeriodSeconds: 60, hardware: 'CPU'
+  responseGracePeriodSeconds: 60, deploymentInitializationTimeout: 120, hardware: 'CPU'
 }
 
 t.test('without BUILD_ID nothing is fetched', async t => {
@@ -40,6 +40,7 @@ t.test('the build fills in every app setting the environment left unset; explici
   t.equal(config.readycheckPath, '/ready')
   t.equal(config.deadlineSeconds, 5, 'the explicit DEADLINE_SECONDS wins over the build')
   t.equal(config.responseGracePeriodSeconds, 60)
+  t.equal(config.appReadyTimeoutSeconds, 120, 'deploymentInitializationTimeout bounds the wait for first readiness')
 })
 
 t.test('a store that is down at first is retried with back-off', async t => {

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { ConcurrencyGate, type Release } from '../../src/lifecycle/concurrency-gate.ts'
-import { QueueFullError } from '../../src/errors.ts'
+import { AppNotReadyError, QueueFullError } from '../../src/errors.ts'
 
 function gate (limit: number, depth: number): { gate: ConcurrencyGate, inflight: () => number, queued: () => number } {
   let inflight = 0
@@ -132,4 +132,21 @@ t.test('many waiters: every one served once, in order, the queue array compacts'
   t.same(served, [...served].sort((a, b) => a - b), 'first come, first served')
   t.equal(inflight(), 0)
   t.equal(g.waiting, 0)
+})
+
+t.test('a ready timeout: a call waiting for an app never ready is refused AppNotReadyError; one granted before it is not', async t => {
+  let queued = 0
+  const g = new ConcurrencyGate(0, 10, { inflight: () => {}, queued: d => { queued += d } }, 0, 30)
+  await t.rejects(g.acquire(never), AppNotReadyError)
+  t.equal(g.waiting, 0)
+  t.equal(queued, 0, 'it left the queue')
+  const granted = g.acquire(never)
+  g.open()
+  const release = await granted
+  await new Promise(resolve => setTimeout(resolve, 60)) // past the bound: nothing fires for a granted call
+  t.equal(g.inflight, 1)
+  release()
+  const opened = await g.acquire(never)
+  t.equal(g.inflight, 1, 'once open, the bound no longer applies')
+  opened()
 })

@@ -257,6 +257,26 @@ t.test('readiness: with DEADLINE_SECONDS=0.5 and the app never ready, the call i
   t.equal((await send(`${h.admin}/readyz`)).status, 503)
 })
 
+t.test('readiness: past APP_READY_TIMEOUT_SECONDS with the app never ready, a waiting call is 503 app not ready; a call after the app is ready waits for nothing', async t => {
+  const port = await freePort()
+  const h = await sidecarFor(t, `http://127.0.0.1:${port}`, { APP_READY_TIMEOUT_SECONDS: '0.3' })
+  const r = await invoke(h, '/never', 'not-ready-1')
+  t.equal(r.status, 503)
+  t.same(r.json(), { message: 'app not ready' })
+  t.equal(r.headers['retry-after'], '5')
+  t.equal(r.headers['x-request-id'], 'not-ready-1')
+  const line = h.logs.find(l => l.runId === 'not-ready-1' && l.msg === 'request')
+  t.equal(line?.error, 'SIDECAR_APP_NOT_READY')
+  t.equal(line?.reason, 'app not ready within APP_READY_TIMEOUT_SECONDS (0.3 s)')
+  t.same(await gauges(h), { inflight: 0, queued: 0 }, 'the waiter left the queue')
+
+  const late = await startMixedApp(seen => { json(seen.res, { id: seen.id }) }, port)
+  t.teardown(() => late.close())
+  await eventually(async () => (await send(`${h.admin}/readyz`)).status === 200)
+  const ready = await invoke(h, '/now', 'ready-1')
+  t.equal(ready.status, 200, 'once ready, the bound no longer applies')
+})
+
 t.test('readiness: READYCHECK_PATH answering 503 then 200 gates calls the same way; HEALTHCHECK_PATH drives /healthz', async t => {
   let ready = false
   const app = await startMixedApp(seen => {
