@@ -18,7 +18,9 @@ interface Line<T> {
 interface Level<T> {
   readonly lines: Map<string, Line<T>>
   /** Lines with items, served round robin: the head gives one item and goes to the tail. */
-  readonly ring: Denque<Line<T>>
+  ring: Denque<Line<T>>
+  /** Lines left empty in the ring by forget() since it was last swept (some may have items again). */
+  emptied: number
 }
 
 /**
@@ -34,7 +36,7 @@ export class FairQueue<T> {
   constructor (live: (item: T) => boolean, capped?: (key: string) => boolean) {
     this.#live = live
     this.#capped = capped
-    for (let u = 0; u < URGENCY_LEVELS; u++) this.#levels.push({ lines: new Map(), ring: new Denque() })
+    for (let u = 0; u < URGENCY_LEVELS; u++) this.#levels.push({ lines: new Map(), ring: new Denque(), emptied: 0 })
   }
 
   /** Queues `item` last among `key`'s at `urgency`. */
@@ -91,6 +93,16 @@ export class FairQueue<T> {
     for (const item of live) line.items.push(item)
     line.dead = 0
     this.#drop(level, line)
+    // a line emptied while in the round would stay there until a slot frees and the round meets it:
+    // each caller that waited and left would keep ~150 B that long; swept once they are half the round
+    if (line.items.length === 0 && line.turns > 0 && ++level.emptied * 2 > level.ring.length) this.#sweep(level)
+  }
+
+  /** Keys with a line at any urgency (items, or an empty line still in its round); O(levels). */
+  lineCount (): number {
+    let count = 0
+    for (const level of this.#levels) count += level.lines.size
+    return count
   }
 
   /** Items held, dead ones not dropped yet included; O(keys). */
@@ -134,6 +146,21 @@ export class FairQueue<T> {
   /** An empty line out of the round is forgotten (a later item makes a new one). */
   #drop (level: Level<T>, line: Line<T>): void {
     if (line.turns === 0 && line.items.length === 0) level.lines.delete(line.key)
+  }
+
+  /** The level's round without its empty lines, which are forgotten: O(round), run once per half a round of lines emptied. */
+  #sweep (level: Level<T>): void {
+    const kept = new Denque<Line<T>>()
+    for (const line of level.ring.toArray()) {
+      if (line.items.length > 0) {
+        kept.push(line)
+      } else {
+        line.turns--
+        this.#drop(level, line)
+      }
+    }
+    level.ring = kept
+    level.emptied = 0
   }
 
   /** The most urgent level whose ring's head line has a live item of an uncapped key (dead items and capped lines leave on the way). */

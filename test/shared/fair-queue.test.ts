@@ -96,3 +96,38 @@ t.test('items told dead (a wait abandoned) are not kept without bound where they
   t.same(drain(queue), ['a-live', 'b1', 'b2'], 'the live ones, in order')
   t.equal(queue.stored(), 0)
 })
+
+t.test('callers that wait and leave keep nothing: their emptied lines are swept from the round long before a slot frees', async t => {
+  const live = new Set<string>()
+  const q = new FairQueue<string>(item => live.has(item))
+  const holder = 'holder-item'
+  live.add(holder)
+  q.push(3, 'holder', holder) // one caller stays, at the head: no slot frees meanwhile
+  for (let i = 0; i < 10_000; i++) {
+    const item = `left-${i}`
+    live.add(item)
+    q.push(3, `caller-${i}`, item)
+    live.delete(item)
+    q.forget(3, `caller-${i}`)
+  }
+  t.ok(q.lineCount() <= 3, `lines kept: ${q.lineCount()} (of 10,001 callers)`)
+  t.equal(q.stored(), 1)
+  t.equal(q.shift(), holder, 'the caller still waiting is served as before')
+  t.equal(q.shift(), undefined)
+  t.equal(q.lineCount(), 0)
+})
+
+t.test('a sweep keeps every line with items in its place in the round', async t => {
+  const live = new Set<string>(['a1', 'b1', 'b2', 'c1', 'w1', 'x1', 'y1', 'z1'])
+  const q = new FairQueue<string>(item => live.has(item))
+  for (const [key, name] of [['a', 'a1'], ['w', 'w1'], ['x', 'x1'], ['b', 'b1'], ['b', 'b2'], ['y', 'y1'], ['z', 'z1'], ['c', 'c1']]) q.push(3, key as string, name as string)
+  for (const key of ['w', 'x', 'y']) {
+    live.delete(`${key}1`)
+    q.forget(3, key)
+  }
+  t.equal(q.lineCount(), 7, 'three of seven lines emptied: not swept yet')
+  live.delete('z1')
+  q.forget(3, 'z')
+  t.equal(q.lineCount(), 3, 'four of seven: swept')
+  t.same([q.shift(), q.shift(), q.shift(), q.shift(), q.shift()], ['a1', 'b1', 'c1', 'b2', undefined], 'round robin, in the order they came')
+})
