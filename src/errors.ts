@@ -70,6 +70,14 @@ export class AppUnreachableError extends SidecarError {
   }
 }
 
+/** The key set at an AUTH_JWKS_URL that is not the build store's could not be fetched. */
+export class TokenKeysUnreachableError extends SidecarError {
+  constructor (why: string) {
+    const message = 'token keys unreachable: AUTH_JWKS_URL could not be fetched'
+    super(502, 'SIDECAR_TOKEN_KEYS_UNREACHABLE', message, undefined, `${message} (${why})`)
+  }
+}
+
 export class StoreUnreachableError extends SidecarError {
   /** `why`: what failed and where, for the log line (a JWKS fetch's status, the store's URL). */
   constructor (detail: string, why?: string) {

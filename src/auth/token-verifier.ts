@@ -3,7 +3,7 @@ import type * as JoseErrors from 'jose/errors'
 import type { createLocalJWKSet } from 'jose/jwks/local'
 import type { jwtVerify } from 'jose/jwt/verify'
 import { LRUCache } from 'lru-cache'
-import { ForbiddenProjectError, InvalidTokenError, type SidecarError, StoreUnreachableError } from '../errors.ts'
+import { ForbiddenProjectError, InvalidTokenError, type SidecarError, StoreUnreachableError, TokenKeysUnreachableError } from '../errors.ts'
 import { fetchBoundedJson } from './bounded-json.ts'
 
 /** The parts of jose the verifier uses. */
@@ -39,6 +39,8 @@ export interface VerifiedToken {
 
 export interface TokenVerifierOptions {
   jwksUrl: URL
+  /** The key set is not the build store's (AUTH_JWKS_URL points elsewhere): its failures name AUTH_JWKS_URL, not the store. */
+  keysElsewhere?: boolean
   /** Most verified tokens kept; the least recently used is dropped beyond it. */
   cacheSize?: number
   /** Shortest time between two JWKS fetches caused by an unknown `kid`. */
@@ -72,8 +74,10 @@ export class TokenVerifier {
   readonly #keySet: RemoteKeys | undefined
   #loading: NodeJS.Timeout | undefined
   readonly #revoked: { has: (jti: string | undefined) => boolean }
+  readonly #keysElsewhere: boolean
 
   constructor (options: TokenVerifierOptions) {
+    this.#keysElsewhere = options.keysElsewhere === true
     this.#cache = new LRUCache({ max: options.cacheSize ?? 10_000 })
     this.#revoked = options.revoked ?? { has: () => false }
     if (options.keys !== undefined) {
@@ -135,7 +139,7 @@ export class TokenVerifier {
     try {
       ({ payload } = await jwtVerify(token, this.#keys, { algorithms: ACCEPTED_ALGORITHMS, requiredClaims: ['exp'] }))
     } catch (error) {
-      throw tokenError(errors, error)
+      throw tokenError(errors, error, this.#keysElsewhere)
     }
     const verified: VerifiedToken = {
       projectId: typeof payload.projectId === 'string' ? payload.projectId : undefined,
@@ -230,7 +234,7 @@ function remoteKeys (url: URL, timing: { refetchCooldownMs: number, retryAfterFa
   }
 }
 
-function tokenError (joseErrors: typeof JoseErrors, error: unknown): SidecarError {
+function tokenError (joseErrors: typeof JoseErrors, error: unknown, keysElsewhere: boolean): SidecarError {
   if (error instanceof joseErrors.JWTExpired) return new InvalidTokenError('expired')
   if (error instanceof joseErrors.JWSSignatureVerificationFailed) return new InvalidTokenError('bad signature')
   if (error instanceof joseErrors.JOSEAlgNotAllowed) return new InvalidTokenError('algorithm not allowed')
@@ -238,7 +242,7 @@ function tokenError (joseErrors: typeof JoseErrors, error: unknown): SidecarErro
   if (error instanceof joseErrors.JWTClaimValidationFailed) return new InvalidTokenError(`claim ${error.claim} rejected`)
   // KeySetUnavailableError, or whatever a key source given as `keys` throws that is not about the token
   if (error instanceof Error && !(error instanceof joseErrors.JOSEError)) {
-    return new StoreUnreachableError('token keys could not be fetched', error.message)
+    return keysElsewhere ? new TokenKeysUnreachableError(error.message) : new StoreUnreachableError('token keys could not be fetched', error.message)
   }
   return new InvalidTokenError('malformed')
 }

@@ -78,7 +78,7 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   })
   const verifier = config.disableAuth
     ? undefined
-    : new TokenVerifier({ jwksUrl: config.authJwksUrl, revoked: revocations, ...(options.tokenKeys === undefined ? {} : { keys: options.tokenKeys }) })
+    : new TokenVerifier({ jwksUrl: config.authJwksUrl, keysElsewhere: config.authJwksUrl.origin !== config.storeUrl.origin, revoked: revocations, ...(options.tokenKeys === undefined ? {} : { keys: options.tokenKeys }) })
   const app = new Pool(config.appUrl.origin, { keepAliveTimeout: 30_000, headersTimeout: 0, bodyTimeout: 0 })
   // a store that accepts a read and never answers must not hold /v2 callers for undici's default 300 s
   const storeTimeout = options.storeTimeoutMs ?? STORE_TIMEOUT_MS

@@ -5,7 +5,7 @@ import { decodeJwt, generateKeyPair, SignJWT } from 'jose'
 import { ACCEPTED_ALGORITHMS, TokenVerifier, type TokenVerifierOptions } from '../../src/auth/token-verifier.ts'
 import { createTokenIssuer, serveJwks, type JwksServer, type TokenIssuer } from '../helpers/demo-token-issuer.ts'
 import {
-  ForbiddenProjectError, InvalidTokenError, type SidecarError, StoreUnreachableError
+  ForbiddenProjectError, InvalidTokenError, type SidecarError, StoreUnreachableError, TokenKeysUnreachableError
 } from '../../src/errors.ts'
 
 type Test = Parameters<Parameters<typeof t.test>[0]>[0]
@@ -433,6 +433,18 @@ t.test('the key store being unreachable is 502, not 401', async t => {
     t.equal(v.cachedTokens, 0)
     // a malformed token is still 401: it is refused before any key is fetched
     await assertInvalid(t, v.authorize('abc', PROJECT), 'malformed')
+  })
+
+  t.test('an AUTH_JWKS_URL that is not the store\'s names itself, not the build store', async t => {
+    const issuer = await createTokenIssuer()
+    const server = await serveJwks([issuer])
+    const url = server.url
+    await server.close()
+    const v = new TokenVerifier({ jwksUrl: url, keysElsewhere: true })
+    const error = await rejection(t, v.authorize(await issuer.sign(PROJECT), PROJECT))
+    assertError(t, error, TokenKeysUnreachableError, 502, 'token keys unreachable: AUTH_JWKS_URL could not be fetched')
+    t.equal((error as SidecarError).code, 'SIDECAR_TOKEN_KEYS_UNREACHABLE')
+    t.match((error as SidecarError).reason, new RegExp(`JWKS fetch failed: ${url.href.replace(/[.]/g, '\\.')}`), 'the log reason names the URL')
   })
 
   t.test('the store answers the JWKS URL with an error status', async t => {

@@ -18,7 +18,7 @@ export const ROOT = fileURLToPath(new URL('../../', import.meta.url))
  * whole number among them is a port, given a free one for the run; the block's output has them
  * put back, so a stated output can name them as the reader sees them.
  */
-export const DOC_PORTS = [8000, 8001, 8002, 9090, 9091, 9092, 8192, 8193, 3000, 4318, 7070, 6379] as const
+export const DOC_PORTS = [8000, 8001, 8002, 9090, 9091, 9092, 8192, 8193, 3000, 4318, 7070, 6379, 6380] as const
 const portPattern = (ports: Iterable<number>): RegExp => new RegExp(`(?<=^|[^\\w.]|%3A)(${[...ports].join('|')})(?!\\w)`, 'g')
 
 /** `text` with every port of `ports` (documented port → free port) replaced. */
