@@ -138,6 +138,15 @@ export function recordedRun (run: NewRun): TakenRun {
   return { scope, runId, request, webhook, createdAt, entry: '', running, runningJson: JSON.stringify(running) }
 }
 
+/**
+ * Whether the run has moved past attempt `attempt` (undefined: attempts not counted, never): that
+ * attempt was interrupted, and the run queued again or run again. Its late answer is not the run's.
+ */
+export function pastAttempt (record: RunRecord, attempt: number | undefined): boolean {
+  if (attempt === undefined || record.attempt === undefined) return false
+  return record.attempt !== attempt || record.interruptions?.some(interruption => interruption.attempt === attempt) === true
+}
+
 /** Whether a run has ended. */
 export function isFinished (record: RunRecord): boolean {
   return record.status === 'succeeded' || record.status === 'failed' || record.status === 'canceled'

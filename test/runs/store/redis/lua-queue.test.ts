@@ -35,7 +35,7 @@ t.test('the queue scripts', async t => {
   const STARTED_AT = 5_000
   const take = (fields: Partial<Parameters<typeof TAKE.call>[1]> = {}): Promise<TakeOutcome> => TAKE.call(redis, {
     ...K, taker: 'sidecar-a', runKeyPrefix: run(''), look: '0', cappedCallers: '', startedAtMs: STARTED_AT, startedAtIso: new Date(STARTED_AT).toISOString(),
-    woken: '', ...fields
+    woken: '', attempts: '', ...fields
   })
   /** The run id TAKE took ('' none taken), and what it tells of the queue. */
   const takeId = async (fields: Partial<Parameters<typeof TAKE.call>[1]> = {}): Promise<string> => {
