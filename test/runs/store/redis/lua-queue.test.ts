@@ -2,7 +2,8 @@ import t from 'tap'
 import { startedRecord } from '../../../../src/runs/run-record.ts'
 import type { RunRecord } from '../../../../src/runs/run-data.ts'
 import { GROUP, RELEASE, RUNNING, START_READ, SUBMIT, TAKE, type TakeOutcome, TURNS_BY_URGENCY } from '../../../../src/runs/store/redis/redis-queue-scripts.ts'
-import { pendingOf, scriptRedis, streamOf, zsetOf } from '../../../helpers/redis-state.ts'
+import { luaSource } from '../../../../src/runs/store/redis/redis-lua-file.ts'
+import { pendingOf, redisNow, scriptRedis, streamOf, zsetOf } from '../../../helpers/redis-state.ts'
 
 // The queue's scripts on hand-made key states: a run submitted (its hash, turn, fair tags, wake-up,
 // indexes and bytes), taken in the turn order (urgency, then round robin across callers, capped
@@ -200,6 +201,24 @@ t.test('the queue scripts', async t => {
     await submit('r4')
     t.match(await take(), { kind: 'taken', run: { runId: 'r4' }, drained: true })
     t.equal(await redis.exists(K.wake), 0, 'drained, not woken: the list goes')
+  })
+
+  t.test('TAKE behind a BLPOP (woken) runs as the wait ends: it starts the run at Redis\'s time, not the time it was sent', async t => {
+    await submit('r1', { createdAtMs: Date.now() })
+    const before = await redisNow(redis)
+    const taken = await take({ woken: '1' }) // sent with STARTED_AT, long before
+    const after = await redisNow(redis)
+    if (taken.kind !== 'taken' || taken.run.started === undefined) throw new Error('not taken')
+    const record = JSON.parse(taken.run.started.record) as RunRecord
+    const startedAt = Date.parse(record.started_at as string)
+    t.ok(startedAt >= before && startedAt <= after, `started at ${record.started_at}, Redis's time`)
+    t.ok((record.queue_time_ms ?? -1) >= 0, `queue_time_ms ${record.queue_time_ms} from its created_at`)
+  })
+
+  t.test('isoTime (started.lua) writes epoch ms as toISOString does, leap days and centuries included', async t => {
+    const times = [0, 1, 999, 86_399_999, 951_782_400_000, 951_868_799_999, 1_709_164_800_123, 4_107_542_399_999, 4_102_444_800_000, Date.now()]
+    const written = await redis.eval(`${luaSource('started.lua')}\nlocal out = {}\nfor i = 1, #ARGV do out[i] = isoTime(tonumber(ARGV[i])) end\nreturn out`, 0, ...times) as string[]
+    t.same(written, times.map(ms => new Date(ms).toISOString()))
   })
 
   t.test('TAKE reads a first page of 8 turns, then pages of 32: past it the wake list stays, capped runs are passed over', async t => {

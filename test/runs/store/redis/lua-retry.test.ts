@@ -3,7 +3,7 @@ import { nextAttempt, retriedRecord, startedRecord } from '../../../../src/runs/
 import type { RunRecord } from '../../../../src/runs/run-data.ts'
 import { GROUP, RETRY, SUBMIT, TAKE, type TakeOutcome } from '../../../../src/runs/store/redis/redis-queue-scripts.ts'
 import { APPEND_EVENT } from '../../../../src/runs/store/redis/redis-scripts.ts'
-import { pendingOf, publishedOn, scriptRedis, streamOf, zsetOf } from '../../../helpers/redis-state.ts'
+import { pendingOf, publishedOn, redisNow, scriptRedis, streamOf, zsetOf } from '../../../helpers/redis-state.ts'
 
 // Attempts on hand-made key states (docs/runs.md, "Running on interruptible capacity"): TAKE
 // counting a run's attempts, RETRY putting an interrupted one back in its place with its retry
@@ -143,14 +143,15 @@ t.test('attempts in the queue scripts', async t => {
   t.test('TAKE passes a run put back over for the sidecar that lost it, until its time; a wake-up is left for the others', async t => {
     await submit('r1')
     const first = await taken()
-    await retry('r1', first, STARTED + 100) // kept from sidecar-a until STARTED + 2100
+    const now = await redisNow(redis) // a take behind a BLPOP reads Redis's clock
+    await retry('r1', first, now) // kept from sidecar-a until now + 2000
     await redis.del(K.wake) // its wake-up used by sidecar-a's BLPOP
     const at = (ms: number): Partial<Parameters<typeof TAKE.call>[1]> => ({ startedAtMs: ms, startedAtIso: new Date(ms).toISOString() })
-    t.same(await take({ ...at(STARTED + 200), woken: '1' }), { kind: 'capped', urgency: 3 }, 'passed over, as a capped caller\'s run')
+    t.same(await take({ woken: '1' }), { kind: 'capped', urgency: 3 }, 'passed over, as a capped caller\'s run')
     t.same(await redis.lrange(K.wake, 0, -1), ['3'], 'a wake-up left for another sidecar')
-    t.same(await take({ ...at(STARTED + 300) }), { kind: 'capped', urgency: 3 })
+    t.same(await take({ ...at(now + 300) }), { kind: 'capped', urgency: 3 })
     t.same(await redis.lrange(K.wake, 0, -1), ['3'], 'one, however often it is passed over')
-    const second = await take({ ...at(STARTED + 2100) })
+    const second = await take({ ...at(now + 2000) })
     t.match(second, { kind: 'taken', run: { runId: 'r1' } }, 'its time over: the one that lost it takes it')
     t.match(JSON.parse(second.kind === 'taken' ? second.run.started?.record ?? '{}' : '{}'), { attempt: 2 })
   })

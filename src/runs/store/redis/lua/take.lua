@@ -5,7 +5,8 @@
 --
 -- taker: its consumer name; look: entries to read at most ('0' none); capped callers: one per
 -- line ('' none); started at: the taker's clock, epoch ms and ISO 8601; woken: '1' sent behind a
--- BLPOP of the wake list (which leaves it empty when no turn is left), '' else; attempts: '1'
+-- BLPOP of the wake list (which leaves it empty when no turn is left; the take runs as the wait
+-- ends, long after it was sent: it starts the run at Redis's time instead), '' else; attempts: '1'
 -- attempts are counted (RUN_MAX_ATTEMPTS above 1: the reply gains the number of the run's first
 -- event), '' else.
 -- Counting attempts, the run's record gains its attempt (started.lua's startedAttempt), its
@@ -17,7 +18,7 @@
 -- at the taker (CALLER_MAX_INFLIGHT: their runs keep their place, for replicas that can start
 -- them). The run is put in the taker's pending list of group `runners` (GROUP; XCLAIM FORCE: its
 -- lease, heartbeat, takeover by the reaper and fencing work on it) and its record moves queued →
--- running, owned by the taker (`started_at` the taker's clock, `queue_time_ms` from the run's
+-- running, owned by the taker (`started_at` the taker's clock, Redis's behind a BLPOP, `queue_time_ms` from the run's
 -- `at`: started.lua); its request, body and webhook are read in the same HMGET; it leaves the
 -- queued bytes, the due set (when its `Cancel-After` put it there) and the queued index, and joins
 -- the running index (as START_READ does for a run taken over). A turn whose run is gone
@@ -62,13 +63,19 @@ local function adoptUnread ()
   seen = seen + #read[1][2]
   return #read[1][2]
 end
+local startedMs, startedIso = tonumber(ARGV[5]), ARGV[6]
+if ARGV[7] == '1' then
+  local clock = redis.call('TIME')
+  startedMs = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  startedIso = isoTime(startedMs)
+end
 local capped = {}
 for caller in string.gmatch(ARGV[4], '[^\n]+') do capped[caller] = true end
 local counting = ARGV[8] == '1'
 -- a run whose last attempt this taker lost, kept from it a moment
 local function kept (avoid)
   local taker, untilMs = string.match(avoid or '', '^(.*) (%d+)$')
-  return taker == ARGV[1] and tonumber(untilMs) > tonumber(ARGV[5])
+  return taker == ARGV[1] and tonumber(untilMs) > startedMs
 end
 local skipped, firstCapped, empty, keptFrom = 0, nil, false, nil
 for round = 1, PAGES do
@@ -128,9 +135,9 @@ for round = 1, PAGES do
           local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
           if first[2] then next = math.floor(tonumber(first[2]) / TURN_SPAN) end
         end
-        local created = tonumber(fields[9] or redis.call('ZSCORE', KEYS[7] .. ':queued', runId) or ARGV[5])
+        local created = tonumber(fields[9] or redis.call('ZSCORE', KEYS[7] .. ':queued', runId) or startedMs)
         local ran = attempts and tonumber(attempts[1] or '0') or 0
-        local record = startedRecord(fields[1], tonumber(ARGV[5]) - created - ran, ARGV[6])
+        local record = startedRecord(fields[1], startedMs - created - ran, startedIso)
         if counting then record = startedAttempt(record) end
         redis.call('HSET', runKey, 'record', record, 'owner', ARGV[1], 'queued_bytes', 0)
         moveIndex(KEYS[7], runId, 'queued', 'running', created)
