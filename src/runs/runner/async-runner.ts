@@ -93,7 +93,7 @@ export class AsyncRunner implements RunStoreListener {
    * SIGTERM. With a shared store: no new run is taken, so runs still queued stay for the other
    * replicas. In memory: queued runs go on running like in-flight
    * calls. Either way the runs under way get until `graceOver`; then they fail with "replica
-   * stopped". True when nothing was cut.
+   * stopped" (a shared store queues one with attempts left again). True when nothing was cut.
    */
   async drain (graceOver: Promise<unknown>): Promise<boolean> {
     let over = false
@@ -105,7 +105,7 @@ export class AsyncRunner implements RunStoreListener {
     }
     this.#stopTaking()
     if (this.#running.size === 0) return true
-    this.#deps.logger.warn({ runs: this.#running.size }, 'grace period over; failing the async runs left')
+    this.#deps.logger.warn({ runs: this.#running.size }, 'grace period over; cutting the async runs left (failed, or queued again with attempts left)')
     for (const relay of this.#running.values()) relay.abort(new ReplicaStoppedError())
     const settled = AbortSignal.timeout(CUT_SETTLE_MS)
     while (this.active > 0 && !settled.aborted) await this.#change(settled)
