@@ -49,7 +49,7 @@ async function startApp (): Promise<{ url: string, attempts: Map<string, string[
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, attempts, server }
 }
 
-interface Replica { name: string, port: number, adminPort: number, child: BenchChild }
+interface Replica { name: string, port: number, adminPort: number, child: BenchChild, stopping?: boolean }
 interface Stop { at: number, replica: string, signal: 'SIGKILL' | 'SIGTERM', exitedAfterS: number }
 interface RunEnd { status: string, attempt: number | undefined, reasons: string[], webhook: string | undefined }
 
@@ -133,7 +133,8 @@ async function drive (replicas: Replica[], startReplica: () => Promise<Replica>,
       const victim = replicas[index] as Replica
       const signal = round % 2 === 0 ? 'SIGKILL' : 'SIGTERM'
       const at = elapsed()
-      process.kill(victim.child.pid, signal)
+      victim.stopping = true
+      try { process.kill(victim.child.pid, signal) } catch {} // gone already: replaced below all the same
       while (victim.child.exited === null) await sleep(20)
       stops.push({ at: Number(at.toFixed(3)), replica: victim.name, signal, exitedAfterS: Number((elapsed() - at).toFixed(3)) })
       replicas[index] = await startReplica()
@@ -141,8 +142,16 @@ async function drive (replicas: Replica[], startReplica: () => Promise<Replica>,
   })()
   killer.catch(() => {})
 
-  // every run's end, read on a live replica
+  // every run's end, read on a live replica; a replica that stopped by itself (or was stopped by
+  // anything but this soak) is replaced too, and reported
+  const unexpected: Array<{ at: number, replica: string, exit: string }> = []
   while (unfinished().length > 0 && elapsed() < SECONDS) {
+    for (const [index, replica] of replicas.entries()) {
+      if (replica.child.exited === null || replica.stopping === true) continue
+      replica.stopping = true
+      unexpected.push({ at: Number(elapsed().toFixed(3)), replica: replica.name, exit: String(replica.child.exited.code ?? replica.child.exited.signal) })
+      replicas[index] = await startReplica()
+    }
     for (const id of unfinished()) {
       const reader = replicas.find(replica => replica.child.exited === null)
       if (reader === undefined) break
@@ -179,6 +188,7 @@ async function drive (replicas: Replica[], startReplica: () => Promise<Replica>,
     startedAt: new Date(started).toISOString(), submittedInSeconds: Number(submittedInS.toFixed(1)), allEndedInSeconds: Number(endedInS.toFixed(1)),
     refusedSubmissions: refused,
     stops,
+    unexpectedStops: unexpected,
     statuses,
     attemptsPerRun: attemptsByRecord,
     appRequestsPerRun: appSeen,
