@@ -1,6 +1,5 @@
 import t from 'tap'
-import { runsClient } from '../../helpers/runs-client.ts'
-import { followToEnd, recordOn, retriesOn, retryFleet, submitRun, webhookDelivered, webhooksOf } from './retry-fleet.ts'
+import { checkRetriedOnce, firstAttemptOnA, followToEnd, recordOn, retriedEvents, retriesOn } from './retry-fleet.ts'
 
 // docs/runs.md, "Running on interruptible capacity": the app process dies (SIGKILL, as a GPU
 // process crashing out of memory) holding an async run before it answered: its sidecar's 502 "app
@@ -9,34 +8,19 @@ import { followToEnd, recordOn, retriesOn, retryFleet, submitRun, webhookDeliver
 t.setTimeout(60_000)
 
 t.test('app unreachable before it answered: the run ends succeeded on the other replica, the retry in its events and record, one webhook', async t => {
-  const fleet = await retryFleet(t)
-  const a = await fleet.replica()
   const id = 'crashed-run'
-  t.equal((await submitRun(a.sidecar, `/work?first=hold&${fleet.hook}`, id)).status, 202)
-  await a.app.waitForAttempt(id, '1')
-  const b = await fleet.replica()
-  const reader = await runsClient({ base: b.sidecar.base }).follow(id)
+  const { fleet, a, b, reader } = await firstAttemptOnA(t, id, '/work?first=hold')
   t.equal(await retriesOn(a.sidecar, 'app unreachable'), 0, 'shown at 0 from the start')
-
   await a.app.kill()
   const events = await followToEnd(reader)
-  t.same(events.slice(0, -1).map(({ id, event, data }) => ({ id, event, data })), [
-    { id: '0', event: 'retry', data: '{"attempt":2,"reason":"app unreachable"}' },
-    { id: '1', event: undefined, data: '{"attempt":2,"step":0}' },
-    { id: '2', event: undefined, data: '{"attempt":2,"step":1}' },
-    { id: '3', event: undefined, data: '{"attempt":2,"step":2}' }
-  ], 'the retry event (attempt 1 had none), then every event of attempt 2')
+  t.same(events.slice(0, -1).map(({ id, event, data }) => ({ id, event, data })), retriedEvents('app unreachable', false),
+    'the retry event (attempt 1 had none), then every event of attempt 2')
   t.match(JSON.parse(events.at(-1)?.data ?? '{}'), { run_id: id, status: 'succeeded', attempt: 2 })
-
   t.same(a.app.seen(id), [{ path: '/work', attempt: '1' }])
   t.same(b.app.seen(id), [{ path: '/work', attempt: '2' }], 'the other replica ran attempt 2 of the same run id')
-  await webhookDelivered(b.sidecar, id)
-  t.match(await recordOn(a.sidecar, id), {
-    status: 'succeeded', status_code: 200, attempt: 2,
-    interruptions: [{ attempt: 1, reason: 'app unreachable', at: /^\d{4}-\d\d-\d\dT/ }], webhook: { status: 'delivered', attempts: 1 }
-  }, 'read on either replica')
-  t.equal((await recordOn(a.sidecar, id)).interruptions?.length, 1)
-  t.equal(webhooksOf(fleet.receiver, id).length, 1, 'one webhook')
+
+  const record = await checkRetriedOnce(t, fleet, b.sidecar, id, 'app unreachable')
+  t.same(await recordOn(a.sidecar, id), record, 'read on either replica')
   t.equal(await retriesOn(a.sidecar, 'app unreachable'), 1, 'counted by the replica that put it back')
   t.equal(await retriesOn(b.sidecar, 'app unreachable'), 0)
   t.match(await a.sidecar.child.waitForLine(line => line.msg === 'async run interrupted: queued again for its next attempt'), { runId: id, attempt: 1, reason: 'app unreachable' })

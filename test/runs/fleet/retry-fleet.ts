@@ -1,3 +1,4 @@
+import type { Test } from 'tap'
 import { type Child, runNode } from '../../helpers/child-process.ts'
 import { fetchMetrics, sampleValue } from '../../helpers/admin-metrics.ts'
 import type { SentResponse } from '../../helpers/http-client.ts'
@@ -106,4 +107,54 @@ export async function retriesOn (sidecar: SidecarProcess, reason: string): Promi
 /** Waits until the run's webhook is recorded delivered (its one delivery made and written back). */
 export async function webhookDelivered (sidecar: SidecarProcess, runId: string, ms = 15_000): Promise<void> {
   await eventually(async () => (await recordOn(sidecar, runId)).webhook?.status === 'delivered', ms)
+}
+
+/** The fleet of a retry test once attempt 1 of its run runs on replica `a`, `b` idle beside it and a reader following the run on `b`. */
+export interface FirstAttempt {
+  readonly fleet: RetryFleet
+  readonly a: Replica
+  readonly b: Replica
+  readonly reader: OpenStream
+}
+
+/**
+ * Replica `a` runs attempt 1 of run `id` (POST `path`, a webhook asked for; `aEnv` on top of its
+ * settings); then `b` starts (so the run cannot start there first) and a reader follows the run on
+ * `b`, once it has read `firstEvents` events.
+ */
+export async function firstAttemptOnA (t: Test, id: string, path: string, options: { aEnv?: Record<string, string>, firstEvents?: number } = {}): Promise<FirstAttempt> {
+  const fleet = await retryFleet(t)
+  const a = await fleet.replica(options.aEnv)
+  t.equal((await submitRun(a.sidecar, `${path}&${fleet.hook}`, id)).status, 202)
+  await a.app.waitForAttempt(id, '1')
+  const b = await fleet.replica()
+  const reader = await runsClient({ base: b.sidecar.base }).follow(id)
+  if (options.firstEvents !== undefined) await reader.waitForEvents(options.firstEvents)
+  return { fleet, a, b, reader }
+}
+
+/** The events a reader of a run retried once for `reason` sees before `done`: attempt 1's event (when it had one), the retry event, attempt 2's three. */
+export function retriedEvents (reason: string, firstHadEvent: boolean): Array<{ id: string, event: string | undefined, data: string }> {
+  const first = firstHadEvent ? ['{"attempt":1,"step":0}'] : []
+  const datas: Array<[string | undefined, string]> = [
+    ...first.map((data): [undefined, string] => [undefined, data]),
+    ['retry', JSON.stringify({ attempt: 2, reason })],
+    ...[0, 1, 2].map((step): [undefined, string] => [undefined, JSON.stringify({ attempt: 2, step })])
+  ]
+  return datas.map(([event, data], n) => ({ id: String(n), event, data }))
+}
+
+/** A run retried once for `reason` and succeeded at attempt 2: its record (read on `sidecar` once its one webhook is delivered) and that webhook. */
+export async function checkRetriedOnce (t: Test, fleet: RetryFleet, sidecar: SidecarProcess, id: string, reason: string): Promise<RunRecordBody> {
+  await webhookDelivered(sidecar, id)
+  const record = await recordOn(sidecar, id)
+  t.match(record, {
+    status: 'succeeded', status_code: 200, attempt: 2, result: [{ attempt: 2, step: 0 }, { attempt: 2, step: 1 }, { attempt: 2, step: 2 }],
+    interruptions: [{ attempt: 1, reason, at: /^\d{4}-\d\d-\d\dT/ }], webhook: { status: 'delivered', attempts: 1 }
+  }, 'its record: attempt 2 succeeded, attempt 1 interrupted')
+  t.equal(record.interruptions?.length, 1)
+  const hooks = webhooksOf(fleet.receiver, id)
+  t.equal(hooks.length, 1, 'one webhook, at the final outcome')
+  t.match(hooks[0], { run_id: id, status_code: 200, result: [{ attempt: 2, step: 0 }, { attempt: 2, step: 1 }, { attempt: 2, step: 2 }] })
+  return record
 }

@@ -9,6 +9,8 @@ import { type Replica, retriesOn, retryFleet, submitRun, webhookDelivered, webho
 // a sync call whose app was unreachable (keyed or not) each reach the app once and end as before.
 t.setTimeout(60_000)
 
+type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
+
 t.test('nothing else is run again', async t => {
   const fleet = await retryFleet(t)
   const replicas: Replica[] = [await fleet.replica(), await fleet.replica()]
@@ -18,38 +20,38 @@ t.test('nothing else is run again', async t => {
   /** The run's events once it has ended: its `done` alone, no retry event. */
   const eventsOf = async (id: string): Promise<string> => (await send(runsClient({ base: a.sidecar.base }).runUrl(id, '/events'))).body.toString()
 
-  t.test('an app\'s answer, a 500: failed, once', async t => {
-    t.equal((await submitRun(a.sidecar, `/fail?${fleet.hook}`, 'answered-500')).status, 202)
-    const record = await ended('answered-500')
-    t.match(record, { status: 'failed', status_code: 500, result: { error: 'boom' }, error: { message: 'app answered 500' }, attempt: 1 })
+  /**
+   * An async run of `path` (`headers` on top; `during`: what the test does while it runs) ends at
+   * attempt 1 as `expected` says, never interrupted: the app saw it once, its events hold no retry
+   * event, and its one webhook reports its status.
+   */
+  const endsOnce = async (t: Tap, id: string, path: string, expected: Partial<RunRecordBody>, options: { headers?: Record<string, string>, during?: () => Promise<void> } = {}): Promise<void> => {
+    t.equal((await submitRun(a.sidecar, `${path}?${fleet.hook}`, id, options.headers)).status, 202)
+    await options.during?.()
+    const record = await ended(id)
+    t.match(record, { ...expected, attempt: 1 })
     t.equal(record.interruptions, undefined)
-    t.same(seen('answered-500'), [{ path: '/fail', attempt: '1' }])
-    t.notMatch(await eventsOf('answered-500'), /event: retry/)
-    await webhookDelivered(a.sidecar, 'answered-500')
-    t.match(webhooksOf(fleet.receiver, 'answered-500'), [{ status_code: 500 }])
+    t.same(seen(id), [{ path, attempt: '1' }], 'the app saw it once')
+    t.notMatch(await eventsOf(id), /event: retry/)
+    await webhookDelivered(a.sidecar, id)
+    t.match(webhooksOf(fleet.receiver, id), [{ status_code: expected.status_code }])
+  }
+
+  t.test('an app\'s answer, a 500: failed, once', async t => {
+    await endsOnce(t, 'answered-500', '/fail', { status: 'failed', status_code: 500, result: { error: 'boom' }, error: { message: 'app answered 500' } })
   })
 
   t.test('a deadline (Cancel-After: 1) at the app: failed 504, once', async t => {
-    t.equal((await submitRun(a.sidecar, `/hold?${fleet.hook}`, 'past-deadline', { 'cancel-after': '1' })).status, 202)
-    const record = await ended('past-deadline')
-    t.match(record, { status: 'failed', status_code: 504, error: { message: 'deadline passed' }, attempt: 1 })
-    t.equal(record.interruptions, undefined)
-    t.same(seen('past-deadline'), [{ path: '/hold', attempt: '1' }])
-    t.notMatch(await eventsOf('past-deadline'), /event: retry/)
-    await webhookDelivered(a.sidecar, 'past-deadline')
-    t.match(webhooksOf(fleet.receiver, 'past-deadline'), [{ status_code: 504 }])
+    await endsOnce(t, 'past-deadline', '/hold', { status: 'failed', status_code: 504, error: { message: 'deadline passed' } }, { headers: { 'cancel-after': '1' } })
   })
 
   t.test('a cancel at the app: canceled, once', async t => {
-    t.equal((await submitRun(a.sidecar, `/hold?${fleet.hook}`, 'canceled-run')).status, 202)
-    await eventually(() => seen('canceled-run').length === 1, 10_000)
-    t.equal((await runsClient({ base: a.sidecar.base }).cancel('canceled-run')).status, 200)
-    const record = await ended('canceled-run')
-    t.match(record, { status: 'canceled', status_code: 499, attempt: 1 })
-    t.equal(record.interruptions, undefined)
-    t.same(seen('canceled-run'), [{ path: '/hold', attempt: '1' }])
-    await webhookDelivered(a.sidecar, 'canceled-run')
-    t.match(webhooksOf(fleet.receiver, 'canceled-run'), [{ status_code: 499 }])
+    await endsOnce(t, 'canceled-run', '/hold', { status: 'canceled', status_code: 499 }, {
+      during: async () => {
+        await eventually(() => seen('canceled-run').length === 1, 10_000)
+        t.equal((await runsClient({ base: a.sidecar.base }).cancel('canceled-run')).status, 200)
+      }
+    })
   })
 
   t.test('a sync call whose app was unreachable before it answered: 502 to its caller, once; keyed or not', async t => {

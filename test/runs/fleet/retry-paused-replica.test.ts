@@ -2,7 +2,7 @@ import t from 'tap'
 import { send } from '../../helpers/http-client.ts'
 import { runsClient } from '../../helpers/runs-client.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
-import { followToEnd, recordOn, retryFleet, submitRun, webhookDelivered, webhooksOf } from './retry-fleet.ts'
+import { firstAttemptOnA, followToEnd, recordOn, submitRun, webhookDelivered, webhooksOf } from './retry-fleet.ts'
 
 // docs/runs.md, "Running on interruptible capacity", fencing: a replica paused (SIGSTOP) past
 // RUN_LOST_AFTER_SECONDS is taken for lost, and its run runs again on the other replica; when it
@@ -11,15 +11,8 @@ import { followToEnd, recordOn, retryFleet, submitRun, webhookDelivered, webhook
 t.setTimeout(150_000)
 
 t.test('replica paused past RUN_LOST_AFTER_SECONDS, then resumed with attempt 1\'s answer: refused, attempt 2 stands', async t => {
-  const fleet = await retryFleet(t)
-  const a = await fleet.replica()
   const id = 'paused-run'
-  t.equal((await submitRun(a.sidecar, `/work?first=stream&${fleet.hook}`, id)).status, 202)
-  await a.app.waitForAttempt(id, '1')
-  const b = await fleet.replica()
-  const reader = await runsClient({ base: b.sidecar.base }).follow(id)
-  await reader.waitForEvents(1)
-
+  const { fleet, a, b, reader } = await firstAttemptOnA(t, id, '/work?first=stream', { firstEvents: 1 })
   a.sidecar.child.process.kill('SIGSTOP')
   t.teardown(() => { a.sidecar.child.process.kill('SIGCONT') })
   const events = await followToEnd(reader, 75_000)

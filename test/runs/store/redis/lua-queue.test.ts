@@ -1,49 +1,23 @@
 import t from 'tap'
 import { startedRecord } from '../../../../src/runs/run-record.ts'
 import type { RunRecord } from '../../../../src/runs/run-data.ts'
-import { GROUP, RELEASE, RUNNING, START_READ, SUBMIT, TAKE, type TakeOutcome, TURNS_BY_URGENCY } from '../../../../src/runs/store/redis/redis-queue-scripts.ts'
+import { GROUP, RELEASE, RUNNING, START_READ, TAKE, TURNS_BY_URGENCY } from '../../../../src/runs/store/redis/redis-queue-scripts.ts'
 import { luaSource } from '../../../../src/runs/store/redis/redis-lua-file.ts'
 import { pendingOf, redisNow, scriptRedis, streamOf, zsetOf } from '../../../helpers/redis-state.ts'
+import { CREATED, K, memberOf, queueCalls, REQUEST, runKey, SPAN, STARTED_AT } from './queue-state.ts'
 
 // The queue's scripts on hand-made key states: a run submitted (its hash, turn, fair tags, wake-up,
 // indexes and bytes), taken in the turn order (urgency, then round robin across callers, capped
 // callers passed over, stale turns dropped) and started in the same step, given back exactly as it
 // was, and a take refused whole by a Redis out of memory.
 
-const P = 'as:{p/a}'
-const SPAN = 2 ** 40
-const K = {
-  queue: `${P}:queue`, queuedBytes: `${P}:queued-bytes`, dueSet: `${P}:expiry`, index: `${P}:runs`, turns: `${P}:turns`, fair: `${P}:fair`, wake: `${P}:wake`
-}
-const run = (id: string): string => `${P}:run:${id}`
-const CREATED = 1_000
+const run = runKey
 const queuedOf = (id: string): RunRecord => ({ run_id: id, status: 'queued', created_at: new Date(CREATED).toISOString() })
-const REQUEST = '{"method":"POST","path":"/work","headers":[],"hasBody":true}'
-/** A turn's member: the submission's stream id zero-padded (15 + 8 digits), the run id, a space, the caller. */
-const memberOf = (entry: string, id: string, caller = ''): string => {
-  const [ms = '', seq = ''] = entry.split('-')
-  return `${ms.padStart(15, '0')}${seq.padStart(8, '0')}${id} ${caller}`
-}
 
 t.test('the queue scripts', async t => {
   const redis = await scriptRedis(t)
 
-  const submit = (id: string, fields: Partial<Parameters<typeof SUBMIT.call>[1]> = {}): ReturnType<typeof SUBMIT.call> => SUBMIT.call(redis, {
-    run: run(id), queue: K.queue, queuedBytes: K.queuedBytes, dueSet: K.dueSet, index: K.index, turns: K.turns, fair: K.fair, wake: K.wake,
-    record: JSON.stringify(queuedOf(id)), request: REQUEST, body: 'hello', webhook: '', depth: 100, runId: id, maxBytes: 1000,
-    expiry: '', createdAtMs: CREATED, urgency: '', caller: '', ...fields
-  })
-  const STARTED_AT = 5_000
-  const take = (fields: Partial<Parameters<typeof TAKE.call>[1]> = {}): Promise<TakeOutcome> => TAKE.call(redis, {
-    ...K, taker: 'sidecar-a', runKeyPrefix: run(''), look: '0', cappedCallers: '', startedAtMs: STARTED_AT, startedAtIso: new Date(STARTED_AT).toISOString(),
-    woken: '', attempts: '', ...fields
-  })
-  /** The run id TAKE took ('' none taken), and what it tells of the queue. */
-  const takeId = async (fields: Partial<Parameters<typeof TAKE.call>[1]> = {}): Promise<string> => {
-    const taken = await take(fields)
-    return taken.kind === 'taken' ? taken.run.runId : ''
-  }
-  const entryOf = async (id: string): Promise<string> => await redis.hget(run(id), 'entry') as string
+  const { submit, take, takeId, entryOf } = queueCalls(redis, queuedOf)
 
   t.test('SUBMIT records the run queued, its turn, its wake-up and its index; no due set without an expiry', async t => {
     t.equal(await submit('r1'), 'queued')

@@ -1,47 +1,26 @@
 import t from 'tap'
 import { nextAttempt, retriedRecord, startedRecord } from '../../../../src/runs/run-record.ts'
 import type { RunRecord } from '../../../../src/runs/run-data.ts'
-import { GROUP, RETRY, SUBMIT, TAKE, type TakeOutcome } from '../../../../src/runs/store/redis/redis-queue-scripts.ts'
+import { GROUP, RETRY, TAKE } from '../../../../src/runs/store/redis/redis-queue-scripts.ts'
 import { APPEND_EVENT } from '../../../../src/runs/store/redis/redis-scripts.ts'
 import { pendingOf, publishedOn, redisNow, scriptRedis, streamOf, zsetOf } from '../../../helpers/redis-state.ts'
+import { CREATED, K, memberOf, P, queueCalls, runKey, SPAN, STARTED_AT } from './queue-state.ts'
 
 // Attempts on hand-made key states (docs/runs.md, "Running on interruptible capacity"): TAKE
 // counting a run's attempts, RETRY putting an interrupted one back in its place with its retry
 // event, TAKE keeping it a moment from the sidecar that lost it, and RETRY refused whole.
 
-const P = 'as:{p/a}'
-const SPAN = 2 ** 40
-const K = {
-  queue: `${P}:queue`, queuedBytes: `${P}:queued-bytes`, dueSet: `${P}:expiry`, index: `${P}:runs`, turns: `${P}:turns`, fair: `${P}:fair`, wake: `${P}:wake`
-}
-const run = (id: string): string => `${P}:run:${id}`
+const run = runKey
 const events = (id: string): string => `${P}:events:${id}`
 const live = (id: string): string => `${P}:live:${id}`
-const CREATED = 1_000
-const STARTED = 5_000
+const STARTED = STARTED_AT
 const HOOK = { status: 'pending', attempts: 0 } as const
 const queuedOf = (id: string): RunRecord => ({ run_id: id, status: 'queued', created_at: new Date(CREATED).toISOString(), webhook: { ...HOOK } })
-const memberOf = (entry: string, id: string, caller = ''): string => {
-  const [ms = '', seq = ''] = entry.split('-')
-  return `${ms.padStart(15, '0')}${seq.padStart(8, '0')}${id} ${caller}`
-}
 
 t.test('attempts in the queue scripts', async t => {
   const redis = await scriptRedis(t)
 
-  const submit = (id: string, fields: Partial<Parameters<typeof SUBMIT.call>[1]> = {}): ReturnType<typeof SUBMIT.call> => SUBMIT.call(redis, {
-    run: run(id), queue: K.queue, queuedBytes: K.queuedBytes, dueSet: K.dueSet, index: K.index, turns: K.turns, fair: K.fair, wake: K.wake,
-    record: JSON.stringify(queuedOf(id)), request: '{"method":"POST","path":"/work","headers":[],"hasBody":true}', body: 'hello',
-    webhook: '{"url":"https://hook.example"}', depth: 100, runId: id, maxBytes: 1000, expiry: '', createdAtMs: CREATED, urgency: '', caller: '', ...fields
-  })
-  const take = (fields: Partial<Parameters<typeof TAKE.call>[1]> = {}): Promise<TakeOutcome> => TAKE.call(redis, {
-    ...K, taker: 'sidecar-a', runKeyPrefix: run(''), look: '0', cappedCallers: '', startedAtMs: STARTED, startedAtIso: new Date(STARTED).toISOString(),
-    woken: '', attempts: '1', ...fields
-  })
-  const takeId = async (fields: Partial<Parameters<typeof TAKE.call>[1]> = {}): Promise<string> => {
-    const taken = await take(fields)
-    return taken.kind === 'taken' ? taken.run.runId : ''
-  }
+  const { submit, take, takeId } = queueCalls(redis, queuedOf, { webhook: '{"url":"https://hook.example"}' }, { attempts: '1' })
   /** The run taken (started), and its record as TAKE wrote it. */
   const taken = async (fields: Partial<Parameters<typeof TAKE.call>[1]> = {}): Promise<{ entry: string, record: string, firstEvent: number | undefined }> => {
     const outcome = await take(fields)
