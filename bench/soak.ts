@@ -10,9 +10,11 @@ import { LiveHeapProbe } from './live-heap.ts'
 import { rssMb } from './process-memory.ts'
 import { freePort, guardAgainstOrphans, killAllChildren, spawnChild, waitForHttp200 } from './child-processes.ts'
 import { post, ROOT, soakFleet, startFlakyReceiver } from './soak-fleet.ts'
+import { soakInterruptible } from './soak-interruptible.ts'
 
 /**
- * `npm run soak` (`SOAK_CASE=fleet`: bench/soak-fleet.ts): SOAK_SECONDS (default 600) of mixed
+ * `npm run soak` (`SOAK_CASE=fleet`: bench/soak-fleet.ts; `SOAK_CASE=interruptible`:
+ * bench/soak-interruptible.ts): SOAK_SECONDS (default 600) of mixed
  * traffic through a sidecar process: plain calls (a third with a webhook to a flaky receiver),
  * NDJSON streams turned into SSE, and WebSockets. Its RSS, fds and sockets are sampled every second,
  * its live heap every LIVE_HEAP_EVERY_S. Fails (exit 1) when memory keeps growing, sockets leak, a
@@ -192,10 +194,12 @@ async function main (): Promise<number> {
   return failed ? 1 : 0
 }
 
-const fleet = process.env.SOAK_CASE === 'fleet' // two sidecars on Redis Sentinel: a sidecar killed, and a failover, every two minutes
-const run = fleet ? soakFleet : main
+// fleet: two sidecars on Redis Sentinel, a sidecar killed and a failover every two minutes;
+// interruptible: two replicas on spot terms, one stopped every 30 s, runs retried (RUN_MAX_ATTEMPTS)
+const soakCase = process.env.SOAK_CASE ?? ''
+const run = soakCase === 'fleet' ? soakFleet : soakCase === 'interruptible' ? soakInterruptible : main
 run().then(code => { process.exitCode = code }, error => {
   killAllChildren()
-  process.stderr.write(`soak${fleet ? ' fleet' : ''}: ${(error as Error).stack ?? String(error)}\n`)
+  process.stderr.write(`soak${soakCase === '' ? '' : ` ${soakCase}`}: ${(error as Error).stack ?? String(error)}\n`)
   process.exitCode = 1
 })

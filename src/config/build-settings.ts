@@ -16,10 +16,14 @@ interface BuildSettings {
   deadlineSeconds?: number
   responseGracePeriodSeconds?: number
   deploymentInitializationTimeout?: number
+  computeTier?: string
 }
 
-/** Build field → the sidecar variable it stands for. */
-const SETTINGS: Array<[keyof BuildSettings, string, (value: never) => string]> = [
+/** RUN_MAX_ATTEMPTS of a build on interruptible capacity (docs/configuration.md, "Settings from a build"). */
+const INTERRUPTIBLE_ATTEMPTS = '3'
+
+/** Build field → the sidecar variable it stands for (undefined: the field leaves it unset). */
+const SETTINGS: Array<[keyof BuildSettings, string, (value: never) => string | undefined]> = [
   ['name', 'APP_NAME', String],
   ['port', 'APP_URL', (port: number) => `http://127.0.0.1:${port}`],
   ['runtime', 'RUNTIME', String],
@@ -29,7 +33,8 @@ const SETTINGS: Array<[keyof BuildSettings, string, (value: never) => string]> =
   ['readycheckEndpoint', 'READYCHECK_PATH', String],
   ['deadlineSeconds', 'DEADLINE_SECONDS', String],
   ['responseGracePeriodSeconds', 'RESPONSE_GRACE_PERIOD_SECONDS', String],
-  ['deploymentInitializationTimeout', 'APP_READY_TIMEOUT_SECONDS', String]
+  ['deploymentInitializationTimeout', 'APP_READY_TIMEOUT_SECONDS', String],
+  ['computeTier', 'RUN_MAX_ATTEMPTS', (tier: string) => tier === 'interruptible' ? INTERRUPTIBLE_ATTEMPTS : undefined]
 ]
 
 export interface BuildFetchOptions {
@@ -49,7 +54,9 @@ export async function applyBuildSettings (config: SidecarConfig, env: NodeJS.Pro
   const merged: NodeJS.ProcessEnv = { ...env }
   for (const [field, variable, toEnv] of SETTINGS) {
     const value = build[field]
-    if (value !== undefined && value !== null && (env[variable] === undefined || env[variable] === '')) merged[variable] = toEnv(value as never)
+    if (value === undefined || value === null || (env[variable] !== undefined && env[variable] !== '')) continue
+    const setting = toEnv(value as never)
+    if (setting !== undefined) merged[variable] = setting
   }
   try {
     return loadSidecarConfig(merged)

@@ -66,6 +66,8 @@ export interface SidecarConfig {
   asyncQueueMaxBytes: number
   /** ASYNC_QUEUE_TTL_SECONDS: an async run still queued this long after its submission fails (504). */
   asyncQueueTtlSeconds: number
+  /** RUN_MAX_ATTEMPTS: attempts an async run may have when its replica is interrupted (1: none again). */
+  runMaxAttempts: number
   /** CORS_ALLOWED_ORIGINS: whose browser pages may call /v4; undefined: no CORS header anywhere. */
   corsAllowedOrigins: AllowedOrigins | undefined
   /** CONSOLE_TOKEN: turns on the operator console on the admin port; undefined: no console (404). */
@@ -141,6 +143,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'RUN_MAX_READERS', key: 'runMaxReaders', defaultText: '1000', meaning: 'most readers of run events this replica serves at once; beyond it 503', parse: integerIn(1, 1_000_000), fallback: fixed(1000) }),
   variable({ name: 'ASYNC_QUEUE_MAX_BYTES', key: 'asyncQueueMaxBytes', defaultText: '268435456', meaning: 'most request-body bytes of async runs waiting per app; beyond it 503, one larger body 413', parse: integerIn(0, 64 * GIB), fallback: fixed(268_435_456) }),
   variable({ name: 'ASYNC_QUEUE_TTL_SECONDS', key: 'asyncQueueTtlSeconds', defaultText: '86400', meaning: 'an async run still queued this long after its submission fails (504)', parse: integerIn(1, MAX_SECONDS), fallback: fixed(86_400) }),
+  variable({ name: 'RUN_MAX_ATTEMPTS', key: 'runMaxAttempts', defaultText: '1 (3 for an interruptible build)', meaning: 'attempts an async run may have when its replica is interrupted (stopped, lost, app unreachable); a shared run store only', parse: integerIn(1, 10), fallback: fixed(1) }),
   variable({ name: 'CORS_ALLOWED_ORIGINS', key: 'corsAllowedOrigins', defaultText: undefined, meaning: 'origins (comma-separated, or *) whose browser pages may call /v4; unset = no CORS', parse: parseOriginList, fallback: fixed(undefined) }),
   variable({ name: 'CONSOLE_TOKEN', key: 'consoleToken', defaultText: undefined, meaning: 'turns on the operator console at /console on ADMIN_PORT (its login token, 16+ characters); unset = no console', parse: optionalString(parseConsoleToken), fallback: fixed(undefined) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),

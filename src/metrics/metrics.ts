@@ -2,13 +2,14 @@ import { collectProcessMetrics, Counter, Gauge, Registry } from './prom-core.ts'
 import { FastHistogram, type HistogramCell } from './fast-histogram.ts'
 import { LastReading } from './last-reading.ts'
 
-import type { AppCancelOutcome, CancelCause, LabelledCounter, StreamMetrics, WebhookMetrics } from '../shared/metric-contracts.ts'
+import type { AppCancelOutcome, CancelCause, InterruptionReason, LabelledCounter, StreamMetrics, WebhookMetrics } from '../shared/metric-contracts.ts'
 
 
 export type RouteLabel = 'invoke' | 'websocket' | 'management'
 
 const CANCEL_CAUSES: readonly CancelCause[] = ['caller', 'deadline', 'queue_ttl', 'request']
 const APP_CANCEL_OUTCOMES: readonly AppCancelOutcome[] = ['sent', 'failed']
+const INTERRUPTION_REASONS: readonly InterruptionReason[] = ['replica stopped', 'replica lost', 'app unreachable']
 
 /** The sidecar's Prometheus metrics, in a registry of its own (one per sidecar instance). */
 export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
@@ -52,6 +53,7 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     // every cause and outcome shown from the start, at 0: a rate over a series that appears late misses its first count
     for (const cause of CANCEL_CAUSES) this.cancels.labels(cause).inc(0)
     for (const outcome of APP_CANCEL_OUTCOMES) this.appCancelRequests.labels(outcome).inc(0)
+    for (const reason of INTERRUPTION_REASONS) this.runRetries.labels(reason).inc(0)
   }
 
   readonly #requestDuration = new FastHistogram({
@@ -133,6 +135,14 @@ export class SidecarMetrics implements StreamMetrics, WebhookMetrics {
     name: 'sidecar_cancels_total',
     help: 'Calls and runs canceled, by cause (request: _runs/{id}/cancel; caller: the caller left; deadline; queue_ttl)',
     labelNames: ['cause'] as const,
+    registers: [this.registry]
+  })
+
+  /** Async runs put back in the queue after an interrupted attempt (RUN_MAX_ATTEMPTS), by why, counted by the sidecar that put it back. */
+  readonly runRetries: LabelledCounter<InterruptionReason> = new Counter({
+    name: 'sidecar_run_retries_total',
+    help: 'Async runs queued again for another attempt after an interrupted one, by reason (replica stopped, replica lost, app unreachable)',
+    labelNames: ['reason'] as const,
     registers: [this.registry]
   })
 

@@ -56,6 +56,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     queueDepth: config.asyncQueueDepth,
     queueMaxBytes: config.asyncQueueMaxBytes,
     queueTtlSeconds: config.asyncQueueTtlSeconds,
+    maxAttempts: config.runMaxAttempts,
     scope: config.projectId !== undefined && config.appName !== undefined ? { projectId: config.projectId, appName: config.appName } : undefined
   }, { consumer: config.replicaName, lostAfterMs: config.runLostAfterSeconds * 1000 }, (fields, message) => { logger.warn(fields, message) })
   metrics.watchAsyncQueue(async () => await store.queue.queuedCount(), async () => await store.queue.runningCount(), () => store.available)
@@ -72,6 +73,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     maxEventBytes: config.streamMaxEventBytes,
     deadlineSeconds: config.deadlineSeconds,
     queueTtlSeconds: config.asyncQueueTtlSeconds,
+    maxAttempts: config.runMaxAttempts,
     replicaConcurrency: config.replicaConcurrency,
     runsTotal: metrics.runsTotal,
     cancels: metrics.cancels,
@@ -85,6 +87,10 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     canceled: (scope, runId) => { runner.canceled(scope, runId) },
     cancelCall: (scope, runId) => deps.calls.cancel(scope, runId),
     lost: (run, view) => { runner.lost(run, view) },
+    retried: (scope, runId, reason, attempt) => {
+      metrics.runRetries.labels(reason).inc()
+      logger.warn({ runId, projectId: scope.projectId, appName: scope.appName, attempt, reason }, 'async run interrupted: queued again for its next attempt')
+    },
     expired: (run, view) => { runner.expired(run, view) },
     deliveryLost: held => { webhooks.resume(held) },
     truncated: (scope, runId, what) => { logger.warn({ runId, projectId: scope.projectId, appName: scope.appName, cut: what }, 'run kept in part') },

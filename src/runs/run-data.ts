@@ -1,6 +1,7 @@
 // The runs' data: what a run is (its scope, record, request, outcome and events), what an
 // Idempotency-Key's slot holds, and a durable webhook delivery, whichever store keeps them.
 
+import type { InterruptionReason } from '../shared/metric-contracts.ts'
 import type { TraceContext } from '../shared/trace-contracts.ts'
 import type { WebhookTarget } from '../webhook/webhook-endpoint.ts'
 
@@ -12,6 +13,15 @@ export interface RunScope {
 
 export type RunStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'canceled'
 export type WebhookStatus = 'pending' | 'delivered' | 'failed'
+export type { InterruptionReason }
+
+/** An attempt of a run that was interrupted (docs/runs.md, "Running on interruptible capacity"). */
+export interface Interruption {
+  readonly attempt: number
+  readonly reason: InterruptionReason
+  /** ISO 8601 UTC. */
+  readonly at: string
+}
 
 /**
  * The run record of docs/runs.md, "The record", without its `result` (kept as JSON text beside
@@ -27,6 +37,10 @@ export interface RunRecord {
   run_time_ms?: number
   status_code?: number
   error?: { message: string }
+  /** The current or last attempt, from 1 (RUN_MAX_ATTEMPTS above 1, once the run started). */
+  attempt?: number
+  /** Every interrupted attempt, once one was. */
+  interruptions?: Interruption[]
   webhook?: { status: WebhookStatus, attempts: number }
 }
 
@@ -79,6 +93,10 @@ export interface TakenRun extends NewRun {
   readonly running?: RunRecord
   /** `running` as JSON (written with the claim, compared at the end). */
   readonly runningJson?: string
+  /** This attempt, from 1 (RUN_MAX_ATTEMPTS above 1: the app gets it as X-Run-Attempt); undefined: attempts are not counted. */
+  readonly attempt?: number
+  /** The number of this attempt's first event: the events of the attempts before it, and their retry events, come first (undefined: 0). */
+  readonly firstEvent?: number
   /**
    * Taken without its request and webhook (a shared store: the queue entry names the run and its
    * record, the rest is read with the start); `request` is UNREAD_REQUEST until then: only the run
@@ -104,11 +122,14 @@ export interface RunOutcome {
   readonly completedAt: number
   /** A recorded sync call: when its request went to the app (epoch ms), its `started_at` (it was recorded as its key was claimed). */
   readonly startedAt?: number
+  /** The attempt was interrupted (its replica stopped, its app unreachable before it answered): an async run with attempts left runs again. */
+  readonly interrupted?: InterruptionReason
 }
 
 /** One item of a run's event stream, as a reader of `…/_runs/{id}/events` gets them. */
 export type RunEventItem =
-  | { readonly type: 'event', readonly n: number, readonly data: string }
+  /** `event`: its SSE event name (`retry`: the attempt before was interrupted, the next one follows); undefined: a data event. */
+  | { readonly type: 'event', readonly n: number, readonly data: string, readonly event?: 'retry' }
   /** The events before `first` (and after the reader's start) are no longer kept (RUN_MAX_EVENTS, RUN_MAX_EVENT_BYTES). */
   | { readonly type: 'gap', readonly first: number }
   /** The run has ended: the last item. */

@@ -1,5 +1,5 @@
 import { ReplicaStoppedError, RunCanceledError, type SidecarError } from '../errors.ts'
-import type { NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './run-data.ts'
+import type { InterruptionReason, NewRun, RunOutcome, RunRecord, RunView, TakenRun } from './run-data.ts'
 
 /** The last time formatted (toISOString is dear, and calls come in bursts within one millisecond). */
 let lastMs = Number.NaN
@@ -26,6 +26,8 @@ function recordOf (r: RunRecord): RunRecord {
   if (r.run_time_ms !== undefined) copy.run_time_ms = r.run_time_ms
   if (r.status_code !== undefined) copy.status_code = r.status_code
   if (r.error !== undefined) copy.error = r.error
+  if (r.attempt !== undefined) copy.attempt = r.attempt
+  if (r.interruptions !== undefined) copy.interruptions = r.interruptions
   if (r.webhook !== undefined) copy.webhook = r.webhook
   return copy
 }
@@ -37,14 +39,21 @@ export function queuedRecord (run: NewRun): RunRecord {
   return record
 }
 
-/** The record of a queued run as it starts. */
-export function startedRecord (record: RunRecord, createdAt: number, startedAt: number): RunRecord {
+/**
+ * The record of a queued run as it starts. `attempt`: the attempt it starts (RUN_MAX_ATTEMPTS
+ * above 1; undefined: the record's attempt stays as it is); `ranMs`: the time its attempts before
+ * this one took, which is no wait (queue_time_ms counts every wait).
+ */
+export function startedRecord (record: RunRecord, createdAt: number, startedAt: number, attempt?: number, ranMs = 0): RunRecord {
   const started = recordOf(record)
   started.status = 'running'
   started.started_at = iso(startedAt)
-  started.queue_time_ms = ms(startedAt - createdAt)
-  return started
+  started.queue_time_ms = ms(startedAt - createdAt - ranMs)
+  return attempt === undefined ? started : recordOf({ ...started, attempt })
 }
+
+/** The attempt a queued run starts: the one after its record's last (attempts counted: RUN_MAX_ATTEMPTS above 1). */
+export const nextAttempt = (record: RunRecord): number => (record.attempt ?? 0) + 1
 
 /** The record of a running run as it ends with `outcome`. */
 export function finishedRecord (record: RunRecord, outcome: RunOutcome): RunRecord {
@@ -54,7 +63,26 @@ export function finishedRecord (record: RunRecord, outcome: RunOutcome): RunReco
   done.run_time_ms = ms(outcome.runTimeMs)
   done.status_code = outcome.statusCode
   if (outcome.error !== undefined) done.error = { message: outcome.error }
+  // the last attempt's interruption ends the run: the record says which attempt it was
+  if (outcome.interrupted !== undefined && done.attempt !== undefined) return interrupted(done, outcome.interrupted, outcome.completedAt)
   return done
+}
+
+/** The record with its attempt interrupted at `at` (epoch ms) for `reason`, in its interruptions. */
+function interrupted (record: RunRecord, reason: InterruptionReason, at: number): RunRecord {
+  return recordOf({ ...record, interruptions: [...record.interruptions ?? [], { attempt: record.attempt ?? 1, reason, at: iso(at) }] })
+}
+
+/**
+ * The record of a run whose attempt was interrupted at `at` (epoch ms), queued again for its
+ * next attempt: queued as it was submitted, with its last attempt and its interruptions (no
+ * started_at, queue_time_ms or run_time_ms until the next attempt starts).
+ */
+export function retriedRecord (record: RunRecord, reason: InterruptionReason, at: number): RunRecord {
+  const queued: RunRecord = { run_id: record.run_id, status: 'queued', created_at: record.created_at, attempt: record.attempt ?? 1 }
+  if (record.interruptions !== undefined) queued.interruptions = record.interruptions
+  if (record.webhook !== undefined) queued.webhook = record.webhook
+  return interrupted(queued, reason, at)
 }
 
 /** The record with its webhook's delivery state. */
@@ -110,6 +138,15 @@ export function recordedRun (run: NewRun): TakenRun {
   return { scope, runId, request, webhook, createdAt, entry: '', running, runningJson: JSON.stringify(running) }
 }
 
+/**
+ * Whether the run has moved past attempt `attempt` (undefined: attempts not counted, never): that
+ * attempt was interrupted, and the run queued again or run again. Its late answer is not the run's.
+ */
+export function pastAttempt (record: RunRecord, attempt: number | undefined): boolean {
+  if (attempt === undefined || record.attempt === undefined) return false
+  return record.attempt !== attempt || record.interruptions?.some(interruption => interruption.attempt === attempt) === true
+}
+
 /** Whether a run has ended. */
 export function isFinished (record: RunRecord): boolean {
   return record.status === 'succeeded' || record.status === 'failed' || record.status === 'canceled'
@@ -135,6 +172,8 @@ export function recordJson (view: RunView): string {
   if (r.status_code !== undefined) out += `,"status_code":${r.status_code}`
   if (view.resultJson !== undefined) out += `,"result":${view.resultJson}`
   if (r.error !== undefined) out += `,"error":${JSON.stringify(r.error)}`
+  if (r.attempt !== undefined) out += `,"attempt":${r.attempt}`
+  if (r.interruptions !== undefined) out += `,"interruptions":${JSON.stringify(r.interruptions)}`
   if (r.webhook !== undefined) out += `,"webhook":{"status":"${r.webhook.status}","attempts":${r.webhook.attempts}}`
   return out + '}'
 }

@@ -33,3 +33,5 @@ export interface WebhookMetrics {
 export type CancelCause = 'caller' | 'deadline' | 'queue_ttl' | 'request'
 /** How an APP_CANCEL_PATH request went (sidecar_app_cancel_requests_total). */
 export type AppCancelOutcome = 'sent' | 'failed'
+/** Why an attempt of an async run was interrupted (sidecar_run_retries_total, and the run record's `interruptions`). */
+export type InterruptionReason = 'replica stopped' | 'replica lost' | 'app unreachable'

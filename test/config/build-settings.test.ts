@@ -43,6 +43,18 @@ t.test('the build fills in every app setting the environment left unset; explici
   t.equal(config.appReadyTimeoutSeconds, 120, 'deploymentInitializationTimeout bounds the wait for first readiness')
 })
 
+t.test('computeTier: interruptible makes RUN_MAX_ATTEMPTS 3 unless the environment sets it; protected leaves the default', async t => {
+  let build: Record<string, unknown> = { computeTier: 'interruptible' }
+  const store = await startTestServer((req, res) => { res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(build)) })
+  t.teardown(() => store.close())
+  const env = { STORE_URL: store.url, BUILD_ID: 'b1', PROJECT_ID: 'p1', APP_ID: 'app-1' }
+  t.equal((await applyBuildSettings(loadSidecarConfig(env), env)).runMaxAttempts, 3)
+  const explicit = { ...env, RUN_MAX_ATTEMPTS: '1' }
+  t.equal((await applyBuildSettings(loadSidecarConfig(explicit), explicit)).runMaxAttempts, 1, 'the explicit variable wins')
+  build = { computeTier: 'protected' }
+  t.equal((await applyBuildSettings(loadSidecarConfig(env), env)).runMaxAttempts, 1)
+})
+
 t.test('a store that is down at first is retried with back-off', async t => {
   let calls = 0
   const store = await startTestServer((req, res) => {

@@ -39,7 +39,17 @@ t.test('defaults match the SPEC table', async t => {
   t.equal(c.streamMaxEventBytes, 16777216)
   t.equal(c.runMaxReaders, 1000)
   t.equal(c.asyncQueueMaxBytes, 268435456)
+  t.equal(c.runMaxAttempts, 1)
   t.equal(c.logLevel, 'info')
+})
+
+t.test('RUN_MAX_ATTEMPTS: 1 to 10; anything else refused naming it', async t => {
+  t.equal(loadSidecarConfig({ RUN_MAX_ATTEMPTS: '3' }).runMaxAttempts, 3)
+  t.equal(loadSidecarConfig({ RUN_MAX_ATTEMPTS: '10' }).runMaxAttempts, 10)
+  t.equal(loadSidecarConfig({ RUN_MAX_ATTEMPTS: '' }).runMaxAttempts, 1, 'empty counts as unset')
+  for (const raw of ['0', '11', '2.5', 'three', '-1']) {
+    t.throws(() => loadSidecarConfig({ RUN_MAX_ATTEMPTS: raw }), { name: 'ConfigError', message: `RUN_MAX_ATTEMPTS: expected a whole number from 1 to 10, got "${raw}"` }, raw)
+  }
 })
 
 t.test('APP_CANCEL_PATH: an app path starting with /, {run_id} kept as written; anything else refused naming it', async t => {

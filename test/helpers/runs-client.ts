@@ -17,6 +17,8 @@ export interface RunRecordBody {
   status_code?: number
   result?: unknown
   error?: { message: string }
+  attempt?: number
+  interruptions?: Array<{ attempt: number, reason: string, at: string }>
   webhook?: { status: 'pending' | 'delivered' | 'failed', attempts: number }
 }
 

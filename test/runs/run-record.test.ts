@@ -1,7 +1,7 @@
 import t from 'tap'
 import {
   CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS, canceledRecord, finishedRecord, isFinished, queuedRecord,
-  recordJson, REPLICA_LOST, REPLICA_STOPPED, startedRecord
+  nextAttempt, recordJson, REPLICA_LOST, REPLICA_STOPPED, retriedRecord, startedRecord
 } from '../../src/runs/run-record.ts'
 import type { NewRun, RunOutcome, RunRecord, RunView } from '../../src/runs/run-data.ts'
 
@@ -110,6 +110,41 @@ t.test('recordJson: the SPEC order, absent fields absent, the result spliced in 
   t.same(JSON.parse(text), { ...failed, result: { message: 'x' }, webhook: { status: 'failed', attempts: 3 } }, 'an error message is escaped')
   t.same(Object.keys(JSON.parse(text)), ['run_id', 'status', 'created_at', 'started_at', 'completed_at', 'queue_time_ms', 'run_time_ms', 'status_code', 'result', 'error', 'webhook'])
   t.match(text, /,"error":\{"message":"app unreachable: \\"quoted\\" \\\\ and \\n"\},"webhook":\{"status":"failed","attempts":3\}\}$/)
+})
+
+t.test('attempts: the first counted as it starts; an interrupted one queues the run again with its interruption; the last one ends it', async t => {
+  const hook = { url: new URL('https://example.com/'), secret: undefined }
+  const queued = queuedRecord(newRun(hook))
+  t.equal(nextAttempt(queued), 1)
+  const first = startedRecord(queued, CREATED, CREATED + 10, nextAttempt(queued))
+  t.same(Object.keys(first), ['run_id', 'status', 'created_at', 'started_at', 'queue_time_ms', 'attempt', 'webhook'], 'attempt before webhook')
+  t.equal(first.attempt, 1)
+  t.equal(startedRecord(first, CREATED, CREATED + 11).attempt, 1, 'started again without an attempt (its start moved): the same attempt')
+
+  const requeued = retriedRecord(first, 'replica lost', CREATED + 1010)
+  t.same(requeued, {
+    run_id: 'run-1', status: 'queued', created_at: '2030-01-02T03:04:05.006Z', attempt: 1,
+    interruptions: [{ attempt: 1, reason: 'replica lost', at: '2030-01-02T03:04:06.016Z' }], webhook: { status: 'pending', attempts: 0 }
+  }, 'queued again: no started_at, queue_time_ms or run_time_ms until the next attempt starts')
+  t.equal(nextAttempt(requeued), 2)
+  // the first attempt ran 1000 ms (10 to 1010); the second starts at 1510: waits of 10 and 500 ms
+  const second = startedRecord(requeued, CREATED, CREATED + 1510, nextAttempt(requeued), 1000)
+  t.same({ attempt: second.attempt, queue_time_ms: second.queue_time_ms, started_at: second.started_at }, { attempt: 2, queue_time_ms: 510, started_at: '2030-01-02T03:04:06.516Z' },
+    'queue_time_ms counts every wait; started_at the last attempt\'s')
+  const done = finishedRecord(second, outcome({ runTimeMs: 42 }))
+  t.equal(recordJson(view(done, '{"ok":true}')),
+    '{"run_id":"run-1","status":"succeeded","created_at":"2030-01-02T03:04:05.006Z","started_at":"2030-01-02T03:04:06.516Z","completed_at":"2030-01-02T03:04:07.006Z",' +
+    '"queue_time_ms":510,"run_time_ms":42,"status_code":200,"result":{"ok":true},"attempt":2,' +
+    '"interruptions":[{"attempt":1,"reason":"replica lost","at":"2030-01-02T03:04:06.016Z"}],"webhook":{"status":"pending","attempts":0}}', 'the SPEC order: attempt and interruptions before webhook')
+
+  const cut = finishedRecord(second, outcome({ status: 'failed', statusCode: 503, error: 'replica stopped', interrupted: 'replica stopped', completedAt: CREATED + 3000 }))
+  t.same(cut.interruptions, [
+    { attempt: 1, reason: 'replica lost', at: '2030-01-02T03:04:06.016Z' }, { attempt: 2, reason: 'replica stopped', at: '2030-01-02T03:04:08.006Z' }
+  ], 'the last attempt\'s interruption ends the run, and is listed')
+  t.equal(cut.attempt, 2)
+  const uncounted = finishedRecord(startedRecord(queued, CREATED, CREATED + 10), outcome({ status: 'failed', statusCode: 502, error: 'x', interrupted: 'app unreachable' }))
+  t.same([uncounted.attempt, uncounted.interruptions], [undefined, undefined], 'attempts not counted (RUN_MAX_ATTEMPTS 1): the record as it always was')
+  t.same(canceledRecord(requeued, CREATED + 2000).record.interruptions, requeued.interruptions, 'canceled between attempts: its interruptions stay')
 })
 
 t.test('the fixed outcomes: canceled 499, replica lost 502, replica stopped 503', async t => {

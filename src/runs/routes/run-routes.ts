@@ -48,7 +48,7 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: StageCall, route: 
         if (out.writableEnded) return
         let writable: boolean
         if (item.type === 'event') {
-          writable = writer.framed(frameSseEvent(item.data, undefined, item.n), 1)
+          writable = writer.framed(frameSseEvent(item.data, item.event, item.n), 1)
         } else if (item.type === 'gap') {
           writable = writer.framed(frameSseError(`events before ${item.first} are no longer kept`), 1)
         } else {

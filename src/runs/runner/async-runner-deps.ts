@@ -26,6 +26,8 @@ export interface AsyncRunnerDeps {
   readonly deadlineSeconds: number
   /** ASYNC_QUEUE_TTL_SECONDS: a run taken after it would have expired in the queue does not go to the app. */
   readonly queueTtlSeconds: number
+  /** RUN_MAX_ATTEMPTS: a run whose attempt was interrupted goes back to the queue while it has attempts left (a shared store). */
+  readonly maxAttempts: number
   /** REPLICA_CONCURRENCY (0: no limit, and then at most UNLIMITED_PARALLEL async runs at once). */
   readonly replicaConcurrency: number
   readonly runsTotal: LabelledCounter<RunStatus>

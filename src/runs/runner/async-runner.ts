@@ -11,6 +11,7 @@ import { storedHeader, storedTrace } from '../stored-headers.ts'
 import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 import { canceledOutcome, RunRelay } from './run-relay.ts'
 import { armRunDeadline, expiredAtStart } from './run-time-limits.ts'
+import { retriedAttempt, withAttempt } from './run-attempts.ts'
 import { whileUnavailable } from '../while-unavailable.ts'
 import type { AsyncRunnerDeps } from './async-runner-deps.ts'
 
@@ -92,7 +93,7 @@ export class AsyncRunner implements RunStoreListener {
    * SIGTERM. With a shared store: no new run is taken, so runs still queued stay for the other
    * replicas. In memory: queued runs go on running like in-flight
    * calls. Either way the runs under way get until `graceOver`; then they fail with "replica
-   * stopped". True when nothing was cut.
+   * stopped" (a shared store queues one with attempts left again). True when nothing was cut.
    */
   async drain (graceOver: Promise<unknown>): Promise<boolean> {
     let over = false
@@ -104,7 +105,7 @@ export class AsyncRunner implements RunStoreListener {
     }
     this.#stopTaking()
     if (this.#running.size === 0) return true
-    this.#deps.logger.warn({ runs: this.#running.size }, 'grace period over; failing the async runs left')
+    this.#deps.logger.warn({ runs: this.#running.size }, 'grace period over; cutting the async runs left (failed, or queued again with attempts left)')
     for (const relay of this.#running.values()) relay.abort(new ReplicaStoppedError())
     const settled = AbortSignal.timeout(CUT_SETTLE_MS)
     while (this.active > 0 && !settled.aborted) await this.#change(settled)
@@ -192,6 +193,8 @@ export class AsyncRunner implements RunStoreListener {
       if (started === undefined) return // canceled or expired while it waited
       run = started
       const outcome = expiredAtStart(run, this.#deps.queueTtlSeconds) ?? await this.#dispatch(run)
+      // interrupted with attempts left: queued again, for any replica (its slot freed below)
+      if (await retriedAttempt(store.records, run, outcome, this.#deps.maxAttempts)) return
       const endAndTake = this.#endAndTake(run)
       if (endAndTake === undefined) leaveApp() // the next run starts while this one's end is written
       let view: RunView
@@ -283,6 +286,8 @@ export class AsyncRunner implements RunStoreListener {
     if (this.#starting.get(key) === true) return canceledOutcome()
     const { store, app, reportInternal, cancelAtApp } = this.#deps
     const { request } = run
+    // its events follow those of the attempts before it
+    const firstEvent = run.firstEvent ?? 0
     let broken = false
     const relay: RunRelay = new RunRelay({
       method: request.method,
@@ -292,9 +297,10 @@ export class AsyncRunner implements RunStoreListener {
       appUrl: this.#deps.appUrl,
       cancelAtApp: cancelAtApp === undefined ? undefined : () => { cancelAtApp(run.runId) },
       onEvent: (n, data) => {
-        if (broken) return
+        // a later attempt of the run taken here meanwhile (this one was taken for lost): its events are not this one's
+        if (broken || this.#running.get(key) !== relay) return
         try {
-          store.records.appendEvent(run, n, data)
+          store.records.appendEvent(run, firstEvent + n, data)
         } catch (error) {
           // a store write that throws fails this run (500), never the others nor the process
           broken = true
@@ -311,14 +317,14 @@ export class AsyncRunner implements RunStoreListener {
     const span = this.#deps.tracer?.startClient(request.method, storedTrace(request.headers), {
       'http.request.method': request.method, run_id: run.runId
     })
-    app.dispatch({ method: request.method, path: request.path, headers: withTraceContext(request.headers, span?.context), body: request.body }, relay)
+    app.dispatch({ method: request.method, path: request.path, headers: withAttempt(withTraceContext(request.headers, span?.context), run.attempt), body: request.body }, relay)
     try {
       const outcome = await relay.outcome
       span?.end(outcome.statusCode, outcome.status === 'succeeded' ? undefined : outcome.error)
       return outcome
     } finally {
       deadline?.clear()
-      this.#running.delete(key)
+      if (this.#running.get(key) === relay) this.#running.delete(key)
     }
   }
 

@@ -1,9 +1,9 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
-import { AppUnreachableError, EventTooLargeError, RunCanceledError, SidecarError } from '../../errors.ts'
+import { AppUnreachableError, EventTooLargeError, ReplicaStoppedError, RunCanceledError, SidecarError } from '../../errors.ts'
 import { CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS } from '../run-record.ts'
-import type { RunOutcome } from '../run-data.ts'
+import type { InterruptionReason, RunOutcome } from '../run-data.ts'
 import { describeNetworkError } from '../../shared/network-errors.ts'
 import { createEventSplitter, type EventSplitter } from '../../stream/event-splitter.ts'
 import { ResultCapture } from '../../webhook/result-capture.ts'
@@ -109,6 +109,9 @@ export class RunRelay implements Dispatcher.DispatchHandler {
    * | an event over STREAM_MAX_EVENT_BYTES | failed, 502 with that error                        |
    * | a stream that had begun failed     | failed, 502; its result the events so far            |
    * | anything else                      | failed, 502 app unreachable (or a body too large)    |
+   *
+   * The grace period's end, and the app unreachable before it answered, interrupt the attempt:
+   * a run with attempts left runs again (docs/runs.md, "Running on interruptible capacity").
    */
   onResponseError (_controller: Dispatcher.DispatchController, cause: Error): void {
     const cut = this.#cut
@@ -120,14 +123,18 @@ export class RunRelay implements Dispatcher.DispatchHandler {
       ? cause
       : new AppUnreachableError(this.#splitter === undefined ? describeNetworkError(cause) : `app failed mid-stream: ${describeNetworkError(cause)}`, this.#options.appUrl))
     const resultJson = this.#splitter !== undefined && cut === undefined ? this.#capture.resultJson() : error.body()
-    this.#settle('failed', error.status, resultJson, error.message)
+    const interrupted: InterruptionReason | undefined = cut instanceof ReplicaStoppedError
+      ? 'replica stopped'
+      : cut === undefined && this.#status === 0 && !(cause instanceof SidecarError) ? 'app unreachable' : undefined
+    this.#settle('failed', error.status, resultJson, error.message, interrupted)
   }
 
-  #settle (status: RunOutcome['status'], statusCode: number, resultJson: string, error: string | undefined): void {
+  #settle (status: RunOutcome['status'], statusCode: number, resultJson: string, error: string | undefined, interrupted?: InterruptionReason): void {
     if (this.#settled) return
     this.#settled = true
     const runTimeMs = performance.now() - this.#forwardedAt
-    this.#resolve({ status, statusCode, resultJson, runTimeMs, error, completedAt: Date.now() })
+    const outcome: RunOutcome = { status, statusCode, resultJson, runTimeMs, error, completedAt: Date.now() }
+    this.#resolve(interrupted === undefined ? outcome : { ...outcome, interrupted })
   }
 }
 

@@ -28,6 +28,13 @@ export interface RunRecords {
    * down in the same step as the end (the view's `delivery`), so that no end is left without it.
    */
   finish: (run: TakenRun, outcome: RunOutcome, keep?: KeyAnswer, deliveryOf?: (view: RunView) => NewDelivery) => Promise<RunView>
+  /**
+   * A shared store: an attempt of a running run (`run`, as taken) was interrupted at `outcome`'s
+   * completedAt (`outcome.interrupted` says why): its events so far written, it goes back to the
+   * queue, in its place, for its next attempt, with a retry event; no webhook. False when its record
+   * had changed meanwhile (a cancel, a takeover): then it ends as `finish` would end it.
+   */
+  retry?: (run: TakenRun, outcome: RunOutcome) => Promise<boolean>
   /** The webhook's delivery ended (or is pending, attempts 0): recorded; the secret is dropped when it ended. */
   webhookDone: (scope: RunScope, runId: string, status: WebhookStatus, attempts: number) => Promise<void>
   /**

@@ -1,7 +1,7 @@
 // The run store's contract: what the sidecar asks of it, whichever backend holds the runs
 // (memory: this sidecar only; Redis: every sidecar given the same RUN_STORE_URL).
 
-import type { HeldDelivery, RunScope, RunView, TakenRun } from '../run-data.ts'
+import type { HeldDelivery, InterruptionReason, RunScope, RunView, TakenRun } from '../run-data.ts'
 import type { DurableDeliveries } from './durable-deliveries.ts'
 import type { KeyClaims } from './key-claims.ts'
 import type { RunListing } from './run-listing.ts'
@@ -22,6 +22,12 @@ export interface RunStoreSettings {
   readonly queueMaxBytes: number
   /** ASYNC_QUEUE_TTL_SECONDS: a run still queued this long after its submission fails (default one day). */
   readonly queueTtlSeconds?: number
+  /**
+   * RUN_MAX_ATTEMPTS: attempts an async run may have (default 1). Above 1 its attempts are counted
+   * (the record's `attempt`), and a shared store puts a run whose attempt was interrupted back in
+   * the queue while it has attempts left.
+   */
+  readonly maxAttempts?: number
   /** The one app this sidecar serves (PROJECT_ID and APP_NAME); a shared store needs it, memory takes every app's runs without it. */
   readonly scope: RunScope | undefined
 }
@@ -34,6 +40,8 @@ export interface RunStoreListener {
   cancelCall?: (scope: RunScope, runId: string) => boolean
   /** A run whose sidecar was lost was failed ("replica lost") by this one: send its webhook. */
   lost: (run: TakenRun, view: RunView) => void
+  /** A run whose attempt was interrupted was put back in the queue by this sidecar, for its next attempt (sidecar_run_retries_total). */
+  retried?: (scope: RunScope, runId: string, reason: InterruptionReason, attempt: number) => void
   /** A queued run was failed by a time limit (`Cancel-After`, ASYNC_QUEUE_TTL_SECONDS) by this sidecar: send its webhook (`view.delivery`: held already). */
   expired: (run: TakenRun, view: RunView) => void
   /** The backend became reachable (true) or unreachable (false: `why`, in plain words); also as first known at start. */

@@ -265,7 +265,8 @@ t.test('abort at the deadline or the grace period\'s end: failed with the sideca
   const stoppedRequest = await app.arrived(2)
   stopped.relay.abort(new ReplicaStoppedError())
   await within(stoppedRequest.cut, 'the app request is cut')
-  t.same(settled(await stopped.outcome()), { status: 'failed', statusCode: 503, resultJson: '{"message":"replica stopped"}', error: 'replica stopped' })
+  t.same(settled(await stopped.outcome()), { status: 'failed', statusCode: 503, resultJson: '{"message":"replica stopped"}', error: 'replica stopped', interrupted: 'replica stopped' },
+    'the grace period\'s end interrupts the attempt')
   t.equal(stopped.cancels(), 1)
 })
 
@@ -296,16 +297,16 @@ t.test('the app unreachable, or dying mid-answer: failed 502; a stream that had 
   const nowhere = appPool(t, await deadOrigin())
   const refused = relay(nowhere)
   t.same(settled(await refused.outcome()), {
-    status: 'failed', statusCode: 502, resultJson: '{"message":"app unreachable: connection refused"}', error: 'app unreachable: connection refused'
-  })
+    status: 'failed', statusCode: 502, resultJson: '{"message":"app unreachable: connection refused"}', error: 'app unreachable: connection refused', interrupted: 'app unreachable'
+  }, 'unreachable before it answered: the attempt is interrupted')
 
   const app = await testApp(t)
   const pool = appPool(t, app.origin)
   const half = relay(pool)
   const halfRequest = await app.arrived(1)
   halfRequest.res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' })
-  halfRequest.res.write('{"partial":')
-  halfRequest.res.destroy()
+  // destroyed once the answer begun is on its way (a destroy in the same tick drops it unsent)
+  halfRequest.res.write('{"partial":', () => { halfRequest.res.destroy() })
   t.same(settled(await half.outcome()), {
     status: 'failed', statusCode: 502, resultJson: '{"message":"app unreachable: connection reset"}', error: 'app unreachable: connection reset'
   })
@@ -320,6 +321,32 @@ t.test('the app unreachable, or dying mid-answer: failed 502; a stream that had 
     status: 'failed', statusCode: 502, resultJson: '[1,"two"]', error: 'app unreachable: app failed mid-stream: connection reset'
   })
   t.equal(streamed.cancels(), 0, 'the app\'s own failure: it is not told')
+})
+
+t.test('interrupted attempts: the app gone before it answered, and only then; an answer begun, or a cut of the sidecar\'s, is the run\'s outcome', async t => {
+  const app = await testApp(t)
+  const pool = appPool(t, app.origin)
+  const silent = relay(pool)
+  ;(await app.arrived(1)).res.destroy() // the app process died holding the request, before any answer
+  t.same(settled(await silent.outcome()), {
+    status: 'failed', statusCode: 502, resultJson: '{"message":"app unreachable: connection reset"}', error: 'app unreachable: connection reset', interrupted: 'app unreachable'
+  })
+  const answered = relay(pool)
+  const answeredRequest = await app.arrived(2)
+  answeredRequest.res.writeHead(500, { 'content-type': 'application/json', 'content-length': '100' })
+  answeredRequest.res.write('{', () => { answeredRequest.res.destroy() })
+  t.equal((await answered.outcome()).interrupted, undefined, 'the app had answered (a 500 begun): not interrupted')
+  const late = relay(pool)
+  await app.arrived(3)
+  late.relay.abort(new DeadlineExceededError(1))
+  t.equal((await late.outcome()).interrupted, undefined, 'a deadline: not interrupted')
+  const canceled = relay(pool)
+  await app.arrived(4)
+  canceled.relay.abort(new RunCanceledError())
+  t.equal((await canceled.outcome()).interrupted, undefined, 'a cancel: not interrupted')
+  const done = relay(pool)
+  answer(await app.arrived(5), 503, '"busy"')
+  t.same(settled(await done.outcome()), { status: 'failed', statusCode: 503, resultJson: '"busy"', error: 'app answered 503' }, 'any status the app answers: not interrupted')
 })
 
 t.test('an event whose recording broke the run (the runner aborts with 500): failed 500, mid-stream or on the last event', async t => {

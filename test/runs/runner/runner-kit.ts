@@ -138,6 +138,8 @@ export async function deadOrigin (): Promise<string> {
 }
 
 export interface StoreSettings {
+  /** RUN_MAX_ATTEMPTS as the store knows it (default 1). */
+  readonly maxAttempts?: number
   readonly queueTtlSeconds?: number
   readonly maxEvents?: number
   readonly queueDepth?: number
@@ -152,6 +154,7 @@ export async function memoryStore (t: Test, settings: StoreSettings = {}): Promi
     queueDepth: settings.queueDepth ?? 1000,
     queueMaxBytes: 1 << 24,
     queueTtlSeconds: settings.queueTtlSeconds,
+    maxAttempts: settings.maxAttempts,
     scope
   })
   t.teardown(async () => { await store.close() })
@@ -296,6 +299,8 @@ export interface KitOptions {
   readonly tracer?: Tracer
   /** APP_CANCEL_PATH set (default true): the run ids the runner asked to cancel at the app. */
   readonly cancelAtApp?: boolean
+  /** RUN_MAX_ATTEMPTS as the runner knows it (default 1; the store has its own, in its settings). */
+  readonly maxAttempts?: number
   /** Store to run from (default: a fresh memory store). */
   readonly store?: RunStore
   /** The app's origin (default: the test app's). */
@@ -347,6 +352,7 @@ export async function runnerKit (t: Test, app: TestApp | undefined, options: Kit
     maxEventBytes: options.maxEventBytes ?? 1 << 16,
     deadlineSeconds: options.deadlineSeconds ?? 0,
     queueTtlSeconds: options.queueTtlSeconds ?? 86_400,
+    maxAttempts: options.maxAttempts ?? 1,
     replicaConcurrency,
     runsTotal,
     cancels,

@@ -2,7 +2,7 @@ import { AsyncQueueFullError, BodyTooLargeError } from '../../../errors.ts'
 import { FairQueue } from '../../../shared/fair-queue.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS, expiryError, queuedExpiry } from '../../run-expiry.ts'
 import { setLongTimeout } from '../../../shared/longest-timer.ts'
-import { expiredRecord, queuedRecord, startedRecord } from '../../run-record.ts'
+import { expiredRecord, nextAttempt, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import type { NewRun, RunView, TakenRun } from '../../run-data.ts'
 import { keyOf, type MemoryRun, type MemoryRuns, scopeKeyOf, viewOf } from './memory-runs.ts'
@@ -199,11 +199,16 @@ export class MemoryQueue implements RunQueue {
     return next
   }
 
-  /** A run taken is started in the same step (as the Redis store's TAKE does): it runs in the free slot its taker holds. */
+  /**
+   * A run taken is started in the same step (as the Redis store's TAKE does): it runs in the free
+   * slot its taker holds. Attempts counted (RUN_MAX_ATTEMPTS above 1), it is its first: in memory a
+   * run is never queued again for another.
+   */
   #give (run: MemoryRun): TakenRun {
-    const taken: TakenRun = { ...run.submitted as NewRun, urgency: run.urgency, caller: run.caller, webhook: run.webhook, entry: '' }
+    const attempt = (this.#runs.settings.maxAttempts ?? 1) > 1 ? nextAttempt(run.record) : undefined
+    const taken: TakenRun = { ...run.submitted as NewRun, urgency: run.urgency, caller: run.caller, webhook: run.webhook, entry: '', ...attempt === undefined ? {} : { attempt } }
     run.taken = true
-    run.record = startedRecord(run.record, taken.createdAt, Date.now())
+    run.record = startedRecord(run.record, taken.createdAt, Date.now(), attempt)
     run.expiry?.clear()
     this.#runs.uncountQueued(run)
     this.#runs.countWaiting(run, -1)

@@ -14,11 +14,14 @@ const PAGE_BYTES = 1024 * 1024
  */
 const FIRST_PAGE = 8
 
+/** A live event: its number, its data, and its name (`retry`: written by RETRY, field `r`; a data event: undefined). */
+interface LiveEvent { readonly n: number, readonly data: string, readonly event: 'retry' | undefined }
+
 /** One follower's subscription to a run's live channel. */
 export class Listening {
   readonly signal: AbortSignal
   /** Live events not pulled yet, in order. */
-  pending: Array<{ n: number, data: string }> = []
+  pending: LiveEvent[] = []
   /** The length of their data. */
   pendingBytes = 0
   /** Live messages were dropped (a slow reader, a reconnect): read the kept events. */
@@ -43,14 +46,15 @@ export class Listening {
     } else {
       const newline = message.indexOf('\n')
       const data = message.slice(newline + 1)
-      this.pending.push({ n: Number(message.slice(0, newline)), data })
+      const retry = message.startsWith('r')
+      this.pending.push({ n: Number(message.slice(retry ? 1 : 0, newline)), data, event: retry ? 'retry' : undefined })
       this.pendingBytes += data.length
     }
     this.wakeUp()
   }
 
   /** The first live event not pulled yet, taken out. */
-  shift (): { n: number, data: string } | undefined {
+  shift (): LiveEvent | undefined {
     const head = this.pending.shift()
     if (head !== undefined) this.pendingBytes -= head.data.length
     return head
@@ -80,7 +84,7 @@ export class Listening {
 /**
  * Run followers over the store's request connection, subscribed to channels as well (RESP3: its
  * messages come as push frames beside the replies): a channel per run carries its events
- * (`<n>\n<data>`) and its end (`done`); a follower reads the kept events (XRANGE) to start, to
+ * (`<n>\n<data>`; a retry event `r<n>\n<data>`) and its end (`done`); a follower reads the kept events (XRANGE) to start, to
  * catch up after falling behind or a reconnect, and takes live events straight from the messages
  * while it keeps up.
  */
@@ -150,7 +154,7 @@ export class RedisFollow {
         const head = pending[0]
         if (!listening.stale && head !== undefined && head.n === next) {
           listening.shift()
-          yield { type: 'event', n: next++, data: head.data }
+          yield eventItem(next++, head.data, head.event)
           continue
         }
         if (listening.stale || listening.done || (head !== undefined && head.n > next)) {
@@ -164,7 +168,7 @@ export class RedisFollow {
             page = Math.max(1, Math.min(PAGE, Math.floor(entries.length * PAGE_BYTES / Math.max(bytes, 1))))
             for (const [id, fields] of entries) {
               const n = eventNumber(id)
-              yield { type: 'event', n, data: fields[1] as string }
+              yield eventItem(n, fields[1] as string, fields[0] === 'r' ? 'retry' : undefined)
               next = n + 1
             }
             continue
@@ -213,6 +217,10 @@ export class RedisFollow {
     if (!this.#closed) this.#pubsub.unsubscribe(channel)
   }
 }
+
+/** An event as a reader gets it: a data event (field `d`), or a retry event (field `r`). */
+const eventItem = (n: number, data: string, event: 'retry' | undefined): RunEventItem =>
+  event === undefined ? { type: 'event', n, data } : { type: 'event', n, data, event }
 
 /** Event n is kept under the entry id `0-<n+1>`. */
 const eventNumber = (id: string): number => Number(id.slice(id.indexOf('-') + 1)) - 1

@@ -28,8 +28,17 @@ export interface TakeReply {
   readonly started?: StartedTake
 }
 
-/** What TAKE's start wrote and read: the record as started, the request (JSON), body and webhook (null none). */
-export interface StartedTake { readonly record: string, readonly request: Buffer | null, readonly body: Buffer | null, readonly webhook: Buffer | null }
+/**
+ * What TAKE's start wrote and read: the record as started, the request (JSON), body and webhook
+ * (null none); counting attempts, the number of the run's first event (its attempts before had theirs).
+ */
+export interface StartedTake {
+  readonly record: string
+  readonly request: Buffer | null
+  readonly body: Buffer | null
+  readonly webhook: Buffer | null
+  readonly firstEvent?: number
+}
 
 /**
  * What TAKE answers: a run taken and started (`drained`: no turn left; `seen`: entries of the
@@ -47,9 +56,10 @@ function takeReply (reply: unknown): TakeOutcome {
   const taken = arrayReply('TAKE', reply)
   if (taken.length === 1) return { kind: 'none', seen: integerReply('TAKE', taken[0]) }
   if (taken.length === 2 && taken[0] === -1) return { kind: 'capped', urgency: integerReply('TAKE', taken[1]) }
-  if (taken.length !== 12) throw unexpectedReply('TAKE', reply)
-  const [runId, entry, queued, urgency, caller, drained, seen, next, record, request, body, webhook] = taken
+  if (taken.length !== 12 && taken.length !== 13) throw unexpectedReply('TAKE', reply)
+  const [runId, entry, queued, urgency, caller, drained, seen, next, record, request, body, webhook, firstEvent] = taken
   if (typeof next !== 'number' && textReply('TAKE', next) !== '') throw unexpectedReply('TAKE', reply)
+  const started: StartedTake = { record: textReply('TAKE', record), request: bytesReply('TAKE', request), body: bytesReply('TAKE', body), webhook: bytesReply('TAKE', webhook) }
   return {
     kind: 'taken',
     run: {
@@ -58,7 +68,7 @@ function takeReply (reply: unknown): TakeOutcome {
       queued: textReply('TAKE', queued),
       urgency: textReply('TAKE', urgency),
       caller: textReply('TAKE', caller),
-      started: { record: textReply('TAKE', record), request: bytesReply('TAKE', request), body: bytesReply('TAKE', body), webhook: bytesReply('TAKE', webhook) }
+      started: firstEvent === undefined ? started : { ...started, firstEvent: integerReply('TAKE', firstEvent) }
     },
     drained: codeReply('TAKE', drained, [1, 0]) === 1,
     seen: integerReply('TAKE', seen),
@@ -73,7 +83,7 @@ function takeReply (reply: unknown): TakeOutcome {
 export const TAKE = defineScript({
   name: 'TAKE',
   keys: ['turns', 'fair', 'wake', 'queue', 'queuedBytes', 'dueSet', 'index'],
-  args: ['taker', 'runKeyPrefix', 'look', 'cappedCallers', 'startedAtMs', 'startedAtIso', 'woken'],
+  args: ['taker', 'runKeyPrefix', 'look', 'cappedCallers', 'startedAtMs', 'startedAtIso', 'woken', 'attempts'],
   reply: takeReply,
   buffers: true
 })
@@ -99,6 +109,20 @@ export const RELEASE = defineScript({
   reply: reply => codeReply('RELEASE', reply, [1, 0]) === 1
 })
 
+/**
+ * A run whose attempt was interrupted goes back to the queue for its next attempt, its retry event
+ * appended (lua/retry.lua): that event's number, or undefined when its record had changed.
+ */
+export const RETRY = defineScript({
+  name: 'RETRY',
+  keys: ['run', 'queue', 'turns', 'fair', 'wake', 'queuedBytes', 'dueSet', 'index', 'events'],
+  args: ['oldRecord', 'newRecord', 'entry', 'runId', 'ranMs', 'avoid', 'event', 'liveChannel'],
+  reply: reply => {
+    const n = integerReply('RETRY', reply)
+    return n === -1 ? undefined : n
+  }
+})
+
 /** The app's queued runs by urgency, 0 to 7 (lua/turns-by-urgency.lua). */
 export const TURNS_BY_URGENCY = defineScript({
   name: 'TURNS_BY_URGENCY',
@@ -116,4 +140,4 @@ export const RUNNING = defineScript({
 })
 
 /** Every script above: loaded as a connection becomes ready. */
-export const QUEUE_SCRIPTS = [SUBMIT, TAKE, START_READ, RELEASE, TURNS_BY_URGENCY, RUNNING].flatMap(script => script.scripts)
+export const QUEUE_SCRIPTS = [SUBMIT, TAKE, START_READ, RELEASE, RETRY, TURNS_BY_URGENCY, RUNNING].flatMap(script => script.scripts)

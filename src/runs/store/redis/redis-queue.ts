@@ -4,29 +4,16 @@ import { queuedRecord, startedRecord } from '../../run-record.ts'
 import type { RunQueue } from '../run-queue.ts'
 import { type NewRun, type RunOutcome, type RunRecord, type RunView, type TakenRun, UNREAD_REQUEST } from '../../run-data.ts'
 import type { RedisRecords } from './redis-records.ts'
-import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
+import { attemptIn, attemptTakenOver, countsAttempts } from './redis-attempts.ts'
+import { guard, type RedisContext, ScopeKeys, scopeOfQueue } from './redis-context.ts'
+import { requestJson, wholeRun } from './redis-run-request.ts'
 import { GROUP, RELEASE, RUNNING, START_READ, SUBMIT, type TakeReply, TURNS_BY_URGENCY } from './redis-queue-scripts.ts'
 import { CAPPED, STALE, TurnTaker } from './redis-take.ts'
 import { DEFAULT_QUEUE_TTL_SECONDS, queuedExpiry } from '../../run-expiry.ts'
 import { DEFAULT_URGENCY } from '../../../shared/fair-queue.ts'
 
-/** The stored request, without its body (kept as raw bytes beside it). */
-interface RequestJson { method: string, path: string, headers: string[], hasBody: boolean }
-
 /** A queue entry: the queue's key, the entry's id and the run it names (what the reaper hands back). */
 interface QueueEntry { queue: string, id: string, runId: string }
-
-/** A run taken (`unread`), with its request, body and webhook as stored; undefined when its request is gone. */
-function wholeRun (run: TakenRun, request: Buffer | null, body: Buffer | null, webhook: Buffer | null): TakenRun | undefined {
-  if (request === null) return undefined
-  const req = JSON.parse(request.toString()) as RequestJson
-  const { unread: _, ...taken } = run
-  return {
-    ...taken,
-    webhook: webhook === null ? undefined : parseWebhook(webhook.toString()),
-    request: { method: req.method, path: req.path, headers: req.headers, body: req.hasBody ? body ?? Buffer.alloc(0) : null }
-  }
-}
 
 /**
  * How long one blocking wait for a wake-up lasts before the queue is asked again: an idle
@@ -68,7 +55,6 @@ export class RedisQueue implements RunQueue {
   async submit (run: NewRun): Promise<RunView> {
     const keys = new ScopeKeys(run.scope)
     const record = queuedRecord(run)
-    const request: RequestJson = { method: run.request.method, path: run.request.path, headers: [...run.request.headers], hasBody: run.request.body !== null }
     const { queueDepth, queueMaxBytes } = this.#ctx.settings
     if ((run.request.body?.length ?? 0) > queueMaxBytes) throw new BodyTooLargeError(queueMaxBytes)
     // a Cancel-After sooner than the queue's TTL puts the run in the due set; the TTL alone is found from the queued index (redis-due.ts)
@@ -76,7 +62,7 @@ export class RedisQueue implements RunQueue {
     const expiry = limit.cancelAfter ? limit.at : undefined
     const outcome = await guard(SUBMIT.call(this.#ctx.redis, {
       run: keys.run(run.runId), queue: keys.queue, queuedBytes: keys.queuedBytes, dueSet: keys.expiry, index: keys.runs, turns: keys.turns, fair: keys.fair, wake: keys.wake,
-      record: JSON.stringify(record), request: JSON.stringify(request), body: run.request.body ?? '',
+      record: JSON.stringify(record), request: requestJson(run), body: run.request.body ?? '',
       webhook: run.webhook === undefined ? '' : JSON.stringify(run.webhook), depth: queueDepth, runId: run.runId, maxBytes: queueMaxBytes,
       expiry: expiry ?? '', createdAtMs: run.createdAt, urgency: run.urgency ?? '', caller: run.caller ?? ''
     }))
@@ -270,7 +256,7 @@ export class RedisQueue implements RunQueue {
       if (read) {
         const [view, raw, , owner] = await ctx.readOrMissing(keys, run.runId)
         // this start written already: its answer was lost (a timeout, a dropped connection) and the start tried again
-        if (view?.record.status === 'running' && owner === ctx.consumer) return await this.#withRequest(keys, run)
+        if (view?.record.status === 'running' && owner === ctx.consumer) return await this.#withRequest(keys, { ...run, attempt: view.record.attempt })
         if (view?.record.status === 'running') {
           // another sidecar took the run over while this one was silent (a pause) and runs it: its entry is the other's now
           ctx.lease.held.delete(run.entry)
@@ -282,7 +268,9 @@ export class RedisQueue implements RunQueue {
         }
         old = raw
       }
-      const json = JSON.stringify(startedRecord(JSON.parse(old as string) as RunRecord, run.createdAt, startedAt))
+      const queued = JSON.parse(old as string) as RunRecord
+      const attempt = countsAttempts(ctx) ? await attemptTakenOver(ctx, keys, run.runId, queued) : undefined
+      const json = JSON.stringify(startedRecord(queued, run.createdAt, startedAt, attempt?.attempt, attempt?.ranMs))
       // its request and webhook read in the same step
       const started = await guard(START_READ.call(ctx.redis, {
         run: keys.run(run.runId), queuedBytes: keys.queuedBytes, dueSet: keys.expiry, index: keys.runs,
@@ -290,16 +278,17 @@ export class RedisQueue implements RunQueue {
       }))
       if (started === undefined) continue
       ctx.known.set(run.entry, json)
-      const whole = wholeRun(run, started.request, started.body, started.webhook)
+      const whole = wholeRun(attempt === undefined ? run : { ...run, attempt: attempt.attempt, firstEvent: attempt.firstEvent }, started.request, started.body, started.webhook)
       if (whole === undefined) throw new Error(`async run ${run.runId} started without its request`)
       return whole
     }
   }
 
-  /** A run this store started already: its request and webhook (kept until it ends). */
+  /** A run this store started already: its request and webhook (kept until it ends), and the number of its first event. */
   async #withRequest (keys: ScopeKeys, run: TakenRun): Promise<TakenRun | undefined> {
-    const [request, body, webhook] = await guard(this.#ctx.redis.hmgetBuffer(keys.run(run.runId), 'request', 'body', 'webhook'))
-    return wholeRun(run, request ?? null, body ?? null, webhook ?? null)
+    const [request, body, webhook, events] = await guard(this.#ctx.redis.hmgetBuffer(keys.run(run.runId), 'request', 'body', 'webhook', 'events'))
+    const first = run.attempt === undefined ? run : { ...run, firstEvent: Number(events?.toString() ?? 0) }
+    return wholeRun(first, request ?? null, body ?? null, webhook ?? null)
   }
 
   async release (run: TakenRun): Promise<void> {
@@ -361,7 +350,9 @@ export class RedisQueue implements RunQueue {
     }
     ctx.known.set(entry, started.record)
     this.#asQueued.set(entry, record)
-    const whole = wholeRun(run, started.request, started.body, started.webhook)
+    // counting attempts, TAKE counted this one in the record, and told where its events start
+    const counted = started.firstEvent === undefined ? run : { ...run, attempt: attemptIn(started.record), firstEvent: started.firstEvent }
+    const whole = wholeRun(counted, started.request, started.body, started.webhook)
     if (whole === undefined) throw new Error(`async run ${runId} started without its request`)
     return whole
   }

@@ -1,5 +1,6 @@
 import { finishedRecord, isFinished, REPLICA_LOST } from '../../run-record.ts'
 import type { RunView, TakenRun } from '../../run-data.ts'
+import { retryAttempt } from './redis-attempts.ts'
 import { guard, type RedisContext, ScopeKeys, scopeOfQueue, parseWebhook } from './redis-context.ts'
 import type { RedisDeliveries } from './redis-deliveries.ts'
 import type { RedisQueue } from './redis-queue.ts'
@@ -30,7 +31,8 @@ const groupOf = (stream: string): string => stream.endsWith(':deliveries') ? SEN
  * Idempotency-Key claims and moves its lease in the app's due set (`lease:<consumer>`, the time by
  * which it must beat again). When a lease falls due (redis-due.ts: its sidecar is lost, or paused)
  * the reaper takes over the entries of lost sidecars (XAUTOCLAIM): a run that had not started runs
- * here, one that had is failed with "replica lost", a delivery gets its remaining attempts here; a
+ * here, one that had is queued again for its next attempt when it has one left (RUN_MAX_ATTEMPTS),
+ * else failed with "replica lost", a delivery gets its remaining attempts here; a
  * lost sidecar's keyed sync runs fail "replica lost". An idle sidecar sends none of this.
  */
 export class RedisReaper {
@@ -190,24 +192,36 @@ export class RedisReaper {
     for (const [id, fields] of reply[1]) {
       const runId = fields?.[1]
       if (runId === undefined) continue
-      const [view, raw] = await ctx.readOrMissing(keys, runId)
+      const [view, raw, , owner] = await ctx.readOrMissing(keys, runId)
       if (view?.record.status === 'queued') {
         await this.#queue.reclaim({ queue, id, runId })
       } else if (view?.record.status === 'running') {
-        await this.#failLost(keys, runId, id, view, raw)
+        if (!await this.#retryLost(keys, runId, id, view, raw, owner)) await this.#failLost(keys, runId, id, view, raw)
       } else {
         await ctx.forget(keys, id)
       }
     }
   }
 
-  /** A run whose sidecar was lost mid-run: failed, never run again; this sidecar sends its webhook. */
+  /**
+   * A run whose sidecar was lost mid-attempt, with attempts left (RUN_MAX_ATTEMPTS): queued again
+   * for its next attempt, kept a moment from the lost sidecar (should it come back). False when it
+   * has none left, or its record changed meanwhile.
+   */
+  async #retryLost (keys: ScopeKeys, runId: string, entry: string, view: RunView, raw: string, owner: string): Promise<boolean> {
+    const { attempt } = view.record
+    if (attempt === undefined || attempt >= (this.#ctx.settings.maxAttempts ?? 1)) return false
+    const record = JSON.parse(raw) as RunView['record']
+    return await retryAttempt(this.#ctx, { keys, runId, entry, raw, record, reason: 'replica lost', at: Date.now(), lostBy: owner })
+  }
+
+  /** A run whose sidecar was lost mid-run, with no attempt left: failed, never run again; this sidecar sends its webhook. */
   async #failLost (keys: ScopeKeys, runId: string, entry: string, view: RunView, raw: string): Promise<void> {
     const now = Date.now()
     const startedAt = view.record.started_at === undefined ? now : Date.parse(view.record.started_at)
     const resultJson = JSON.stringify({ message: REPLICA_LOST.message })
     const record = finishedRecord(view.record, {
-      status: 'failed', statusCode: REPLICA_LOST.statusCode, resultJson, runTimeMs: now - startedAt, error: REPLICA_LOST.message, completedAt: now
+      status: 'failed', statusCode: REPLICA_LOST.statusCode, resultJson, runTimeMs: now - startedAt, error: REPLICA_LOST.message, completedAt: now, interrupted: 'replica lost'
     })
     const webhook = await this.#ctx.redis.hget(keys.run(runId), 'webhook')
     // the run's owner becomes this sidecar: the lost one, should it come back, writes no more events

@@ -1,8 +1,9 @@
 import { EventBeyondLastError, RunFinishedError, RunIdTakenError, RunNotAsyncError, RunNotFoundError } from '../../../errors.ts'
-import { canceledRecord, finishedRecord, isFinished, queuedRecord, startedRecord } from '../../run-record.ts'
+import { canceledRecord, finishedRecord, isFinished, pastAttempt, queuedRecord, startedRecord } from '../../run-record.ts'
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
 import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../../run-data.ts'
+import { retryAttempt } from './redis-attempts.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { endDeliveryId, heldEndDelivery, holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
@@ -108,6 +109,11 @@ export class RedisRecords implements RunRecords {
       const [view, raw, , owner] = await ctx.readOrMissing(keys, run.runId)
       if (view === undefined) return await this.#vanished(keys, run, outcome)
       const { status } = view.record
+      // fencing: this attempt was interrupted (its sidecar taken for lost) and the run queued again, or run again
+      if (pastAttempt(view.record, run.attempt)) {
+        ctx.lease.held.delete(run.entry)
+        return { ...view, endedElsewhere: true }
+      }
       // its start lost in a failover (the record queued again, its entry still this sidecar's): it did run, here
       const lostStart = status === 'queued' && owner === ''
       const endedAlready = status !== 'running' && !lostStart // finished or canceled
@@ -124,7 +130,7 @@ export class RedisRecords implements RunRecords {
         // a cancel came first (this sidecar reports it), or another sidecar took this one for lost and ended or ran the run (that stands)
         return status === 'canceled' ? view : { ...view, endedElsewhere: true }
       }
-      const running = lostStart ? startedRecord(view.record, run.createdAt, outcome.completedAt - outcome.runTimeMs) : view.record
+      const running = lostStart ? startedRecord(view.record, run.createdAt, outcome.completedAt - outcome.runTimeMs, run.attempt) : view.record
       const ended = await this.#end(keys, run, raw, finishedRecord(running, outcome), outcome, view.async, deliveryOf)
       if (ended !== undefined) return ended
     }
@@ -152,6 +158,21 @@ export class RedisRecords implements RunRecords {
     ctx.lease.held.delete(run.entry)
     if (run.entry !== '') ctx.lease.ended.set(run.entry, { keys, runId: run.runId, record: finished, resultJson: outcome.resultJson })
     return ended
+  }
+
+  async retry (run: TakenRun, outcome: RunOutcome): Promise<boolean> {
+    const ctx = this.#ctx
+    const keys = new ScopeKeys(run.scope)
+    const reason = outcome.interrupted
+    if (reason === undefined) return false
+    await this.#writers.get(writerKey(run))?.flushed() // its events before its retry event
+    const known = run.entry === '' ? undefined : ctx.known.get(run.entry)
+    const attempt = { keys, runId: run.runId, entry: run.entry, reason, at: outcome.completedAt, lostBy: ctx.consumer }
+    // the record as this sidecar started it: unless a cancel (or a takeover) changed it since, one step
+    if (known !== undefined && await retryAttempt(ctx, { ...attempt, raw: known, record: JSON.parse(known) as RunRecord })) return true
+    const [view, raw, , owner] = await ctx.readOrMissing(keys, run.runId)
+    if (view?.record.status !== 'running' || owner !== ctx.consumer || pastAttempt(view.record, run.attempt)) return false
+    return await retryAttempt(ctx, { ...attempt, raw, record: JSON.parse(raw) as RunRecord })
   }
 
   /**

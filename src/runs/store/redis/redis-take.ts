@@ -1,3 +1,4 @@
+import { countsAttempts } from './redis-attempts.ts'
 import type { RedisClient } from './redis-connect.ts'
 import { guard, type RedisContext } from './redis-context.ts'
 import type { FieldsOf } from './redis-named-script.ts'
@@ -67,7 +68,7 @@ export class TurnTaker {
       fields: {
         turns: own.turns, fair: own.fair, wake: own.wake, queue: own.queue, queuedBytes: own.queuedBytes, dueSet: own.expiry, index: own.runs,
         taker: ctx.consumer, runKeyPrefix: own.run(''), look: look ? LOOK_PAGE : 0, cappedCallers: this.capped().join('\n'),
-        startedAtMs: now, startedAtIso: new Date(now).toISOString(), woken: woken ? '1' : ''
+        startedAtMs: now, startedAtIso: new Date(now).toISOString(), woken: woken ? '1' : '', attempts: countsAttempts(ctx) ? '1' : ''
       },
       look
     }

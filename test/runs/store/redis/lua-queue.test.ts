@@ -1,48 +1,23 @@
 import t from 'tap'
 import { startedRecord } from '../../../../src/runs/run-record.ts'
 import type { RunRecord } from '../../../../src/runs/run-data.ts'
-import { GROUP, RELEASE, RUNNING, START_READ, SUBMIT, TAKE, type TakeOutcome, TURNS_BY_URGENCY } from '../../../../src/runs/store/redis/redis-queue-scripts.ts'
-import { pendingOf, scriptRedis, streamOf, zsetOf } from '../../../helpers/redis-state.ts'
+import { GROUP, RELEASE, RUNNING, START_READ, TAKE, TURNS_BY_URGENCY } from '../../../../src/runs/store/redis/redis-queue-scripts.ts'
+import { luaSource } from '../../../../src/runs/store/redis/redis-lua-file.ts'
+import { pendingOf, redisNow, scriptRedis, streamOf, zsetOf } from '../../../helpers/redis-state.ts'
+import { CREATED, K, memberOf, queueCalls, REQUEST, runKey, SPAN, STARTED_AT } from './queue-state.ts'
 
 // The queue's scripts on hand-made key states: a run submitted (its hash, turn, fair tags, wake-up,
 // indexes and bytes), taken in the turn order (urgency, then round robin across callers, capped
 // callers passed over, stale turns dropped) and started in the same step, given back exactly as it
 // was, and a take refused whole by a Redis out of memory.
 
-const P = 'as:{p/a}'
-const SPAN = 2 ** 40
-const K = {
-  queue: `${P}:queue`, queuedBytes: `${P}:queued-bytes`, dueSet: `${P}:expiry`, index: `${P}:runs`, turns: `${P}:turns`, fair: `${P}:fair`, wake: `${P}:wake`
-}
-const run = (id: string): string => `${P}:run:${id}`
-const CREATED = 1_000
+const run = runKey
 const queuedOf = (id: string): RunRecord => ({ run_id: id, status: 'queued', created_at: new Date(CREATED).toISOString() })
-const REQUEST = '{"method":"POST","path":"/work","headers":[],"hasBody":true}'
-/** A turn's member: the submission's stream id zero-padded (15 + 8 digits), the run id, a space, the caller. */
-const memberOf = (entry: string, id: string, caller = ''): string => {
-  const [ms = '', seq = ''] = entry.split('-')
-  return `${ms.padStart(15, '0')}${seq.padStart(8, '0')}${id} ${caller}`
-}
 
 t.test('the queue scripts', async t => {
   const redis = await scriptRedis(t)
 
-  const submit = (id: string, fields: Partial<Parameters<typeof SUBMIT.call>[1]> = {}): ReturnType<typeof SUBMIT.call> => SUBMIT.call(redis, {
-    run: run(id), queue: K.queue, queuedBytes: K.queuedBytes, dueSet: K.dueSet, index: K.index, turns: K.turns, fair: K.fair, wake: K.wake,
-    record: JSON.stringify(queuedOf(id)), request: REQUEST, body: 'hello', webhook: '', depth: 100, runId: id, maxBytes: 1000,
-    expiry: '', createdAtMs: CREATED, urgency: '', caller: '', ...fields
-  })
-  const STARTED_AT = 5_000
-  const take = (fields: Partial<Parameters<typeof TAKE.call>[1]> = {}): Promise<TakeOutcome> => TAKE.call(redis, {
-    ...K, taker: 'sidecar-a', runKeyPrefix: run(''), look: '0', cappedCallers: '', startedAtMs: STARTED_AT, startedAtIso: new Date(STARTED_AT).toISOString(),
-    woken: '', ...fields
-  })
-  /** The run id TAKE took ('' none taken), and what it tells of the queue. */
-  const takeId = async (fields: Partial<Parameters<typeof TAKE.call>[1]> = {}): Promise<string> => {
-    const taken = await take(fields)
-    return taken.kind === 'taken' ? taken.run.runId : ''
-  }
-  const entryOf = async (id: string): Promise<string> => await redis.hget(run(id), 'entry') as string
+  const { submit, take, takeId, entryOf } = queueCalls(redis, queuedOf)
 
   t.test('SUBMIT records the run queued, its turn, its wake-up and its index; no due set without an expiry', async t => {
     t.equal(await submit('r1'), 'queued')
@@ -200,6 +175,24 @@ t.test('the queue scripts', async t => {
     await submit('r4')
     t.match(await take(), { kind: 'taken', run: { runId: 'r4' }, drained: true })
     t.equal(await redis.exists(K.wake), 0, 'drained, not woken: the list goes')
+  })
+
+  t.test('TAKE behind a BLPOP (woken) runs as the wait ends: it starts the run at Redis\'s time, not the time it was sent', async t => {
+    await submit('r1', { createdAtMs: Date.now() })
+    const before = await redisNow(redis)
+    const taken = await take({ woken: '1' }) // sent with STARTED_AT, long before
+    const after = await redisNow(redis)
+    if (taken.kind !== 'taken' || taken.run.started === undefined) throw new Error('not taken')
+    const record = JSON.parse(taken.run.started.record) as RunRecord
+    const startedAt = Date.parse(record.started_at as string)
+    t.ok(startedAt >= before && startedAt <= after, `started at ${record.started_at}, Redis's time`)
+    t.ok((record.queue_time_ms ?? -1) >= 0, `queue_time_ms ${record.queue_time_ms} from its created_at`)
+  })
+
+  t.test('isoTime (started.lua) writes epoch ms as toISOString does, leap days and centuries included', async t => {
+    const times = [0, 1, 999, 86_399_999, 951_782_400_000, 951_868_799_999, 1_709_164_800_123, 4_107_542_399_999, 4_102_444_800_000, Date.now()]
+    const written = await redis.eval(`${luaSource('started.lua')}\nlocal out = {}\nfor i = 1, #ARGV do out[i] = isoTime(tonumber(ARGV[i])) end\nreturn out`, 0, ...times) as string[]
+    t.same(written, times.map(ms => new Date(ms).toISOString()))
   })
 
   t.test('TAKE reads a first page of 8 turns, then pages of 32: past it the wake list stays, capped runs are passed over', async t => {

@@ -173,7 +173,7 @@ t.test('the transition scripts', async t => {
   }
   const takeFields = (taker: string): Parameters<typeof TAKE.call>[1] => ({
     turns: K.turns, fair: K.fair, wake: K.wake, queue: K.queue, queuedBytes: K.queuedBytes, dueSet: K.expiry, index: K.index,
-    taker, runKeyPrefix: `${P}:run:`, look: '0', cappedCallers: '', startedAtMs: 5000, startedAtIso: new Date(5000).toISOString(), woken: ''
+    taker, runKeyPrefix: `${P}:run:`, look: '0', cappedCallers: '', startedAtMs: 5000, startedAtIso: new Date(5000).toISOString(), woken: '', attempts: ''
   })
   const endAndTake = (fields: Partial<TransitionFields>): Promise<TakeOutcome | undefined> => {
     const end = TRANSITION.build(fieldsOf(fields))

@@ -1,16 +1,24 @@
 -- TAKE: takes the app's next queued run for a sidecar holding a free slot, and starts it, in one step.
 -- KEYS: turns, fair, wake, queue, queued bytes, due set, index
--- ARGV: taker, run key prefix, look, capped callers, started at ms, started at iso, woken
--- Returns: {run id, entry, record as queued, urgency ('' none), caller, drained (1: no turn left, else 0), entries looked at, the urgency of the next turn ('' none), record as started, request, body, webhook (false none)} taken; {entries looked at} none queued; {-1, the urgency of the first} every run left is a capped caller's; 0 none taken after PAGES pages of turns (ask again)
+-- ARGV: taker, run key prefix, look, capped callers, started at ms, started at iso, woken, attempts
+-- Returns: {run id, entry, record as queued, urgency ('' none), caller, drained (1: no turn left, else 0), entries looked at, the urgency of the next turn ('' none), record as started, request, body, webhook (false none)[, its first event]} taken; {entries looked at} none queued; {-1, the urgency of the first} every run left is a capped caller's (or kept from its taker); 0 none taken after PAGES pages of turns (ask again)
 --
 -- taker: its consumer name; look: entries to read at most ('0' none); capped callers: one per
 -- line ('' none); started at: the taker's clock, epoch ms and ISO 8601; woken: '1' sent behind a
--- BLPOP of the wake list (which leaves it empty when no turn is left), '' else.
+-- BLPOP of the wake list (which leaves it empty when no turn is left; the take runs as the wait
+-- ends, long after it was sent: it starts the run at Redis's time instead), '' else; attempts: '1'
+-- attempts are counted (RUN_MAX_ATTEMPTS above 1: the reply gains the number of the run's first
+-- event), '' else.
+-- Counting attempts, the run's record gains its attempt (started.lua's startedAttempt), its
+-- `queue_time_ms` leaves out the time its attempts before ran (`ran_ms`, RETRY's), and a run put
+-- back after an interrupted attempt is passed over, as a capped caller's is, by the taker that
+-- lost it (`avoid`: `<consumer> <until ms>`) until then, so that another replica with a free slot
+-- takes it (a wake-up is left for one: this taker's BLPOP may have used it).
 -- The first of the turn order (turn.lua) whose run is still queued and whose caller is not capped
 -- at the taker (CALLER_MAX_INFLIGHT: their runs keep their place, for replicas that can start
 -- them). The run is put in the taker's pending list of group `runners` (GROUP; XCLAIM FORCE: its
 -- lease, heartbeat, takeover by the reaper and fencing work on it) and its record moves queued →
--- running, owned by the taker (`started_at` the taker's clock, `queue_time_ms` from the run's
+-- running, owned by the taker (`started_at` the taker's clock, Redis's behind a BLPOP, `queue_time_ms` from the run's
 -- `at`: started.lua); its request, body and webhook are read in the same HMGET; it leaves the
 -- queued bytes, the due set (when its `Cancel-After` put it there) and the queued index, and joins
 -- the running index (as START_READ does for a run taken over). A turn whose run is gone
@@ -55,9 +63,21 @@ local function adoptUnread ()
   seen = seen + #read[1][2]
   return #read[1][2]
 end
+local startedMs, startedIso = tonumber(ARGV[5]), ARGV[6]
+if ARGV[7] == '1' then
+  local clock = redis.call('TIME')
+  startedMs = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  startedIso = isoTime(startedMs)
+end
 local capped = {}
 for caller in string.gmatch(ARGV[4], '[^\n]+') do capped[caller] = true end
-local skipped, firstCapped, empty = 0, nil, false
+local counting = ARGV[8] == '1'
+-- a run whose last attempt this taker lost, kept from it a moment
+local function kept (avoid)
+  local taker, untilMs = string.match(avoid or '', '^(.*) (%d+)$')
+  return taker == ARGV[1] and tonumber(untilMs) > startedMs
+end
+local skipped, firstCapped, empty, keptFrom = 0, nil, false, nil
 for round = 1, PAGES do
   local size = round == 1 and FIRST_PAGE or PAGE
   local page = redis.call('ZRANGE', KEYS[1], skipped, skipped + size - 1, 'WITHSCORES')
@@ -80,11 +100,21 @@ for round = 1, PAGES do
       local runKey = ARGV[2] .. runId
       local fields = redis.call('HMGET', runKey, 'record', 'entry', 'urgency', 'caller', 'request', 'body', 'webhook', 'queued_bytes', 'at', 'expires')
       local valid = fields[1] and fields[2] and string.find(fields[1], '"status":"queued"', 1, true)
+      local attempts = counting and valid and redis.call('HMGET', runKey, 'ran_ms', 'avoid', 'events')
+      local keep = attempts and kept(attempts[2])
+      if keep then
+        skipped = skipped + 1
+        firstCapped = firstCapped or urgency
+        keptFrom = keptFrom or urgency
+        valid = false
+      end
       local tag = score - urgency * TURN_SPAN
       -- the first write may grow memory: a Redis out of memory refuses the whole take there, not halfway
       if valid then redis.call('ZADD', KEYS[2], score, 'v' .. urgency) end
-      redis.call('ZREM', KEYS[1], member)
-      removed = removed + 1
+      if not keep then
+        redis.call('ZREM', KEYS[1], member)
+        removed = removed + 1
+      end
       if valid and #inGroup('XCLAIM', KEYS[4], 'runners', ARGV[1], 0, fields[2], 'FORCE', 'JUSTID') == 1 then
         -- the turns left: known when the page holds them all
         local short = #page < 2 * size
@@ -105,14 +135,18 @@ for round = 1, PAGES do
           local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
           if first[2] then next = math.floor(tonumber(first[2]) / TURN_SPAN) end
         end
-        local created = tonumber(fields[9] or redis.call('ZSCORE', KEYS[7] .. ':queued', runId) or ARGV[5])
-        local record = startedRecord(fields[1], tonumber(ARGV[5]) - created, ARGV[6])
+        local created = tonumber(fields[9] or redis.call('ZSCORE', KEYS[7] .. ':queued', runId) or startedMs)
+        local ran = attempts and tonumber(attempts[1] or '0') or 0
+        local record = startedRecord(fields[1], startedMs - created - ran, startedIso)
+        if counting then record = startedAttempt(record) end
         redis.call('HSET', runKey, 'record', record, 'owner', ARGV[1], 'queued_bytes', 0)
         moveIndex(KEYS[7], runId, 'queued', 'running', created)
         if fields[10] then redis.call('ZREM', KEYS[6], runId) end
         local queued = tonumber(fields[8] or '0')
         if queued > 0 and redis.call('DECRBY', KEYS[5], queued) < 0 then redis.call('SET', KEYS[5], 0) end
-        return { runId, fields[2], fields[1], fields[3] or '', fields[4] or '', left == 0 and 1 or 0, seen, next, record, fields[5] or false, fields[6] or false, fields[7] or false }
+        local reply = { runId, fields[2], fields[1], fields[3] or '', fields[4] or '', left == 0 and 1 or 0, seen, next, record, fields[5] or false, fields[6] or false, fields[7] or false }
+        if counting then reply[13] = tonumber(attempts[3] or '0') end
+        return reply
       end
     end
   end
@@ -122,5 +156,8 @@ if empty or (skipped == 0 and redis.call('EXISTS', KEYS[1]) == 0) then
   redis.call('DEL', KEYS[2], KEYS[3])
   return { seen }
 end
-if firstCapped then return { -1, firstCapped } end
+if firstCapped then
+  if keptFrom and redis.call('LLEN', KEYS[3]) == 0 then redis.call('RPUSH', KEYS[3], keptFrom) end
+  return { -1, firstCapped }
+end
 return 0
