@@ -91,8 +91,9 @@ t.test('a key set never fetched: /readyz says why (503), calls get 502 with the 
   const token = await issuer.sign('p')
   const r = await fetch(`${base}/v4/p/a/run`, { headers: { authorization: `Bearer ${token}`, 'x-request-id': 'no-keys' } })
   t.equal(r.status, 502)
+  t.same(await r.json(), { message: 'token keys unreachable: AUTH_JWKS_URL could not be fetched' }, 'an AUTH_JWKS_URL elsewhere than the store is named, not the store')
   const line = await child.waitForLine(line => line.runId === 'no-keys' && line.msg === 'request')
-  t.match(line, { status: 502, error: 'SIDECAR_STORE_UNREACHABLE' })
+  t.match(line, { status: 502, error: 'SIDECAR_TOKEN_KEYS_UNREACHABLE' })
   t.match(line.reason, `JWKS fetch failed: ${jwksUrl} answered 500`)
   t.notMatch(child.stdout, token, 'the token is never logged')
 
