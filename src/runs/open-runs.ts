@@ -76,6 +76,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
     maxAttempts: config.runMaxAttempts,
     replicaConcurrency: config.replicaConcurrency,
     runsTotal: metrics.runsTotal,
+    replica: config.replicaName,
     cancels: metrics.cancels,
     cancelAtApp: deps.cancelAtApp,
     logger,

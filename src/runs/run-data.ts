@@ -56,6 +56,8 @@ export interface RunView {
    * end stands, and this sidecar sends no webhook for it (the other did).
    */
   readonly endedElsewhere?: true
+  /** Set on a run another sidecar failed for lost: the lost sidecar's name (the replica that ran it). */
+  readonly ranBy?: string
   /** Set by `finish` when its webhook's delivery was written down with the end (a shared store): it is held, ready to send. */
   readonly delivery?: HeldDelivery
 }

@@ -68,7 +68,7 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   const headerRules = { dropAuthorization: verifier !== undefined, dropAcceptEncoding: config.runtime === 'cortex', upgrade: false }
   const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
   const boundedWait = createBoundedWait({
-    store: deps.runs, submitRun, maxResultBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal
+    store: deps.runs, submitRun, maxResultBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal, replica: config.replicaName
   })
   const forwardToApp = createAppForward({
     app: deps.app,
@@ -81,8 +81,8 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     watchWait: boundedWait.watch,
     cancelAtApp: deps.cancelAtApp
   })
-  const serveRunRoute = createRunRoutes({ store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal, calls: deps.calls, cancels: deps.metrics.cancels })
-  const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal })
+  const serveRunRoute = createRunRoutes({ store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal, calls: deps.calls, cancels: deps.metrics.cancels, logger: deps.logger })
+  const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal, replica: config.replicaName })
   // an async body no queue could hold is refused before it is read
   const asyncMaxBodyBytes = Math.min(config.maxBodyBytes, config.asyncQueueMaxBytes)
   const bodyLimit = (async: boolean): number => async ? asyncMaxBodyBytes : config.maxBodyBytes

@@ -7,6 +7,8 @@ import type { CancelCause, LabelledCounter } from '../../shared/metric-contracts
 import type { CallsByRunId } from '../../call/calls-by-run-id.ts'
 import type { StageCall } from '../../call/stage-call.ts'
 import type { RunRoute } from './run-route.ts'
+import { logRunEnd } from '../run-end-log.ts'
+import type { Logger } from 'pino'
 
 export interface RunCancelDeps {
   readonly store: RunStore
@@ -15,6 +17,8 @@ export interface RunCancelDeps {
   readonly calls: CallsByRunId
   /** sidecar_cancels_total: each cancel this route made counts as `request`. */
   readonly cancels: LabelledCounter<CancelCause>
+  /** Where a queued run this route canceled writes its run-end line. */
+  readonly logger?: Logger
 }
 
 /** How long a cancel of a recorded sync call waits for its end to be written (its sidecar writes it), and how often it looks. */
@@ -47,7 +51,10 @@ export function createRunCancel (deps: RunCancelDeps): (call: StageCall, route: 
     }
     deps.cancels.labels('request').inc()
     // a run canceled before it started is counted here; a running one by the sidecar that ran it
-    if (view.record.started_at === undefined) deps.runsTotal.labels('canceled').inc()
+    if (view.record.started_at === undefined) {
+      deps.runsTotal.labels('canceled').inc()
+      if (deps.logger !== undefined) logRunEnd(deps.logger, scope, view, 'none (never run)')
+    }
     if (!call.settled) sendJson(call.out, 200, recordJson(view), { 'x-request-id': call.runId })
   }
 

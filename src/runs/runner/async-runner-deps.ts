@@ -31,6 +31,8 @@ export interface AsyncRunnerDeps {
   /** REPLICA_CONCURRENCY (0: no limit, and then at most UNLIMITED_PARALLEL async runs at once). */
   readonly replicaConcurrency: number
   readonly runsTotal: LabelledCounter<RunStatus>
+  /** This replica's name in run-end lines (thisReplica: HOSTNAME, else the machine's). */
+  readonly replica?: string
   /** sidecar_cancels_total: a run's deadline counts here (a cancel, on the route that took it). */
   readonly cancels: LabelledCounter<CancelCause>
   /** APP_CANCEL_PATH's POST, for a run whose app request the sidecar cut; undefined: unset. */

@@ -1,3 +1,4 @@
+import { logRunEnd, thisReplica } from '../run-end-log.ts'
 import pRetry from 'p-retry'
 import { QueueExpiredError, ReplicaStoppedError, RunCanceledError, RunStoreUnavailableError, SIDECAR_INTERNAL, SidecarError } from '../../errors.ts'
 import { LAST_URGENCY, type Release } from '../../lifecycle/concurrency-gate.ts'
@@ -46,8 +47,11 @@ export class AsyncRunner implements RunStoreListener {
   #stopped: Promise<void> | undefined
   readonly #nextUrgency: () => number | undefined
 
+  readonly #replica: string
+
   constructor (deps: AsyncRunnerDeps) {
     this.#deps = deps
+    this.#replica = thisReplica(deps.replica)
     this.#maxParallel = deps.replicaConcurrency > 0 ? deps.replicaConcurrency : UNLIMITED_PARALLEL
     const { queue } = deps.store
     this.#nextUrgency = () => queue.nextUrgency?.()
@@ -74,14 +78,14 @@ export class AsyncRunner implements RunStoreListener {
 
   lost (run: TakenRun, view: RunView): void {
     this.#deps.runsTotal.labels(view.record.status).inc()
-    this.#deps.logger.warn({ runId: run.runId, projectId: run.scope.projectId, appName: run.scope.appName }, 'run failed: replica lost')
+    logRunEnd(this.#deps.logger, run.scope, view, view.ranBy ?? 'a lost replica')
     this.#sendWebhook(run, view)
   }
 
   expired (run: TakenRun, view: RunView): void {
     this.#deps.runsTotal.labels(view.record.status).inc()
     this.#deps.cancels.labels(view.record.error?.message === QUEUE_EXPIRED ? 'queue_ttl' : 'deadline').inc()
-    this.#deps.logger.info({ runId: run.runId, projectId: run.scope.projectId, appName: run.scope.appName, reason: view.record.error?.message }, 'queued run failed: time limit')
+    logRunEnd(this.#deps.logger, run.scope, view, 'none (never run)')
     this.#sendWebhook(run, view)
   }
 
@@ -269,6 +273,7 @@ export class AsyncRunner implements RunStoreListener {
       return
     }
     this.#deps.runsTotal.labels(view.record.status).inc()
+    logRunEnd(this.#deps.logger, run.scope, view, this.#replica)
     this.#sendWebhook(run, view)
   }
 

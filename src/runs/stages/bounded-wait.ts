@@ -45,6 +45,8 @@ export interface BoundedWaitDeps {
   readonly logger: Logger
   readonly runsTotal: LabelledCounter<RunStatus>
   readonly reportInternal: InternalErrorReporter
+  /** HOSTNAME: this replica's name in a run's end line. */
+  readonly replica?: string | undefined
 }
 
 /** What the bounded wait needs of the app request's relay: when it went, and handing its answer to a run. */
@@ -81,7 +83,7 @@ export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
     }
     const running = startedRecord(queuedRecord(submitted), createdAt, startedAt)
     const run: TakenRun = { ...submitted, entry: '', running, runningJson: JSON.stringify(running) }
-    const recorded = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal }
+    const recorded = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal, replica: deps.replica }
     const since = { forwardedAt: relay.forwardedAt, startedAt }
     const makeTee = (): RecordedRunTee => new RecordedRunTee(recorded, webhookTee, deps.maxResultBytes, since)
     if (!relay.outliveAsRun(makeTee)) return

@@ -33,6 +33,8 @@ export interface IdempotencyDeps {
   readonly runsTotal: LabelledCounter<RunStatus>
   /** Where an exception in a recorded run's store writes goes. */
   readonly reportInternal: InternalErrorReporter
+  /** HOSTNAME: this replica's name in a recorded run's end line. */
+  readonly replica?: string | undefined
 }
 
 /** A sync call recorded with its Idempotency-Key, whose slot keeps its answer. */
@@ -74,7 +76,7 @@ export function createIdempotency (deps: IdempotencyDeps): (call: StageCall) => 
     if (held === undefined) {
       call.keySlot = slot
       if (run !== undefined) {
-        const recorded: KeyedRun = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal, slot }
+        const recorded: KeyedRun = { store: deps.store, run, logger: deps.logger, runsTotal: deps.runsTotal, reportInternal: deps.reportInternal, replica: deps.replica, slot }
         call.recording = webhook => new RecordedRunTee(recorded, webhook, deps.maxAnswerBytes)
         keepSyncAnswer(deps, call, recorded)
       }

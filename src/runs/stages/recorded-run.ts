@@ -1,3 +1,4 @@
+import { logRunEnd, thisReplica } from '../run-end-log.ts'
 import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
 import type { RunStore } from '../store/run-store.ts'
@@ -21,6 +22,8 @@ export interface RecordedRun {
   readonly runsTotal: LabelledCounter<RunStatus>
   /** An exception in a store write: reported once, and the run ends failed (the caller's answer goes on). */
   readonly reportInternal: InternalErrorReporter
+  /** This replica's name in its run-end line (thisReplica: HOSTNAME, else the machine's). */
+  readonly replica?: string
   /** Its Idempotency-Key's slot: the answer is kept in it with the run's end, in one step (none: a call whose Prefer: wait ran out). */
   readonly slot?: string
   /** The answer the caller got, handed over as it ends (keepSyncAnswer), before the run's end is written. */
@@ -44,6 +47,8 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
   #startedAt = Date.now()
   #events = 0
   #done = false
+  /** The run's end being written (see written). */
+  #written: Promise<unknown> | undefined
   /** A store write threw: the run's end says so. */
   #broken = false
 
@@ -58,6 +63,9 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     this.#result = webhook?.capture ?? new ResultCapture(maxResultBytes)
     if (webhook !== undefined) webhook.onEnd = recordWebhookEnd(recorded.store.records, recorded.run.scope, recorded.run.runId, recorded.logger)
   }
+
+  /** Settles once the run's end is written (or could not be). */
+  get written (): Promise<unknown> | undefined { return this.#written }
 
   get status (): number { return this.#result.status }
   set status (status: number) { this.#result.status = status }
@@ -117,7 +125,11 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     // the sidecar's own 499 is a cancel (an app answering 499 ends through finish(), `app answered 499`)
     const status = error === undefined ? 'succeeded' : statusCode === CANCELED_STATUS && error === CANCELED_MESSAGE ? 'canceled' : 'failed'
     const finishing = store.records.finish(run, { status, statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
-      .then(view => { runsTotal.labels(view.record.status).inc() }, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
+      .then(view => {
+        runsTotal.labels(view.record.status).inc()
+        logRunEnd(logger, run.scope, view, thisReplica(recorded.replica))
+      }, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
+    this.#written = finishing
     if (keep !== undefined) recorded.kept = finishing
   }
 }

@@ -127,7 +127,7 @@ t.test('Prefer: respond-async asks for an async run and is not forwarded; the ot
 
 t.test('the record: queued → running → succeeded, each field once it applies, the result as the app sent it', async t => {
   const app = await appFor(t)
-  const h = await sidecarFor(t, app.url, { REPLICA_CONCURRENCY: '1' })
+  const h = await sidecarFor(t, app.url, { REPLICA_CONCURRENCY: '1', HOSTNAME: 'replica-under-test' })
   const client = runsClient({ base: h.base })
   const blocker = client.call('/hold/sync', { method: 'GET' })
   const syncHeld = await app.waitForHeld(1)
@@ -175,6 +175,22 @@ t.test('the record: queued → running → succeeded, each field once it applies
   t.ok(runMs >= 55 && runMs < heldFor + 1000, `run_time_ms ${runMs} covers the time the app took`)
   t.ok(Date.parse(done.record.completed_at as string) >= Date.parse(done.record.started_at as string))
   t.equal(await metric(h, 'sidecar_runs_total', { status: 'succeeded' }), 1)
+  // one line for the finished run, from the replica that ran it
+  const ended = h.logs.filter(line => line.msg === 'run finished')
+  t.same(ended.map(({ time: _time, ...line }) => line), [{
+    level: 30,
+    name: 'app-sidecar',
+    runId: 'progress',
+    projectId: 'p',
+    appName: 'a',
+    status: 'succeeded',
+    statusCode: 201,
+    attempt: 1,
+    replica: 'replica-under-test',
+    queueTimeMs: done.record.queue_time_ms,
+    runTimeMs: done.record.run_time_ms,
+    msg: 'run finished'
+  }])
 })
 
 t.test('the result: JSON parsed, text as a string, an empty body as ""', async t => {

@@ -15,7 +15,7 @@ export const RECORDED_RUN_GRACE_SECONDS = 86_400
  * its webhook sent). Nothing when the claim was renewed, answered or taken meanwhile.
  */
 export async function failLostClaim (ctx: RedisContext, keys: ScopeKeys, slot: string, runId: string): Promise<void> {
-  const [view] = await ctx.readOrMissing(keys, runId)
+  const [view, , , owner] = await ctx.readOrMissing(keys, runId)
   const now = Date.now()
   const resultJson = JSON.stringify({ message: REPLICA_LOST.message })
   const running = view?.record.status === 'running' ? view.record : undefined
@@ -36,7 +36,7 @@ export async function failLostClaim (ctx: RedisContext, keys: ScopeKeys, slot: s
   ctx.listener?.lost({
     scope: ctx.settings.scope, runId, entry: '', createdAt: Date.parse(record.created_at),
     webhook: webhook === null ? undefined : parseWebhook(webhook), request: { method: '', path: '', headers: [], body: null }
-  }, { record, resultJson, async: false })
+  }, { record, resultJson, async: false, ...(owner === '' ? {} : { ranBy: owner }) })
 }
 
 /**

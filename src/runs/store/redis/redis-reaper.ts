@@ -196,7 +196,7 @@ export class RedisReaper {
       if (view?.record.status === 'queued') {
         await this.#queue.reclaim({ queue, id, runId })
       } else if (view?.record.status === 'running') {
-        if (!await this.#retryLost(keys, runId, id, view, raw, owner)) await this.#failLost(keys, runId, id, view, raw)
+        if (!await this.#retryLost(keys, runId, id, view, raw, owner)) await this.#failLost(keys, runId, id, view, raw, owner)
       } else {
         await ctx.forget(keys, id)
       }
@@ -216,7 +216,7 @@ export class RedisReaper {
   }
 
   /** A run whose sidecar was lost mid-run, with no attempt left: failed, never run again; this sidecar sends its webhook. */
-  async #failLost (keys: ScopeKeys, runId: string, entry: string, view: RunView, raw: string): Promise<void> {
+  async #failLost (keys: ScopeKeys, runId: string, entry: string, view: RunView, raw: string, owner: string): Promise<void> {
     const now = Date.now()
     const startedAt = view.record.started_at === undefined ? now : Date.parse(view.record.started_at)
     const resultJson = JSON.stringify({ message: REPLICA_LOST.message })
@@ -234,6 +234,6 @@ export class RedisReaper {
       webhook: webhook === null ? undefined : parseWebhook(webhook),
       request: { method: '', path: '', headers: [], body: null }
     }
-    this.#ctx.listener?.lost(run, { record, resultJson, async: view.async })
+    this.#ctx.listener?.lost(run, { record, resultJson, async: view.async, ...(owner === '' ? {} : { ranBy: owner }) })
   }
 }
