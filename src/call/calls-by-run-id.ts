@@ -1,4 +1,4 @@
-import { RunCanceledError } from '../errors.ts'
+import { ReplicaStoppedError, RunCanceledError } from '../errors.ts'
 import type { StageCall } from './stage-call.ts'
 
 /** Which app a canceled run belongs to (the `_runs` route's project and app). */
@@ -88,6 +88,23 @@ export class CallsByRunId {
       if (!call.forwarded) call.answer(reason)
     }
     return found.length > 0
+  }
+
+  /**
+   * The end of the drain: every call still at the app without its caller (a recorded run: its
+   * caller left, or its `Prefer: wait` ran out) is cut and ends `503 replica stopped`, its end
+   * written while the run store is still open. How many were cut.
+   */
+  stopOutliving (): number {
+    let stopped = 0
+    for (const head of [...this.#calls.values()]) {
+      for (let entry: InFlightEntry | undefined = head; entry !== undefined; entry = entry.older) {
+        if (entry.call?.outliving !== true) continue
+        entry.call.abort(new ReplicaStoppedError())
+        stopped++
+      }
+    }
+    return stopped
   }
 }
 

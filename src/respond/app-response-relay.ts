@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
-import { CallerDisconnectedError, CallerGoneError, DeadlineExceededError, RunCanceledError, SidecarError } from '../errors.ts'
+import { CallerDisconnectedError, CallerGoneError, DeadlineExceededError, ReplicaStoppedError, RunCanceledError, SidecarError } from '../errors.ts'
 import { describeNetworkError } from '../shared/network-errors.ts'
 import { AnswerWriter } from '../shared/answer-writer.ts'
 import type { AnswerTee, ResponseSink, SinkContext } from '../shared/response-sink.ts'
@@ -73,7 +73,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
   /** The call aborted: its deadline passed, it was canceled, or its caller left. The app is told when its work was still under way. */
   abortFor (reason: Error): void {
     const underWay = !this.#ended // the abort may end the request before it returns
-    if (reason instanceof DeadlineExceededError || reason instanceof RunCanceledError) this.expire(reason)
+    if (reason instanceof DeadlineExceededError || reason instanceof RunCanceledError || reason instanceof ReplicaStoppedError) this.expire(reason)
     else this.callerGone()
     const cancelAtApp = this.#cancelAtApp
     if (cancelAtApp === undefined || !underWay) return
@@ -143,7 +143,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     this.#ended = true
     this.#span?.end(this.#status)
     this.#tee?.finish()
-    if (this.#outlived) this.#call.outlived()
+    if (this.#outlived) this.#outlivedOnceWritten()
   }
 
   /**
@@ -175,7 +175,7 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     } else if (cause instanceof SidecarError) {
       this.answer(cause)
       this.#tee?.cancel()
-      if (this.#outlived) this.#call.outlived()
+      if (this.#outlived) this.#outlivedOnceWritten()
       return
     } else {
       reported = this.#unreachable(describeNetworkError(cause))
@@ -183,6 +183,16 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     }
     if (sink?.streaming === true && !this.#refused) this.#tee?.finish()
     else this.#tee?.finishWith(reported.status, reported.body())
-    if (this.#outlived) this.#call.outlived()
+    if (this.#outlived) this.#outlivedOnceWritten()
+  }
+
+  /**
+   * A call that outlived its caller holds its slot and its drain count until its run's end is
+   * written (a drain closes the run store only after that), not just until the app answered.
+   */
+  #outlivedOnceWritten (): void {
+    const written = this.#tee?.written
+    if (written === undefined) this.#call.outlived()
+    else void written.then(() => { this.#call.outlived() }, () => { this.#call.outlived() })
   }
 }

@@ -27,6 +27,8 @@ export interface AnswerTee {
   finishWith: (status: number, body: string) => void
   /** The call was refused before the app could answer it (413). */
   cancel: () => void
+  /** Settles once what the tee reported is written (a recorded run's end in the run store); undefined: nothing to wait for. */
+  readonly written?: Promise<unknown> | undefined
 }
 
 /** What a sink needs to know of the call it answers. */

@@ -174,6 +174,11 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     clearInterval(notReady)
     operatorConsole?.close()
     await runner.close()
+    // the calls still open are cut; a recorded run at the app without its caller ends 503 replica
+    // stopped, and its end is written before the run store closes (else it would stay running
+    // until another replica took this one for lost)
+    server.closeAllConnections()
+    if (calls.stopOutliving() > 0) await settledWithin(inflight.idle(), RUN_END_WAIT_MS)
     await webhooks.drain(Promise.resolve())
     await runs.close()
     revocations.stop()
@@ -196,6 +201,16 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
   }
 
   return { port, adminPort, logger, metrics, inflight, webhooks, runs, reportInternal, drain, close }
+}
+
+/** How long a close waits for the ends of the recorded runs it cut to be written. */
+const RUN_END_WAIT_MS = 3000
+
+/** `pending`, or nothing once `ms` have passed. */
+async function settledWithin (pending: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([pending, new Promise(resolve => { timer = setTimeout(resolve, ms) })])
+  clearTimeout(timer)
 }
 
 /** How long a close waits for the APP_CANCEL_PATH POSTs of the calls it cut. */

@@ -1,3 +1,4 @@
+import { request } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { send } from '../../helpers/http-client.ts'
@@ -120,4 +121,29 @@ t.test('redis: a run whose wait ran out in the queue is taken by another replica
   await eventually(() => s.app.requestsTo('/json/anywhere').length === 1)
   s.app.held[0]?.res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
   await Promise.all(blockers)
+})
+
+t.test('redis: a run whose wait ran out at the app, cut by the end of the grace period, fails 503 replica stopped at once; a keyed call whose caller left likewise', async t => {
+  const s = await runsSetup(t, 'redis', {}, true)
+  const other = runsClient({ base: (s.other as Harness).base })
+  const waited = await s.client.call('/hold/long', { headers: { prefer: 'wait=1', 'x-request-id': 'cut-wait' } })
+  t.equal(waited.status, 202)
+  t.equal(waited.text, '{"run_id":"cut-wait","status":"running"}')
+  // a keyed sync call whose caller leaves goes on without it
+  const keyed = request(`${s.h.base}/v4/p/a/hold/keyed`, { method: 'POST', headers: { 'idempotency-key': 'k-cut', 'x-request-id': 'cut-keyed', 'content-type': 'application/json' } })
+  keyed.on('error', () => {})
+  keyed.end('{}')
+  await s.app.waitForHeld(2)
+  keyed.destroy()
+  await eventually(async () => (await other.read('cut-keyed')).record.status === 'running')
+
+  t.equal(await s.h.sidecar.drain(0.2), false, 'the grace period ended with runs still at the app')
+  for (const runId of ['cut-wait', 'cut-keyed']) {
+    // read on the other replica, at once: never left `running` until a lost sweep
+    const { record } = await other.read(runId)
+    t.equal(record.status, 'failed', `${runId}: failed`)
+    t.equal(record.status_code, 503, `${runId}: 503`)
+    t.same(record.error, { message: 'replica stopped' }, `${runId}: replica stopped`)
+    t.same(record.result, { message: 'replica stopped' })
+  }
 })
