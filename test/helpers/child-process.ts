@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
+import { reapOnExit } from './child-reaper.ts'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -24,11 +25,11 @@ export function runBin (name: string, env: Record<string, string>, args: string[
  * `runNode(['test/faults/fixtures/fault-app.mjs'], { PORT: '0' })`), with the same line parsing as runBin.
  */
 export function runNode (nodeArgs: string[], env: Record<string, string>): Child {
-  const child = spawn(process.execPath, nodeArgs, {
+  const child = reapOnExit(spawn(process.execPath, nodeArgs, {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe']
-  })
+  }))
   const state: Child = {
     process: child,
     lines: [],

@@ -3,6 +3,7 @@ import { accessSync, constants } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { delimiter, join } from 'node:path'
+import { reapOnExit } from './child-reaper.ts'
 
 interface TestLike {
   comment: (why: string) => void
@@ -57,7 +58,7 @@ export interface HeadlessChromium {
  */
 export async function openInChromium (t: TestLike, chromium: string, url: string, flags: readonly string[] = []): Promise<HeadlessChromium> {
   const profile = await mkdtemp(join(tmpdir(), 'sidecar-chromium-'))
-  const child = spawn(chromium, [...FLAGS, ...flags, `--user-data-dir=${profile}`, url], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = reapOnExit(spawn(chromium, [...FLAGS, ...flags, `--user-data-dir=${profile}`, url], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] }), true)
   let output = ''
   const keep = (text: string): void => { output = (output + text).slice(-20_000) }
   child.stdout.setEncoding('utf8').on('data', keep)

@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { Redis } from 'ioredis'
 import { freePort } from './ports.ts'
+import { reapOnExit } from './child-reaper.ts'
 
 /** What the Redis helpers need of a tap test. */
 export interface TestLike {
@@ -66,7 +67,7 @@ export async function startPrivateRedis (t: { teardown: (fn: () => unknown) => v
   let child: ChildProcess | undefined
   const url = `redis://127.0.0.1:${port}/0`
   const start = async (): Promise<void> => {
-    const spawned = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args], { stdio: 'ignore' })
+    const spawned = reapOnExit(spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args], { stdio: 'ignore' }))
     child = spawned
     let failed: Error | undefined
     spawned.once('error', error => { failed = error }) // ENOENT: no redis-server on PATH

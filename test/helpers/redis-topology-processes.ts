@@ -6,6 +6,7 @@ import { Redis } from 'ioredis'
 import { freePort } from './ports.ts'
 import type { TestLike } from './redis-server.ts'
 import { sleep } from './timing.ts'
+import { reapOnExit } from './child-reaper.ts'
 
 /** The CLIENT SETNAME of the helpers' own short-lived connections (never counted by clientCount). */
 const PROBE_NAME = 'redis-topology-probe'
@@ -99,7 +100,7 @@ function managedNode (port: number, url: string, cwd: string, command: readonly 
     start: async (args = []) => {
       if (node.running) throw new Error(`redis-server on port ${port} is running already`)
       log = ''
-      const spawned = spawn('redis-server', [...command, ...args], { cwd, stdio: ['ignore', 'pipe', 'pipe'] })
+      const spawned = reapOnExit(spawn('redis-server', [...command, ...args], { cwd, stdio: ['ignore', 'pipe', 'pipe'] }))
       child = spawned
       const keep = (text: string): void => { log = (log + text).slice(-4000) }
       spawned.stdout?.setEncoding('utf8').on('data', keep)

@@ -6,6 +6,7 @@ import { metric } from '../../helpers/admin-metrics.ts'
 import { startPrivateRedis } from '../../helpers/redis-server.ts'
 import { runsAppFor, runsClient, runsSidecarFor } from '../../helpers/runs-client.ts'
 import { eventually, freePort, type LogLine } from '../../helpers/sidecar-harness.ts'
+import { reapOnExit } from '../../helpers/child-reaper.ts'
 
 // docs/operations.md, "When the run store is unreachable": an outage of the run store, at start
 // or later, is logged once in plain words naming RUN_STORE_URL without its password, and once
@@ -40,7 +41,7 @@ t.test('a Redis down at start: logged once in plain words (no password), 503s wi
   await new Promise(resolve => setTimeout(resolve, 1500))
   t.equal(outages(h.logs).length, 1, 'once per outage, however often it is probed')
 
-  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--requirepass', 's3cret-pw'], { stdio: 'ignore' })
+  const server = reapOnExit(spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--requirepass', 's3cret-pw'], { stdio: 'ignore' }))
   t.teardown(async () => {
     if (server.exitCode !== null) return
     server.kill('SIGKILL')
