@@ -178,6 +178,9 @@ export async function startSidecar (config: SidecarConfig, options: SidecarOptio
     // stopped, and its end is written before the run store closes (else it would stay running
     // until another replica took this one for lost)
     server.closeAllConnections()
+    // a keyed call whose caller was just cut outlives it from its 'close' on, which comes in the
+    // loop's close phase: after this turn's setImmediate, before the next one's
+    await new Promise(resolve => setImmediate(() => setImmediate(resolve)))
     if (calls.stopOutliving() > 0) await settledWithin(inflight.idle(), RUN_END_WAIT_MS)
     await webhooks.drain(Promise.resolve())
     await runs.close()

@@ -123,7 +123,7 @@ t.test('redis: a run whose wait ran out in the queue is taken by another replica
   await Promise.all(blockers)
 })
 
-t.test('redis: a run whose wait ran out at the app, cut by the end of the grace period, fails 503 replica stopped at once; a keyed call whose caller left likewise', async t => {
+t.test('redis: a run whose wait ran out at the app, cut by the end of the grace period, fails 503 replica stopped at once; keyed calls, their caller gone or still there, likewise', async t => {
   const s = await runsSetup(t, 'redis', {}, true)
   const other = runsClient({ base: (s.other as Harness).base })
   const waited = await s.client.call('/hold/long', { headers: { prefer: 'wait=1', 'x-request-id': 'cut-wait' } })
@@ -136,9 +136,13 @@ t.test('redis: a run whose wait ran out at the app, cut by the end of the grace 
   await s.app.waitForHeld(2)
   keyed.destroy()
   await eventually(async () => (await other.read('cut-keyed')).record.status === 'running')
+  // and a keyed call whose caller is still there when the grace period ends: cut with the rest
+  const connected = s.client.call('/hold/connected', { headers: { 'idempotency-key': 'k-connected', 'x-request-id': 'cut-connected' }, body: '{}' }).catch(() => undefined)
+  await s.app.waitForHeld(3)
 
   t.equal(await s.h.sidecar.drain(0.2), false, 'the grace period ended with runs still at the app')
-  for (const runId of ['cut-wait', 'cut-keyed']) {
+  t.equal(await connected, undefined, 'the connected caller was cut')
+  for (const runId of ['cut-wait', 'cut-keyed', 'cut-connected']) {
     // read on the other replica, at once: never left `running` until a lost sweep
     const { record } = await other.read(runId)
     t.equal(record.status, 'failed', `${runId}: failed`)
