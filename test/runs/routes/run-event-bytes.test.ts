@@ -47,8 +47,12 @@ async function bigStream (t: Test, backend: 'memory' | 'redis'): Promise<void> {
   const peak = (after.peak - before.rss) / MIB
   // with Redis, the events on their way count too: as many bytes again in flight, and as many waiting behind them
   const bounds = redis === undefined ? 64 : 3 * 64
-  t.ok(grown < bounds + 160, `the sidecar's RSS within a margin of what it keeps (${grown.toFixed(1)} MiB more; ${EVENTS} MiB streamed)`)
-  t.ok(peak < bounds + 64 + 192, `and at its peak (${peak.toFixed(1)} MiB more)`)
+  // RSS is given back to the system when the collector decides (Node 24 later than 20): what is left
+  // after the run gets the peak's margin; both stay well below what was streamed (EVENTS MiB)
+  const margin = bounds + 64 + 192
+  t.ok(margin < EVENTS, 'the bound says something')
+  t.ok(grown < margin, `the sidecar's RSS within a margin of what it keeps (${grown.toFixed(1)} MiB more; ${EVENTS} MiB streamed)`)
+  t.ok(peak < margin, `and at its peak (${peak.toFixed(1)} MiB more)`)
   if (redis !== undefined) {
     // besides the data: the Lua VM's garbage and the clients' query buffers
     const used = await redis.usedMemory() - usedBefore
