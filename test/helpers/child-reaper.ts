@@ -6,20 +6,19 @@ import type { ChildProcess } from 'node:child_process'
 
 const children = new Set<ChildProcess>()
 let installed = false
+/** Children spawned detached: each leads its own process group. */
+const groupLeaders = new WeakSet<ChildProcess>()
 
 function killAll (): void {
   for (const child of children) {
     try {
       // a detached child leads its own process group: the group goes with it (chromium's helpers)
-      if (child.pid !== undefined && isGroupLeader(child)) process.kill(-child.pid, 'SIGKILL')
+      if (child.pid !== undefined && groupLeaders.has(child)) process.kill(-child.pid, 'SIGKILL')
       else child.kill('SIGKILL')
     } catch {}
   }
   children.clear()
 }
-
-const groupLeaders = new WeakSet<ChildProcess>()
-const isGroupLeader = (child: ChildProcess): boolean => groupLeaders.has(child)
 
 /** Kills `child` (SIGKILL) when this test process ends, unless it exited first; `group`: it was spawned detached, its whole group goes. */
 export function reapOnExit<T extends ChildProcess> (child: T, group = false): T {
