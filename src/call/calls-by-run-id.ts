@@ -64,10 +64,7 @@ export class CallsByRunId {
 
   /** The newest call in flight here with that run id in that app (undefined: none, or already answered). */
   find (scope: CancelScope, runId: string): StageCall | undefined {
-    for (let entry = this.#calls.get(runId); entry !== undefined; entry = entry.older) {
-      const call = entry.call
-      if (call !== undefined && inScope(call, scope)) return call
-    }
+    for (const call of this.#inScope(scope, runId)) return call
     return undefined
   }
 
@@ -77,17 +74,21 @@ export class CallsByRunId {
    * event). True when one was found.
    */
   cancel (scope: CancelScope, runId: string): boolean {
-    const found: StageCall[] = []
-    for (let entry = this.#calls.get(runId); entry !== undefined; entry = entry.older) {
-      const call = entry.call
-      if (call !== undefined && inScope(call, scope)) found.push(call)
-    }
+    const found = [...this.#inScope(scope, runId)] // taken first: an abort makes its call leave the chain
     for (const call of found) {
       const reason = new RunCanceledError()
       call.abort(reason)
       if (!call.forwarded) call.answer(reason)
     }
     return found.length > 0
+  }
+
+  /** The calls in flight here with that run id in that app, newest first. */
+  * #inScope (scope: CancelScope, runId: string): Generator<StageCall> {
+    for (let entry = this.#calls.get(runId); entry !== undefined; entry = entry.older) {
+      const call = entry.call
+      if (call !== undefined && inScope(call, scope)) yield call
+    }
   }
 
   /**
