@@ -15,10 +15,13 @@ export interface RunRecords {
    */
   cancel: (scope: RunScope, runId: string) => Promise<RunView>
   /**
-   * Records a sync call as a running run as it goes on (its `Prefer: wait` ran out): `run.running`,
-   * owned by this sidecar, ended by `finish` like a keyed call's. Rejects with RunIdTakenError.
+   * Records a sync call as a running async run as it goes on (its `Prefer: wait` ran out):
+   * `run.running`, owned by this sidecar, ended by `finish` like a keyed call's, or, interrupted,
+   * queued again by `retry` (its request kept when `run.attempt` is set: attempts are counted).
+   * Resolves with the run as opened (a shared store: with its queue entry, held like a run taken,
+   * which another sidecar finds should this one be lost). Rejects with RunIdTakenError.
    */
-  open: (run: TakenRun) => Promise<void>
+  open: (run: TakenRun) => Promise<TakenRun>
   /** Appends event `n` (0, 1, 2, … in order) of a running run; never waits, never throws. */
   appendEvent: (run: TakenRun, n: number, data: string) => void
   /**

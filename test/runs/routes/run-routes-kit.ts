@@ -86,7 +86,7 @@ export function storeWith (store: RunStore, parts: StoreParts): RunStore {
   const records: RunRecords = {
     get: async (scope, runId) => await store.records.get(scope, runId),
     cancel: async (scope, runId) => await store.records.cancel(scope, runId),
-    open: async run => { await store.records.open(run) },
+    open: async run => await store.records.open(run),
     appendEvent: (run, n, data) => { store.records.appendEvent(run, n, data) },
     finish: async (run, outcome, keep, deliveryOf) => await store.records.finish(run, outcome, keep, deliveryOf),
     webhookDone: async (scope, runId, status, attempts) => { await store.records.webhookDone(scope, runId, status, attempts) },

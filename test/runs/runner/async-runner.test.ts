@@ -524,7 +524,7 @@ function withRecords (store: RunStore, replaced: Partial<RunRecords>): RunStore 
   const records: RunRecords = {
     get: async (s, id) => await real.get(s, id),
     cancel: async (s, id) => await real.cancel(s, id),
-    open: async run => { await real.open(run) },
+    open: async run => await real.open(run),
     appendEvent: (run, n, data) => { real.appendEvent(run, n, data) },
     finish: async (run, outcome, keep, deliveryOf) => await real.finish(run, outcome, keep, deliveryOf),
     webhookDone: async (s, id, status, attempts) => { await real.webhookDone(s, id, status, attempts) },

@@ -34,9 +34,10 @@ export class MemoryRecords implements RunRecords {
     return viewOf(run)
   }
 
-  async open (run: TakenRun): Promise<void> {
+  async open (run: TakenRun): Promise<TakenRun> {
     this.#runs.refuseTaken(run)
     this.#runs.add(run, run.running as RunRecord, false)
+    return run
   }
 
   appendEvent (taken: TakenRun, n: number, data: string): void {

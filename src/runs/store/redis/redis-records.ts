@@ -3,11 +3,12 @@ import { canceledRecord, finishedRecord, isFinished, pastAttempt, queuedRecord, 
 import type { KeyClaims } from '../key-claims.ts'
 import type { RunRecords } from '../run-records.ts'
 import type { KeyAnswer, NewDelivery, RunEventItem, RunOutcome, RunRecord, RunScope, RunView, TakenRun, WebhookStatus } from '../../run-data.ts'
-import { retryAttempt } from './redis-attempts.ts'
+import { countsAttempts, retryAttempt } from './redis-attempts.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { endDeliveryId, heldEndDelivery, holdDelivery } from './redis-deliveries.ts'
 import { RunEventWriter } from './redis-event-writer.ts'
 import { RECORDED_RUN_GRACE_SECONDS } from './redis-key-claims.ts'
+import { requestJson } from './redis-run-request.ts'
 import type { FieldsOf } from './redis-named-script.ts'
 import type { TAKE, TakeOutcome } from './redis-queue-scripts.ts'
 import { FINISH_RECORDED, MARK_FOLLOWED, OPEN_RUN, WEBHOOK_STATE } from './redis-scripts.ts'
@@ -47,15 +48,23 @@ export class RedisRecords implements RunRecords {
     }
   }
 
-  async open (run: TakenRun): Promise<void> {
+  async open (run: TakenRun): Promise<TakenRun> {
     const ctx = this.#ctx
     const keys = new ScopeKeys(run.scope)
-    const opened = await guard(OPEN_RUN.call(ctx.redis, {
-      run: keys.run(run.runId), index: keys.runs,
-      record: run.runningJson ?? JSON.stringify(run.running), owner: ctx.consumer, webhook: run.webhook === undefined ? '' : JSON.stringify(run.webhook),
-      ttlSeconds: ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, runId: run.runId, createdAtMs: run.createdAt
+    const record = run.runningJson ?? JSON.stringify(run.running)
+    // its request kept for a next attempt only when attempts are counted (the run is never queued again otherwise)
+    const kept = run.attempt !== undefined && countsAttempts(ctx)
+    const entry = await guard(OPEN_RUN.call(ctx.redis, {
+      run: keys.run(run.runId), index: keys.runs, queue: keys.queue,
+      record, owner: ctx.consumer, webhook: run.webhook === undefined ? '' : JSON.stringify(run.webhook),
+      ttlSeconds: ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, runId: run.runId, createdAtMs: run.createdAt,
+      request: kept ? requestJson(run) : '', body: kept ? run.request.body ?? '' : '', urgency: run.urgency ?? '', caller: run.caller ?? ''
     }))
-    if (!opened) throw new RunIdTakenError()
+    if (entry === undefined) throw new RunIdTakenError()
+    // held as a run this sidecar took: its heartbeat keeps the entry, a reaper finds it should this sidecar be lost
+    ctx.lease.held.set(entry, keys.queue)
+    ctx.known.set(entry, record)
+    return { ...run, entry }
   }
 
   appendEvent (run: TakenRun, n: number, data: string): void {
@@ -84,7 +93,12 @@ export class RedisRecords implements RunRecords {
       const done: RunView = { record: finished, resultJson: outcome.resultJson, async: false }
       if (keep === undefined) {
         const old = run.runningJson ?? JSON.stringify(run.running)
-        if (await ctx.transition(keys, run.runId, old, finished, { result: outcome.resultJson, done: true })) return done
+        // a call whose Prefer: wait ran out has its queue entry (open): acknowledged with its end
+        if (await ctx.transition(keys, run.runId, old, finished, { result: outcome.resultJson, entry: run.entry, done: true })) {
+          ctx.lease.held.delete(run.entry)
+          ctx.known.delete(run.entry)
+          return done
+        }
       } else {
         const slot = keys.slot(keep.slot)
         ctx.lease.claims.delete(slot)

@@ -93,12 +93,12 @@ export const FAIL_LOST_CLAIM = defineScript({
   reply: reply => codeReply('FAIL_LOST_CLAIM', reply, [1, 0]) === 1
 })
 
-/** Records a sync call running as it goes on (lua/open-run.lua): false when its run id is taken. */
+/** Records a sync call as a running async run as it goes on (lua/open-run.lua): its queue entry, or undefined when its run id is taken. */
 export const OPEN_RUN = defineScript({
   name: 'OPEN_RUN',
-  keys: ['run', 'index'],
-  args: ['record', 'owner', 'webhook', 'ttlSeconds', 'runId', 'createdAtMs'],
-  reply: reply => codeReply('OPEN_RUN', reply, [1, -1]) === 1
+  keys: ['run', 'index', 'queue'],
+  args: ['record', 'owner', 'webhook', 'ttlSeconds', 'runId', 'createdAtMs', 'request', 'body', 'urgency', 'caller'],
+  reply: reply => reply === -1 ? undefined : textReply('OPEN_RUN', reply)
 })
 
 /** Keeps the answer in the slot the run holds (lua/keep-answer.lua): whether it was kept. */

@@ -12,6 +12,7 @@ const RUN = 'as:{p/a}:run:r1'
 const EVENTS = 'as:{p/a}:events:r1'
 const INDEX = 'as:{p/a}:runs'
 const LIVE = 'as:{p/a}:live:r1'
+const QUEUE = 'as:{p/a}:queue'
 const LOST_AFTER_MS = 60_000
 
 const record = (status: string): string => `{"run_id":"r1","status":"${status}","created_at":"2025-01-01T00:00:00.000Z"}`
@@ -263,19 +264,34 @@ t.test('the claim scripts', async t => {
     t.same(await RENEW_CLAIMS.call(redis, { claims: CLAIMS, slots: [], runIds: [], leaseMs: 1 }), [], 'nothing to renew')
   })
 
-  const open = (): Promise<boolean> => OPEN_RUN.call(redis, {
-    run: RUN, index: INDEX, record: record('running'), owner: 'sidecar-a', webhook: '', ttlSeconds: 900, runId: 'r1', createdAtMs: 42
+  const open = (fields: Partial<Parameters<typeof OPEN_RUN.call>[1]> = {}): Promise<string | undefined> => OPEN_RUN.call(redis, {
+    run: RUN, index: INDEX, queue: QUEUE, record: record('running'), owner: 'sidecar-a', webhook: '', ttlSeconds: 900, runId: 'r1', createdAtMs: 42,
+    request: '', body: '', urgency: '', caller: '', ...fields
   })
 
-  t.test('OPEN_RUN records a sync call running, owned and indexed; refuses a run id taken', async t => {
-    t.equal(await open(), true)
-    t.same(await redis.hgetall(RUN), { record: record('running'), async: '0', owner: 'sidecar-a' })
+  t.test('OPEN_RUN records a sync call running, owned and indexed, its queue entry in its sidecar\'s pending list; refuses a run id taken', async t => {
+    const entry = await open()
+    t.match(entry, /^\d+-\d+$/)
+    t.same(await redis.hgetall(RUN), { record: record('running'), async: '0', owner: 'sidecar-a', entry, at: '42' })
     const ttl = await redis.ttl(RUN)
     t.ok(ttl > 890 && ttl <= 900)
     t.same(await zsetOf(redis, `${INDEX}:running`), [['r1', 42]])
+    t.same(await redis.xrange(QUEUE, '-', '+'), [[entry, ['run', 'r1', 'turn', '1']]], 'an entry with its turn mark: no take adopts it')
+    t.match(await redis.xpending(QUEUE, 'runners', '-', '+', 10), [[entry, 'sidecar-a', /./, 1]], 'held by its sidecar, as a run it took')
     await redis.hset(RUN, 'owner', 'sidecar-b')
-    t.equal(await open(), false)
+    t.equal(await open(), undefined)
     t.equal(await redis.hget(RUN, 'owner'), 'sidecar-b', 'the run taken stays as it was')
+    t.equal(await redis.xlen(QUEUE), 1, 'no entry for a run refused')
+    await redis.del(RUN, QUEUE, `${INDEX}:running`)
+  })
+
+  t.test('OPEN_RUN, attempts counted: its request, body, webhook and turn kept for a next attempt', async t => {
+    const webhook = '{"url":"https://hook.example/","secret":"s"}'
+    const entry = await open({ request: '{"method":"POST"}', body: Buffer.from('in'), urgency: '1', caller: 'alice', webhook })
+    t.same(await redis.hgetall(RUN), {
+      record: record('running'), async: '0', owner: 'sidecar-a', webhook, entry, at: '42', request: '{"method":"POST"}', body: 'in', urgency: '1', caller: 'alice'
+    })
+    await redis.del(RUN, QUEUE, `${INDEX}:running`)
   })
 
   const finish = (fields: Partial<Parameters<typeof FINISH_RECORDED.call>[1]> = {}): Promise<boolean> => FINISH_RECORDED.call(redis, {
