@@ -1,5 +1,6 @@
 import type { SidecarError } from '../errors.ts'
 import type { AnswerWriter, ResponseCapture } from './answer-writer.ts'
+import type { InterruptionReason } from './metric-contracts.ts'
 
 /** Where an app response goes: each kind of response the caller can get is one sink. */
 export interface ResponseSink {
@@ -23,8 +24,11 @@ export interface AnswerTee {
   forwarded: () => void
   /** The response is over: report what the caller got. */
   finish: () => void
-  /** The caller got the sidecar's own answer instead (a 502, a 504, 499 gone): report that. */
-  finishWith: (status: number, body: string) => void
+  /**
+   * The caller got the sidecar's own answer instead (a 502, a 504, 499 gone): report that.
+   * `interrupted`: a call gone on as a run whose attempt was interrupted (a run with attempts left runs again).
+   */
+  finishWith: (status: number, body: string, interrupted?: InterruptionReason) => void
   /** The call was refused before the app could answer it (413). */
   cancel: () => void
   /** Settles once what the tee reported is written (a recorded run's end in the run store); undefined: nothing to wait for. */

@@ -9,6 +9,7 @@ import type { HttpCall } from '../call/http-call.ts'
 import { appRequestHeaders, type RequestHeaderRules } from '../call/forward-headers.ts'
 import { appRequestPath } from '../call/match-route.ts'
 import type { SinkChooser } from '../respond/response-table.ts'
+import type { WaitRequest } from '../runs/stages/bounded-wait.ts'
 
 export interface AppForwardDeps {
   readonly app: Pool
@@ -21,8 +22,8 @@ export interface AppForwardDeps {
   readonly webhookMaxBodyBytes: number
   /** Which headers the app gets (Authorization when the sidecar checked it, Accept-Encoding for the envelope). */
   readonly headerRules: RequestHeaderRules
-  /** Told of each call that went to the app with a bounded wait (`Prefer: wait`): it may go on as a run. */
-  readonly watchWait?: (call: HttpCall, relay: AppResponseRelay, webhookTee: WebhookTee | undefined) => void
+  /** Told of each call that goes to the app with a bounded wait (`Prefer: wait`): it may go on as a run; the headers to send. */
+  readonly watchWait?: (call: HttpCall, relay: AppResponseRelay, webhookTee: WebhookTee | undefined, request: WaitRequest) => string[]
   /** APP_CANCEL_PATH's POST, for an app request the sidecar cuts (a cancel, a deadline, a caller gone); undefined: unset. */
   readonly cancelAtApp?: CancelAtApp | undefined
 }
@@ -49,12 +50,9 @@ export function createAppForward (deps: AppForwardDeps): (call: HttpCall) => voi
     const relay = new AppResponseRelay(call, deps.chooseSink, unreachable, tee, span, deps.cancelAtApp)
     call.forwarded = true
     call.onAbort(relay)
-    if (call.waitOver !== undefined) deps.watchWait?.(call, relay, webhookTee)
-    deps.app.dispatch({
-      method,
-      path: appRequestPath(route, deps.basePath),
-      headers: appRequestHeaders(call.req, call.runId, headerRules, span?.context),
-      body: call.body
-    }, relay)
+    const path = appRequestPath(route, deps.basePath)
+    let headers = appRequestHeaders(call.req, call.runId, headerRules, span?.context)
+    if (call.waitOver !== undefined && deps.watchWait !== undefined) headers = deps.watchWait(call, relay, webhookTee, { method, path, headers })
+    deps.app.dispatch({ method, path, headers, body: call.body }, relay)
   }
 }

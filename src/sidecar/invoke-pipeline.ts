@@ -68,7 +68,8 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
   const headerRules = { dropAuthorization: verifier !== undefined, dropAcceptEncoding: config.runtime === 'cortex', upgrade: false }
   const submitRun = createRunSubmit({ store: deps.runs, basePath, headerRules })
   const boundedWait = createBoundedWait({
-    store: deps.runs, submitRun, maxResultBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal, replica: config.replicaName
+    store: deps.runs, submitRun, maxResultBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal, replica: config.replicaName,
+    maxAttempts: config.runMaxAttempts
   })
   const forwardToApp = createAppForward({
     app: deps.app,

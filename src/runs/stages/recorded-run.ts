@@ -2,10 +2,11 @@ import { logRunEnd, thisReplica } from '../run-end-log.ts'
 import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
 import type { RunStore } from '../store/run-store.ts'
-import type { KeptAnswer, RunStatus, TakenRun } from '../run-data.ts'
+import type { KeptAnswer, RunOutcome, RunStatus, TakenRun } from '../run-data.ts'
+import { retriedAttempt } from '../runner/run-attempts.ts'
 import { SIDECAR_INTERNAL } from '../../errors.ts'
 import type { InternalErrorReporter } from '../../shared/internal-errors.ts'
-import type { LabelledCounter } from '../../shared/metric-contracts.ts'
+import type { InterruptionReason, LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { ResponseCapture } from '../../shared/answer-writer.ts'
 import type { AnswerTee } from '../../shared/response-sink.ts'
 import { ResultCapture } from '../../webhook/result-capture.ts'
@@ -16,7 +17,8 @@ import { recordWebhookEnd } from '../webhooks/webhook-end.ts'
 /** A sync call recorded in the run store (as it claimed its Idempotency-Key, or as its `Prefer: wait` ran out), ready to be followed. */
 export interface RecordedRun {
   readonly store: RunStore
-  readonly run: TakenRun
+  /** The run; a call whose Prefer: wait ran out has it replaced by the run as opened, once it is (see opened). */
+  run: TakenRun
   readonly logger: Logger
   /** sidecar_runs_total: the run's final status, counted once it is written. */
   readonly runsTotal: LabelledCounter<RunStatus>
@@ -30,6 +32,10 @@ export interface RecordedRun {
   answer?: KeptAnswer
   /** The run's end, written with the answer: settles once both are kept. */
   kept?: Promise<void>
+  /** The run as the store opens it, while that is on its way (a call whose Prefer: wait ran out: with its queue entry); rejected: never recorded. */
+  opened?: Promise<TakenRun> | undefined
+  /** RUN_MAX_ATTEMPTS, for a run the store may queue again (a call whose Prefer: wait ran out, attempts counted, a shared store). */
+  readonly maxAttempts?: number
 }
 
 /**
@@ -99,10 +105,27 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     this.#end(status, this.#result.resultJson(), failed ? `app answered ${status}` : undefined)
   }
 
-  finishWith (status: number, body: string): void {
+  finishWith (status: number, body: string, interrupted?: InterruptionReason): void {
     this.#result.replace(status, body)
+    const { maxAttempts, run } = this.#recorded
+    if (interrupted !== undefined && maxAttempts !== undefined && !this.#done && !this.#broken) {
+      // its webhook waits for the run's final outcome: sent here if it is not queued again, else by whoever runs it last
+      this.#done = true
+      const outcome = this.#outcome('failed', status, this.#result.resultJson(), messageOf(body), interrupted)
+      this.#written = this.#opened()
+        .then(async opened => await retriedAttempt(this.#recorded.store.records, opened, outcome, maxAttempts))
+        .then(retried => {
+          if (retried) {
+            this.#webhook?.cancel()
+            return
+          }
+          this.#webhook?.finishWith(status, body)
+          return this.#write(outcome)
+        }, (failure: unknown) => { this.#notWritten(failure, run.runId) })
+      return
+    }
     this.#webhook?.finishWith(status, body)
-    this.#end(status, this.#result.resultJson(), messageOf(body))
+    this.#end(status, this.#result.resultJson(), messageOf(body), interrupted)
   }
 
   cancel (): void {
@@ -110,27 +133,49 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
     this.#webhook?.cancel()
   }
 
-  #end (statusCode: number, resultJson: string, error: string | undefined): void {
+  #end (statusCode: number, resultJson: string, error: string | undefined, interrupted?: InterruptionReason): void {
     if (this.#done) return
     this.#done = true
     if (this.#broken) {
       statusCode = SIDECAR_INTERNAL.status
       resultJson = SIDECAR_INTERNAL.body()
       error = SIDECAR_INTERNAL.message
+      interrupted = undefined
     }
-    const recorded = this.#recorded
-    const { store, run, logger, runsTotal } = recorded
-    const runTimeMs = performance.now() - this.#forwardedAt
-    const keep = recorded.answer === undefined || recorded.slot === undefined ? undefined : { slot: recorded.slot, answer: recorded.answer }
     // the sidecar's own 499 is a cancel (an app answering 499 ends through finish(), `app answered 499`)
     const status = error === undefined ? 'succeeded' : statusCode === CANCELED_STATUS && error === CANCELED_MESSAGE ? 'canceled' : 'failed'
-    const finishing = store.records.finish(run, { status, statusCode, resultJson, runTimeMs, error, completedAt: Date.now(), startedAt: this.#startedAt }, keep)
-      .then(view => {
-        runsTotal.labels(view.record.status).inc()
-        logRunEnd(logger, run.scope, view, thisReplica(recorded.replica))
-      }, (failure: unknown) => { logger.warn({ err: failure, runId: run.runId }, 'run record not finished') })
-    this.#written = finishing
+    this.#written = this.#write(this.#outcome(status, statusCode, resultJson, error, interrupted))
+  }
+
+  #outcome (status: RunOutcome['status'], statusCode: number, resultJson: string, error: string | undefined, interrupted: InterruptionReason | undefined): RunOutcome {
+    const outcome: RunOutcome = { status, statusCode, resultJson, runTimeMs: performance.now() - this.#forwardedAt, error, completedAt: Date.now(), startedAt: this.#startedAt }
+    return interrupted === undefined ? outcome : { ...outcome, interrupted }
+  }
+
+  /** The run as opened (see RecordedRun.opened), or as it is. */
+  #opened (): Promise<TakenRun> {
+    return this.#recorded.opened ?? Promise.resolve(this.#recorded.run)
+  }
+
+  /** The run's end written, counted and logged (with its key's answer, for a keyed run): settles once it is. */
+  #write (outcome: RunOutcome): Promise<void> {
+    const recorded = this.#recorded
+    const { store, logger, runsTotal } = recorded
+    const keep = recorded.answer === undefined || recorded.slot === undefined ? undefined : { slot: recorded.slot, answer: recorded.answer }
+    const finish = async (run: TakenRun): Promise<void> => {
+      const view = await store.records.finish(run, outcome, keep)
+      runsTotal.labels(view.record.status).inc()
+      logRunEnd(logger, run.scope, view, thisReplica(recorded.replica))
+    }
+    // sent at once, unless the run's opening is still on its way
+    const finishing = (recorded.opened === undefined ? finish(recorded.run) : recorded.opened.then(finish))
+      .catch((failure: unknown) => { this.#notWritten(failure, recorded.run.runId) })
     if (keep !== undefined) recorded.kept = finishing
+    return finishing
+  }
+
+  #notWritten (failure: unknown, runId: string): void {
+    this.#recorded.logger.warn({ err: failure, runId }, 'run record not finished')
   }
 }
 

@@ -21,6 +21,8 @@ export interface AttemptsApp {
   readonly url: string
   /** What it saw of run `id`: the path and X-Run-Attempt of each request, in order. */
   readonly seen: (id: string) => Array<{ path: string, attempt: string | null }>
+  /** The sha256 (hex) of the body of each request of run `id` it saw, in order (null: none). */
+  readonly bodies: (id: string) => Array<string | null>
   /** Resolves once it has seen attempt `attempt` of run `id`. */
   readonly waitForAttempt: (id: string, attempt: string | null, ms?: number) => Promise<void>
   readonly kill: () => Promise<void>
@@ -40,6 +42,7 @@ export async function startAttemptsApp (t: Teardown): Promise<AttemptsApp> {
     child,
     url: `http://127.0.0.1:${listening.listening as number}`,
     seen: id => child.lines.filter(line => line.id === id).map(line => ({ path: line.seen as string, attempt: line.attempt as string | null })),
+    bodies: id => child.lines.filter(line => line.id === id).map(line => line.body as string | null),
     waitForAttempt: async (id, attempt, ms = 10_000) => { await child.waitForLine(line => line.id === id && line.attempt === attempt, ms) },
     kill
   }

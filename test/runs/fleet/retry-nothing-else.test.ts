@@ -6,7 +6,8 @@ import { type Replica, retriesOn, retryFleet, submitRun, webhookDelivered, webho
 
 // docs/runs.md, "Running on interruptible capacity": with RUN_MAX_ATTEMPTS=3 on two replicas,
 // nothing but an interrupted attempt is run again: an app's answer (a 500), a deadline, a cancel,
-// a sync call whose app was unreachable (keyed or not) each reach the app once and end as before.
+// a sync call whose app was unreachable (keyed or not, or with a `Prefer: wait` not run out), a
+// deadline of a `Prefer: wait` call gone on as a run, each reach the app once and end as before.
 t.setTimeout(60_000)
 
 type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
@@ -68,6 +69,23 @@ t.test('nothing else is run again', async t => {
     t.same([replay.status, replay.headers['idempotent-replayed']], [502, 'true'], 'its retry gets the kept answer')
     t.same(seen('keyed-reset'), [{ path: '/reset', attempt: null }])
     t.same(seen('keyed-again'), [])
+  })
+
+  t.test('a Prefer: wait call: unreachable before its wait ran out, 502 to its caller, once; gone on as a run, its deadline ends it, once', async t => {
+    const client = runsClient({ base: a.sidecar.base })
+    const reset = await client.call('/reset', { headers: { 'x-request-id': 'wait-reset', prefer: 'wait=5' } })
+    t.equal(reset.status, 502)
+    t.same(seen('wait-reset'), [{ path: '/reset', attempt: '1' }], 'sent as attempt 1 (it might have become a run), never again')
+    t.equal((await send(client.runUrl('wait-reset'))).status, 404, 'never a run')
+    const waited = await client.call(`/hold?${fleet.hook}`, { headers: { 'x-request-id': 'wait-deadline', prefer: 'wait=1', 'cancel-after': '2' } })
+    t.same([waited.status, waited.json()], [202, { run_id: 'wait-deadline', status: 'running' }])
+    const record = await ended('wait-deadline')
+    t.match(record, { status: 'failed', status_code: 504, attempt: 1, error: { message: 'request exceeded its deadline of 2s' } })
+    t.equal(record.interruptions, undefined)
+    t.same(seen('wait-deadline'), [{ path: '/hold', attempt: '1' }])
+    t.notMatch(await eventsOf('wait-deadline'), /event: retry/)
+    await webhookDelivered(a.sidecar, 'wait-deadline')
+    t.match(webhooksOf(fleet.receiver, 'wait-deadline'), [{ status_code: 504 }])
   })
 
   for (const replica of replicas) {

@@ -39,7 +39,7 @@ interface Setup {
 }
 
 /** The bounded wait over the real memory store and the real async stage. */
-async function setup (t: Test, options: { settings?: Partial<RunStoreSettings>, parts?: (memory: RunStore) => StoreParts, maxResultBytes?: number } = {}): Promise<Setup> {
+async function setup (t: Test, options: { settings?: Partial<RunStoreSettings>, parts?: (memory: RunStore) => StoreParts, maxResultBytes?: number, maxAttempts?: number } = {}): Promise<Setup> {
   const memory = await memoryStore(t, options.settings)
   const finishes: Array<Promise<RunView>> = []
   const parts = options.parts?.(memory) ?? {}
@@ -68,7 +68,8 @@ async function setup (t: Test, options: { settings?: Partial<RunStoreSettings>, 
     maxResultBytes: options.maxResultBytes ?? 1024,
     logger: log.logger,
     runsTotal,
-    reportInternal: reports.reportInternal
+    reportInternal: reports.reportInternal,
+    maxAttempts: options.maxAttempts
   })
   return { store, wait, submitted, finishes, runsTotal, reports, log }
 }
@@ -83,6 +84,8 @@ async function waiting (runId: string, seconds: number, options: FakeCallOptions
 }
 
 const ranOut = (): Error => new Error('Prefer: wait ran out')
+/** The app request of a watched call, as app-forward hands it over. */
+const SENT = { method: 'POST', path: '/hold/slow?x=1', headers: ['x-request-id', 'slow-1'] }
 
 /** A relay as the forward stage made it: forwarded `msAgo`; how often it was asked to go on as a run, its answer, and what it was handed once it said yes. */
 function relayOf (msAgo: number, answer: () => boolean = () => true): WatchedRelay & { readonly asked: number, readonly handed: Array<{ tee: AnswerTee }> } {
@@ -344,7 +347,7 @@ t.test('watch: a call without a wait is not watched', async t => {
   const { wait } = await setup(t)
   const c = await call({})
   const relay = relayOf(0)
-  wait.watch(c, relay, undefined)
+  wait.watch(c, relay, undefined, SENT)
   c.abort(ranOut())
   t.equal(relay.handed.length, 0)
 })
@@ -357,7 +360,7 @@ t.test('watch: the wait runs out at the app: recorded running, 202 running; the 
   c.webhook = hook
   const relay = relayOf(250)
   const webhookTee = new WebhookTee(hook, 'slow-1', 1024, sender, SCOPE)
-  wait.watch(c, relay, webhookTee)
+  wait.watch(c, relay, webhookTee, SENT)
   t.equal(relay.handed.length, 0, 'nothing while the wait lasts')
   over.abort(ranOut())
   t.equal(relay.handed.length, 1, 'the app request goes on as a run')
@@ -401,7 +404,7 @@ t.test('watch: a wait that ran out between the slot and the forwarding goes on a
   const { c, over } = await waiting('between-1', 2)
   over.abort(ranOut())
   const relay = relayOf(0)
-  wait.watch(c, relay, undefined)
+  wait.watch(c, relay, undefined, SENT)
   t.equal(relay.handed.length, 1)
   t.equal((await c.got)?.body, '{"run_id":"between-1","status":"running"}')
   t.equal((await store.records.get(SCOPE, 'between-1')).record.status, 'running')
@@ -416,7 +419,7 @@ t.test('watch: nothing happens to a call already answered, one whose response ha
   const { store, wait } = await setup(t)
   const answered = await waiting('answered-1', 2)
   const answeredRelay = relayOf(0)
-  wait.watch(answered.c, answeredRelay, undefined)
+  wait.watch(answered.c, answeredRelay, undefined, SENT)
   answered.c.answer(new DeadlineExceededError(2))
   answered.over.abort(ranOut())
   t.equal(answeredRelay.handed.length, 0, 'answered: left alone')
@@ -424,7 +427,7 @@ t.test('watch: nothing happens to a call already answered, one whose response ha
 
   const begun = await waiting('begun-1', 2)
   const begunRelay = relayOf(0)
-  wait.watch(begun.c, begunRelay, undefined)
+  wait.watch(begun.c, begunRelay, undefined, SENT)
   begun.c.out.writeHead(200, { 'content-type': 'text/event-stream' })
   begun.c.out.write('data: 1\n\n')
   begun.over.abort(ranOut())
@@ -437,7 +440,7 @@ t.test('watch: nothing happens to a call already answered, one whose response ha
 
   const refused = await waiting('refused-1', 2)
   const refusedRelay = relayOf(0, () => false)
-  wait.watch(refused.c, refusedRelay, undefined)
+  wait.watch(refused.c, refusedRelay, undefined, SENT)
   refused.over.abort(ranOut())
   t.equal(refusedRelay.asked, 1, 'asked')
   t.equal(refusedRelay.handed.length, 0, 'no tee made')
@@ -457,7 +460,7 @@ t.test('watch: a relay that will not let the call go leaves its webhook a plain 
   c.webhook = hook
   const webhookTee = new WebhookTee(hook, 'plain-hook-1', 1024, sender, SCOPE)
   const relay = relayOf(0, () => false)
-  wait.watch(c, relay, webhookTee)
+  wait.watch(c, relay, webhookTee, SENT)
   over.abort(ranOut())
   t.equal(relay.asked, 1, 'the relay was asked')
   t.equal(webhookTee.onEnd, undefined, 'the webhook reports to no run')
@@ -468,7 +471,7 @@ t.test('watch: a run that cannot be recorded: the caller gets the store\'s refus
   const down = await setup(t, { parts: () => ({ records: { open: unavailable } }) })
   const { c, over } = await waiting('down-1', 2)
   const relay = relayOf(0)
-  down.wait.watch(c, relay, undefined)
+  down.wait.watch(c, relay, undefined, SENT)
   over.abort(ranOut())
   const got = await c.got
   t.equal(got?.status, 503)
@@ -482,7 +485,7 @@ t.test('watch: a run that cannot be recorded: the caller gets the store\'s refus
   const { store, wait } = await setup(t)
   await store.records.open(recordedRun({ scope: SCOPE, runId: 'taken-1', request: { method: 'POST', path: '/work', headers: [], body: null }, webhook: undefined, createdAt: Date.now() }))
   const taken = await waiting('taken-1', 2)
-  wait.watch(taken.c, relayOf(0), undefined)
+  wait.watch(taken.c, relayOf(0), undefined, SENT)
   taken.over.abort(ranOut())
   const takenGot = await taken.c.got
   t.equal(takenGot?.status, 409)
@@ -502,13 +505,13 @@ t.test('watch: a call answered while its run was being recorded gets no 202 on t
         open: async run => {
           asked?.()
           await open
-          await memory.records.open(run)
+          return await memory.records.open(run)
         }
       }
     })
   })
   const { c, over } = await waiting('raced-1', 2)
-  wait.watch(c, relayOf(0), undefined)
+  wait.watch(c, relayOf(0), undefined, SENT)
   over.abort(ranOut())
   await openAsked
   c.answer(new DeadlineExceededError(2)) // its deadline passed meanwhile
@@ -524,10 +527,52 @@ t.test('watch: a call answered while its run was being recorded gets no 202 on t
 t.test('watch: an exception as the call goes on as a run is reported, with its run id', async t => {
   const { wait, reports } = await setup(t)
   const { c, over } = await waiting('thrown-1', 2)
-  wait.watch(c, relayOf(0, () => { throw new Error('relay broke') }), undefined)
+  wait.watch(c, relayOf(0, () => { throw new Error('relay broke') }), undefined, SENT)
   const reported = reports.next()
   over.abort(ranOut())
   t.match(await reported, { message: 'relay broke' })
   t.same(reports.reports[0]?.fields, { runId: 'thrown-1' })
+  c.close()
+})
+
+t.test('RUN_MAX_ATTEMPTS above 1: a watched call is sent as attempt 1; with a store that queues runs again, its body is read whole first and its request kept as it went', async t => {
+  const opened: TakenRun[] = []
+  const { wait } = await setup(t, {
+    maxAttempts: 3,
+    parts: memory => ({
+      queue: { shared: true },
+      records: { retry: async () => true, open: async run => { opened.push(run); return await memory.records.open(run) } }
+    })
+  })
+  const { c, over } = await waiting('kept-1', 3, { body: 'the input' })
+  c.body = c.req // as the request stage leaves a body that streams
+  const gate = openGate(1, 1)
+  t.equal(await wait.takeSlotWithin(gate, c), false, 'a slot')
+  t.same(c.body, Buffer.from('the input'), 'read whole before it goes')
+  const relay = relayOf(0)
+  t.same(wait.watch(c, relay, undefined, SENT), [...SENT.headers, 'x-run-attempt', '1'], 'X-Run-Attempt: 1 on the call')
+  over.abort(ranOut())
+  await c.got
+  t.equal(opened.length, 1)
+  t.match(opened[0], { runId: 'kept-1', attempt: 1, running: { attempt: 1 }, request: { method: 'POST', path: '/hold/slow?x=1', headers: SENT.headers, body: Buffer.from('the input') } })
+  c.close()
+})
+
+t.test('RUN_MAX_ATTEMPTS above 1 with a store that never queues a run again (memory): attempt 1 on the call and its record, no request kept', async t => {
+  const opened: TakenRun[] = []
+  const { wait } = await setup(t, { maxAttempts: 3, parts: memory => ({ records: { open: async run => { opened.push(run); return await memory.records.open(run) } } }) })
+  const { c, over } = await waiting('memory-1', 3)
+  t.same(wait.watch(c, relayOf(0), undefined, SENT), [...SENT.headers, 'x-run-attempt', '1'])
+  over.abort(ranOut())
+  await c.got
+  t.match(opened[0], { attempt: 1, running: { attempt: 1 }, request: { headers: [], body: null } })
+  c.close()
+})
+
+t.test('RUN_MAX_ATTEMPTS 1: the headers as they are, no attempt', async t => {
+  const { wait } = await setup(t)
+  const { c } = await waiting('once-1', 3)
+  const headers = wait.watch(c, relayOf(0), undefined, SENT)
+  t.equal(headers, SENT.headers)
   c.close()
 })

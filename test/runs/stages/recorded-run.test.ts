@@ -341,3 +341,46 @@ t.test('an end the store cannot write is logged and not counted; `kept` settles 
   t.equal(r.runsTotal.counts.size, 0)
   t.equal((await r.store.records.get(SCOPE, 'unwritten-1')).record.status, 'running')
 })
+
+t.test('an interrupted attempt of a call gone on as a run, attempts left: queued again (retry), no end, no count, no webhook; its end waits for its opening', async t => {
+  const retries: Array<{ run: TakenRun, outcome: RunOutcome }> = []
+  let answer = true
+  const r = await recordedCall(t, 'interrupted-1', {
+    webhook: HOOK,
+    records: () => ({ retry: async (run, outcome) => { retries.push({ run, outcome }); return answer } })
+  })
+  let opened: ((run: TakenRun) => void) | undefined
+  const opening = new Promise<TakenRun>(resolve => { opened = resolve })
+  const recorded: RecordedRun = { ...r.recorded, run: { ...r.run, attempt: 1 }, maxAttempts: 3, opened: opening }
+  const tee = new RecordedRunTee(recorded, r.webhook(), 1024)
+  tee.finishWith(503, '{"message":"replica stopped"}', 'replica stopped')
+  await Promise.resolve()
+  t.same(retries, [], 'nothing sent before the run is opened')
+  opened?.({ ...r.run, attempt: 1, entry: '1-1' })
+  await tee.written
+  t.equal(retries.length, 1)
+  t.match(retries[0], { run: { entry: '1-1', attempt: 1 }, outcome: { status: 'failed', statusCode: 503, interrupted: 'replica stopped', error: 'replica stopped' } })
+  t.same([r.finishes.length, r.sender.jobs.length, [...r.runsTotal.counts]], [0, 0, []], 'no end written, no webhook, nothing counted')
+  tee.finish()
+  t.equal(r.finishes.length, 0, 'a later end writes nothing')
+
+  // the store could not queue it again (its record changed meanwhile, or none left): it ends as it would have, its interruption listed
+  answer = false
+  const again = new RecordedRunTee({ ...r.recorded, run: { ...r.run, attempt: 1 }, maxAttempts: 3 }, r.webhook(), 1024)
+  again.finishWith(502, '{"message":"app unreachable"}', 'app unreachable')
+  await again.written
+  const view = await onlyEnd(t, r)
+  t.match(r.finishes[0]?.outcome, { statusCode: 502, interrupted: 'app unreachable' })
+  t.equal(view.record.status, 'failed')
+  t.equal(r.sender.jobs.length, 1, 'its webhook sent at its final outcome')
+})
+
+t.test('an interruption of a keyed call (no maxAttempts) is no retry: it ends as it would have', async t => {
+  const retries: string[] = []
+  const r = await recordedCall(t, 'keyed-stop', { records: () => ({ retry: async run => { retries.push(run.runId); return true } }) })
+  const tee = new RecordedRunTee(r.recorded, undefined, 1024)
+  tee.finishWith(503, '{"message":"replica stopped"}', 'replica stopped')
+  await tee.written
+  t.same(retries, [])
+  t.match((await onlyEnd(t, r)).record, { status: 'failed', status_code: 503 })
+})
