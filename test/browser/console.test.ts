@@ -1,11 +1,13 @@
 import t from 'tap'
-import { consoleScene } from '../helpers/console-page.ts'
+import { consoleScene, rowCell } from '../helpers/console-page.ts'
 import type { ChromiumPage } from '../helpers/chromium-page.ts'
+import { runsClient } from '../helpers/runs-client.ts'
 
 // Issue 42, in a real browser (docs/console.md): an operator signs in with the keyboard, sees runs
 // appear and change status without a reload, follows a streaming run's events, cancels it (the
-// app request is cut), purges the queue after a confirmation; at 390 and 1280 pixels wide nothing
-// is wider than the window; and the page meets no CSP violation and throws nothing.
+// app request is cut), purges the queue after a confirmation; sees each run's caller and urgency;
+// at 390 and 1280 pixels wide nothing is wider than the window; and the page meets no CSP
+// violation and throws nothing.
 
 /** Presses Enter on the element `selector` (focused first, as Tab would): a keyboard user's click. */
 async function activate (page: ChromiumPage, selector: string): Promise<void> {
@@ -90,15 +92,55 @@ t.test('Purge asks first: Escape keeps the queue, the confirmation cancels it', 
   t.same(page.problems, [])
 })
 
-t.test('at 390 and 1280 pixels wide nothing overflows: tiles, charts, runs list, run view', async t => {
-  const scene = await consoleScene(t, 390, 844)
+t.test('Caller and Urgency: the token\'s sub and the Priority of each run; a keyed sync run\'s dash and 3; labelled on a card', async t => {
+  const scene = await consoleScene(t, 1280, 800, { DISABLE_AUTH: 'false' })
   if (scene === undefined) return
-  const { app, client, page } = scene
+  const { app, h, page } = scene
+  const as = async (sub: string): Promise<ReturnType<typeof runsClient>> => runsClient({ base: h.base, project: 'proj', app: 'app', token: await h.issuer.sign('proj', { claims: { sub } }) })
+  const [x, bob] = [await as('operator-x'), await as('bob')]
+  t.equal((await x.submit('/hold/urgent', 'urgent-run', { headers: { priority: 'u=1' } })).status, 202)
+  const held = await app.waitForHeld(1)
+  t.equal((await bob.submit('/json/plain', 'plain-run')).status, 202)
+  const keyed = x.call('/json/keyed', { headers: { 'idempotency-key': 'k-1', 'x-request-id': 'keyed-run', priority: 'u=0' }, body: '{}' })
+  await scene.rowShows('keyed-run', 'running')
+  await scene.rowShows('plain-run', 'queued')
+  const shown = async (): Promise<string[][]> => await page.evaluate(`[...document.querySelectorAll('#runs tbody tr')].map(row =>
+    [row.dataset.runId, ...['Caller', 'Urgency'].map(label => row.querySelector('td[data-label="' + label + '"]').textContent)])`)
+  t.same(await shown(), [['keyed-run', '—', '3'], ['plain-run', 'bob', '3'], ['urgent-run', 'operator-x', '1']], 'each run\'s caller and urgency')
+  t.same(await page.evaluate("[...document.querySelectorAll('#runs thead th')].map(th => th.textContent)"),
+    ['Run', 'Status', 'Caller', 'Urgency', 'Attempt', 'Created', 'Started', 'Duration'], 'the columns, in order')
+  // the run's button stays the row's control: Tab reaches it, Enter opens the run
+  await page.evaluate("document.getElementById('purge').focus()")
+  await page.press('Tab')
+  t.equal(await page.evaluate('document.activeElement.textContent'), 'keyed-run', 'Tab goes from Purge to the first run')
+  await page.press('Enter')
+  await page.waitFor("!document.getElementById('run').hidden && document.getElementById('run-id').textContent === 'keyed-run'", 'the run view')
+  await page.press('Escape')
+
+  await page.resize(390, 844)
+  await page.waitFor("getComputedStyle(document.querySelector('#runs thead')).display === 'none'", 'the runs as cards')
+  t.same(await page.evaluate(`['Caller', 'Urgency'].map(label => getComputedStyle(document.querySelector('#runs tr[data-run-id="urgent-run"] td[data-label="' + label + '"]'), '::before').content)`),
+    ['"Caller"', '"Urgency"'], 'a card labels them')
+  held.res.end('{}')
+  t.equal((await keyed).status, 200)
+  await page.waitFor(`${rowCell('keyed-run', 'Status')} === 'succeeded' && ${rowCell('plain-run', 'Status')} === 'succeeded'`, 'the runs ended')
+  t.same(await shown(), [['keyed-run', '—', '3'], ['plain-run', 'bob', '3'], ['urgent-run', 'operator-x', '1']], 'the same once they ended')
+  t.same(await page.cspViolations(), [])
+  t.same(page.problems, [])
+})
+
+t.test('at 390 and 1280 pixels wide nothing overflows: tiles, charts, runs list (a long caller too), run view', async t => {
+  const scene = await consoleScene(t, 390, 844, { DISABLE_AUTH: 'false' })
+  if (scene === undefined) return
+  const { app, h, page } = scene
+  const sub = 'a-service-account-with-a-long-subject-0123456789@example-project.iam.example.com'
+  const client = runsClient({ base: h.base, project: 'proj', app: 'app', token: await h.issuer.sign('proj', { claims: { sub } }) })
   t.equal((await client.submit('/ndjson/wide', 'a-long-run-id-of-sixty-four-characters-0123456789-abcdefghijklmn')).status, 202)
   const stream = await app.waitForHeld(1)
   stream.res.write(`${JSON.stringify({ text: 'a long event without spaces '.repeat(3) + 'x'.repeat(300) })}\n`)
   for (let i = 0; i < 15; i++) t.equal((await client.submit('/json/x', `queued-${i}`)).status, 202)
   await scene.rowShows('queued-14', 'queued')
+  t.equal(await page.evaluate(rowCell('queued-14', 'Caller')), sub, 'the long caller, whole')
   await activate(page, '#runs tr[data-run-id^="a-long-run-id"] button')
   await page.waitFor("document.querySelectorAll('#run-events li').length === 1", 'the run view with its event')
   for (const [width, height] of [[390, 844], [1280, 800]] as const) {

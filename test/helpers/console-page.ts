@@ -24,9 +24,12 @@ interface TestLike {
   teardown: (fn: () => unknown) => void
 }
 
+/** The text of the row's cell `label` (its column: Status, Caller, Urgency, …), as the page shows it. */
+export const rowCell = (runId: string, label: string): string =>
+  `document.querySelector('#runs tr[data-run-id="${runId}"] td[data-label="${label}"]')?.textContent`
+
 /** The row's status cell, as the page shows it. */
-export const rowStatus = (runId: string): string =>
-  `document.querySelector('#runs tr[data-run-id="${runId}"] td[data-label="Status"]')?.textContent`
+export const rowStatus = (runId: string): string => rowCell(runId, 'Status')
 
 /** The scene, signed in, at `width` × `height`; undefined when there is no Chromium (see findChromium). */
 export async function consoleScene (t: TestLike, width = 1280, height = 800, env: Record<string, string> = {}): Promise<ConsoleScene | undefined> {

@@ -24,6 +24,15 @@ export interface RunPage {
 }
 
 /**
+ * A listed run's place in Priority and fair share (docs/runs.md): its urgency (0–7) and its caller
+ * (the token's `sub`, or the address). A run that kept none (a recorded sync call) has urgency 3 and caller ''.
+ */
+export interface RunPriority {
+  readonly urgency: number
+  readonly caller: string
+}
+
+/**
  * An app's recorded runs as a whole: listed, and its queued ones canceled at once. Every method
  * rejects with RunStoreUnavailableError while the backend cannot be reached.
  */
@@ -32,4 +41,6 @@ export interface RunListing {
   list: (scope: RunScope, request: ListRequest) => Promise<RunPage>
   /** Cancels every queued async run of the app, each as a cancel would (never run, no webhook); resolves with how many. */
   cancelQueued: (scope: RunScope) => Promise<number>
+  /** The urgency and caller of each of these runs, in their order (one gone meanwhile: as if it kept none); the console's runs list. */
+  priorities: (scope: RunScope, runIds: readonly string[]) => Promise<RunPriority[]>
 }

@@ -14,6 +14,7 @@ import { CONSOLE_HEADERS, loadConsoleAssets, sendAsset } from './console-assets.
 import { ConsoleCall } from './console-call.ts'
 import { ConsoleHistory } from './console-history.ts'
 import { type OverviewDeps, readOverview } from './console-overview.ts'
+import { serveConsoleRuns } from './console-runs.ts'
 
 export interface ConsoleDeps extends OverviewDeps {
   /** CONSOLE_TOKEN. */
@@ -41,7 +42,8 @@ const GET = ['GET', 'HEAD']
 /**
  * The console (docs/console.md): the page and its files, the login, and the data routes under
  * /console/api (cookie or bearer, else 401; a POST also from the console's own origin, else 403).
- * Its runs routes are the `_runs` routes' own code, for the app PROJECT_ID and APP_NAME name.
+ * Its runs routes are the `_runs` routes' own code, for the app PROJECT_ID and APP_NAME name; its
+ * list adds each run's caller and urgency (console-runs.ts).
  */
 export function openConsole (deps: ConsoleDeps): OperatorConsole {
   const access = new ConsoleAccess(deps.token)
@@ -75,10 +77,7 @@ export function openConsole (deps: ConsoleDeps): OperatorConsole {
       if (canceled > 0) metrics.runsTotal.labels('canceled').inc(canceled)
       return json({ canceled })
     }
-    if (path === '/runs') {
-      await serveRunRoute(call, { scope, runId: '', action: 'list', query })
-      return
-    }
+    if (path === '/runs') return await serveConsoleRuns(call, store, scope, query)
     const [, runs, runId, action, ...rest] = path.split('/')
     if (runs !== 'runs' || runId === undefined || rest.length > 0) throw new RouteNotFoundError()
     if (!isRunId(runId)) throw new MalformedRequestError('malformed run id: run ids match [A-Za-z0-9_-]{1,128}')

@@ -96,6 +96,7 @@ export function storeWith (store: RunStore, parts: StoreParts): RunStore {
   const listing: RunListing = {
     list: async (scope, request) => await store.listing.list(scope, request),
     cancelQueued: async scope => await store.listing.cancelQueued(scope),
+    priorities: async (scope, runIds) => await store.listing.priorities(scope, runIds),
     ...parts.listing
   }
   return {

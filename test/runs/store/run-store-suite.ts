@@ -259,6 +259,26 @@ export function runStoreSuite (t: Test, open: OpenStore): void {
     t.pass('gone')
   })
 
+  t.test('priorities: each listed run\'s urgency and caller, in order, queued and ended; a run that kept none: 3 and \'\'', async t => {
+    const store = await fresh(t)
+    const urgent = newRun({ urgency: 1, caller: 'alice' })
+    const plain = newRun({ urgency: 3, caller: '10.0.0.7' })
+    await store.queue.submit(urgent)
+    await store.queue.submit(plain)
+    const recorded = recordedRun(newRun())
+    await store.keys.claim(SCOPE, `priority-slot-${++counter}`, { runId: recorded.runId, digest: 'd', async: false }, recorded)
+    const ids = [plain.runId, 'never-recorded', recorded.runId, urgent.runId]
+    const expected = [{ urgency: 3, caller: '10.0.0.7' }, { urgency: 3, caller: '' }, { urgency: 3, caller: '' }, { urgency: 1, caller: 'alice' }]
+    t.same(await store.listing.priorities(SCOPE, ids), expected, 'queued')
+    const taken = await takeOne(store)
+    t.equal(taken.runId, urgent.runId, 'the urgent run is taken first')
+    await store.queue.start(taken, Date.now())
+    await store.records.finish(taken, { ...OUTCOME, completedAt: Date.now() })
+    t.same(await store.listing.priorities(SCOPE, ids), expected, 'the same once it ended')
+    t.same(await store.listing.priorities({ projectId: 'proj', appName: 'other' }, [urgent.runId]), [{ urgency: 3, caller: '' }], 'another scope never sees a run')
+    t.same(await store.listing.priorities(SCOPE, []), [])
+  })
+
   t.test('a recorded sync run: recorded with its key\'s claim, running at once, never queued, not cancelable; its events and end are kept', async t => {
     const store = await fresh(t)
     const run = newRun({ createdAt: Date.parse('2026-01-02T03:04:05.000Z') })

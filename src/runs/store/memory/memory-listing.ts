@@ -1,4 +1,5 @@
-import type { ListRequest, RunListing, RunPage } from '../run-listing.ts'
+import { DEFAULT_URGENCY } from '../../../shared/fair-queue.ts'
+import type { ListRequest, RunListing, RunPage, RunPriority } from '../run-listing.ts'
 import type { RunRecord, RunScope } from '../../run-data.ts'
 import type { MemoryRecords } from './memory-records.ts'
 import { type MemoryRuns, scopeKeyOf } from './memory-runs.ts'
@@ -34,5 +35,15 @@ export class MemoryListing implements RunListing {
     const queued = [...this.#runs.live.values()].filter(run => run.scopeKey === scopeKey && run.async && run.record.status === 'queued')
     for (const run of queued) await this.#records.cancel(scope, run.record.run_id)
     return queued.length
+  }
+
+  async priorities (scope: RunScope, runIds: readonly string[]): Promise<RunPriority[]> {
+    const scopeKey = scopeKeyOf(scope)
+    return runIds.map(runId => {
+      const key = `${scopeKey}/${runId}`
+      // peek: a read for the page keeps a finished run no longer
+      const run = this.#runs.live.get(key) ?? this.#runs.finished.peek(key)
+      return run === undefined ? { urgency: DEFAULT_URGENCY, caller: '' } : { urgency: run.urgency, caller: run.caller }
+    })
   }
 }

@@ -1,5 +1,6 @@
 import { CANCELED_MESSAGE, withWebhook } from '../../run-record.ts'
-import type { ListPosition, ListRequest, RunListing, RunPage } from '../run-listing.ts'
+import { DEFAULT_URGENCY } from '../../../shared/fair-queue.ts'
+import type { ListPosition, ListRequest, RunListing, RunPage, RunPriority } from '../run-listing.ts'
 import type { RunRecord, RunScope, WebhookStatus } from '../../run-data.ts'
 import { guard, type RedisContext, ScopeKeys } from './redis-context.ts'
 import { CANCEL_QUEUED, LIST_RUNS } from './redis-list-scripts.ts'
@@ -45,6 +46,13 @@ export class RedisListing implements RunListing {
       if (step.last === '') return canceled
       from = step.last
     }
+  }
+
+  async priorities (scope: RunScope, runIds: readonly string[]): Promise<RunPriority[]> {
+    const keys = new ScopeKeys(scope)
+    // SUBMIT wrote them in the run's hash (a recorded sync run has neither); every read is sent at once
+    const fields = await guard(Promise.all(runIds.map(async runId => await this.#ctx.redis.hmget(keys.run(runId), 'urgency', 'caller'))))
+    return fields.map(([urgency, caller]) => ({ urgency: urgency === null ? DEFAULT_URGENCY : Number(urgency), caller: caller ?? '' }))
   }
 }
 

@@ -144,7 +144,9 @@ function runRow (r) {
   open.type = 'button'
   open.addEventListener('click', () => openRun(r.run_id))
   const cells = [
-    ['Run', open], ['Status', el('span', r.status, `status-${r.status}`)], ['Attempt', el('span', String(r.attempt ?? 1))],
+    ['Run', open], ['Status', el('span', r.status, `status-${r.status}`)],
+    // a recorded sync call keeps no caller (null); its urgency is the default, 3
+    ['Caller', el('span', r.caller ?? '—', 'caller')], ['Urgency', el('span', String(r.urgency ?? 3))], ['Attempt', el('span', String(r.attempt ?? 1))],
     ['Created', el('span', time(r.created_at))], ['Started', el('span', time(r.started_at))], ['Duration', el('span', duration(r))]
   ]
   for (const [label, content] of cells) {
