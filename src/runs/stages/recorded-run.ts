@@ -112,16 +112,20 @@ export class RecordedRunTee implements AnswerTee, ResponseCapture {
       // its webhook waits for the run's final outcome: sent here if it is not queued again, else by whoever runs it last
       this.#done = true
       const outcome = this.#outcome('failed', status, this.#result.resultJson(), messageOf(body), interrupted)
-      this.#written = this.#opened()
-        .then(async opened => await retriedAttempt(this.#recorded.store.records, opened, outcome, maxAttempts))
-        .then(retried => {
-          if (retried) {
-            this.#webhook?.cancel()
-            return
-          }
-          this.#webhook?.finishWith(status, body)
-          return this.#write(outcome)
-        }, (failure: unknown) => { this.#notWritten(failure, run.runId) })
+      const retrying = async (opened: TakenRun): Promise<boolean> => await retriedAttempt(this.#recorded.store.records, opened, outcome, maxAttempts)
+        .catch((error: unknown) => {
+          this.#recorded.reportInternal(error, { runId: run.runId })
+          return false
+        })
+      // never recorded (its opening failed): nothing to queue again, its webhook still owed
+      this.#written = this.#opened().then(retrying, () => false).then(async retried => {
+        if (retried) {
+          this.#webhook?.cancel()
+          return
+        }
+        this.#webhook?.finishWith(status, body)
+        await this.#write(outcome)
+      })
       return
     }
     this.#webhook?.finishWith(status, body)

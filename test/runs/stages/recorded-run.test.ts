@@ -384,3 +384,21 @@ t.test('an interruption of a keyed call (no maxAttempts) is no retry: it ends as
   t.same(retries, [])
   t.match((await onlyEnd(t, r)).record, { status: 'failed', status_code: 503 })
 })
+
+t.test('a retry that throws (a bug) is reported once, and the run ends as it would have; one never opened sends its webhook and writes nothing', async t => {
+  const r = await recordedCall(t, 'retry-broke', { webhook: HOOK, records: () => ({ retry: async () => { throw new Error('retry broke') } }) })
+  const tee = new RecordedRunTee({ ...r.recorded, run: { ...r.run, attempt: 1 }, maxAttempts: 3 }, r.webhook(), 1024)
+  tee.finishWith(502, '{"message":"app unreachable"}', 'app unreachable')
+  await tee.written
+  t.match(r.reports.reports, [{ error: { message: 'retry broke' }, fields: { runId: 'retry-broke' } }])
+  t.match((await onlyEnd(t, r)).record, { status: 'failed', status_code: 502 })
+  t.equal(r.sender.jobs.length, 1)
+
+  const never = await recordedCall(t, 'never-opened', { webhook: HOOK })
+  const refused = Promise.reject(new Error('run id taken'))
+  refused.catch(() => {})
+  const lost = new RecordedRunTee({ ...never.recorded, run: { ...never.run, attempt: 1 }, maxAttempts: 3, opened: refused }, never.webhook(), 1024)
+  lost.finishWith(503, '{"message":"replica stopped"}', 'replica stopped')
+  await lost.written
+  t.same([never.finishes.length, never.sender.jobs.length, never.reports.reports.length], [0, 1, 0], 'no end written, its webhook sent, nothing reported')
+})
