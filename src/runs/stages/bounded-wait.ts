@@ -79,7 +79,8 @@ export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
       // a sync run is never run again: its request is not kept
       request: { method: call.req.method as string, path: route.appPath, headers: [], body: null },
       webhook: call.webhook === undefined ? undefined : { url: call.webhook.url, secret: undefined },
-      createdAt
+      createdAt,
+      sub: call.caller
     }
     const running = startedRecord(queuedRecord(submitted), createdAt, startedAt)
     const run: TakenRun = { ...submitted, entry: '', running, runningJson: JSON.stringify(running) }

@@ -53,7 +53,7 @@ export class RedisRecords implements RunRecords {
     const opened = await guard(OPEN_RUN.call(ctx.redis, {
       run: keys.run(run.runId), index: keys.runs,
       record: run.runningJson ?? JSON.stringify(run.running), owner: ctx.consumer, webhook: run.webhook === undefined ? '' : JSON.stringify(run.webhook),
-      ttlSeconds: ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, runId: run.runId, createdAtMs: run.createdAt
+      ttlSeconds: ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, runId: run.runId, createdAtMs: run.createdAt, sub: run.sub ?? ''
     }))
     if (!opened) throw new RunIdTakenError()
   }
