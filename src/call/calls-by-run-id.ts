@@ -62,19 +62,19 @@ export class CallsByRunId {
     call.inFlight = entry
   }
 
-  /** The newest call in flight here with that run id in that app (undefined: none, or already answered). */
-  find (scope: CancelScope, runId: string): StageCall | undefined {
-    for (const call of this.#inScope(scope, runId)) return call
+  /** The newest call in flight here with that run id in that app (`caller` given: of that caller), undefined: none, or already answered. */
+  find (scope: CancelScope, runId: string, caller?: string): StageCall | undefined {
+    for (const call of this.#inScope(scope, runId, caller)) return call
     return undefined
   }
 
   /**
    * Cancels every call in flight here with that run id in that app: a wait ends, an app request
    * is cut, and the caller gets 499 `{"message": "run canceled"}` (a begun stream: an error
-   * event). True when one was found.
+   * event). `caller` given: only that caller's calls (RUN_ACCESS=caller). True when one was found.
    */
-  cancel (scope: CancelScope, runId: string): boolean {
-    const found = [...this.#inScope(scope, runId)] // taken first: an abort makes its call leave the chain
+  cancel (scope: CancelScope, runId: string, caller?: string): boolean {
+    const found = [...this.#inScope(scope, runId, caller)] // taken first: an abort makes its call leave the chain
     for (const call of found) {
       const reason = new RunCanceledError()
       call.abort(reason)
@@ -83,11 +83,11 @@ export class CallsByRunId {
     return found.length > 0
   }
 
-  /** The calls in flight here with that run id in that app, newest first. */
-  * #inScope (scope: CancelScope, runId: string): Generator<StageCall> {
+  /** The calls in flight here with that run id in that app (of `caller`, when given), newest first. */
+  * #inScope (scope: CancelScope, runId: string, caller: string | undefined): Generator<StageCall> {
     for (let entry = this.#calls.get(runId); entry !== undefined; entry = entry.older) {
       const call = entry.call
-      if (call !== undefined && inScope(call, scope)) yield call
+      if (call !== undefined && inScope(call, scope) && (caller === undefined || call.caller === caller)) yield call
     }
   }
 

@@ -8,6 +8,9 @@ import {
 import { parseRunStoreAddress, type RunStoreAddress } from './run-store-address.ts'
 
 export type Runtime = 'cortex' | 'custom'
+/** RUN_ACCESS: who may read, list and cancel a recorded run: any token of its project, or only the `sub` that submitted it. */
+export const RUN_ACCESS_MODES = ['project', 'caller'] as const
+export type RunAccess = typeof RUN_ACCESS_MODES[number]
 
 /** OTEL_TRACES_SAMPLER's values (the OpenTelemetry SDK environment specification's built-in samplers). */
 export const TRACE_SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const
@@ -68,6 +71,8 @@ export interface SidecarConfig {
   asyncQueueTtlSeconds: number
   /** RUN_MAX_ATTEMPTS: attempts an async run may have when its replica is interrupted (1: none again). */
   runMaxAttempts: number
+  /** RUN_ACCESS: `caller`: a recorded run is read, listed and canceled by the `sub` that submitted it alone (others get 404). */
+  runAccess: RunAccess
   /** CORS_ALLOWED_ORIGINS: whose browser pages may call /v4; undefined: no CORS header anywhere. */
   corsAllowedOrigins: AllowedOrigins | undefined
   /** CONSOLE_TOKEN: turns on the operator console on the admin port; undefined: no console (404). */
@@ -144,6 +149,7 @@ export const SIDECAR_VARIABLES = [
   variable({ name: 'ASYNC_QUEUE_MAX_BYTES', key: 'asyncQueueMaxBytes', defaultText: '268435456', meaning: 'most request-body bytes of async runs waiting per app; beyond it 503, one larger body 413', parse: integerIn(0, 64 * GIB), fallback: fixed(268_435_456) }),
   variable({ name: 'ASYNC_QUEUE_TTL_SECONDS', key: 'asyncQueueTtlSeconds', defaultText: '86400', meaning: 'an async run still queued this long after its submission fails (504)', parse: integerIn(1, MAX_SECONDS), fallback: fixed(86_400) }),
   variable({ name: 'RUN_MAX_ATTEMPTS', key: 'runMaxAttempts', defaultText: '1 (3 for an interruptible build)', meaning: 'attempts an async run may have when its replica is interrupted (stopped, lost, app unreachable); a shared run store only', parse: integerIn(1, 10), fallback: fixed(1) }),
+  variable({ name: 'RUN_ACCESS', key: 'runAccess', defaultText: 'project', meaning: 'who may read, list and cancel a recorded run: project (any token of its project) or caller (only the sub that submitted it; others get 404)', parse: oneOf(RUN_ACCESS_MODES), fallback: fixed<RunAccess>('project') }),
   variable({ name: 'CORS_ALLOWED_ORIGINS', key: 'corsAllowedOrigins', defaultText: undefined, meaning: 'origins (comma-separated, or *) whose browser pages may call /v4; unset = no CORS', parse: parseOriginList, fallback: fixed(undefined) }),
   variable({ name: 'CONSOLE_TOKEN', key: 'consoleToken', defaultText: undefined, meaning: 'turns on the operator console at /console on ADMIN_PORT (its login token, 16+ characters); unset = no console', parse: optionalString(parseConsoleToken), fallback: fixed(undefined) }),
   variable({ name: 'LOG_LEVEL', key: 'logLevel', defaultText: 'info', meaning: LOG_LEVELS.join(' | '), parse: oneOf(LOG_LEVELS), fallback: fixed<LogLevel>('info') }),

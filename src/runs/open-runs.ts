@@ -86,7 +86,7 @@ export async function openRuns (config: SidecarConfig, deps: RunsDeps): Promise<
   })
   store.listen({
     canceled: (scope, runId) => { runner.canceled(scope, runId) },
-    cancelCall: (scope, runId) => deps.calls.cancel(scope, runId),
+    cancelCall: (scope, runId, caller) => deps.calls.cancel(scope, runId, caller),
     lost: (run, view) => { runner.lost(run, view) },
     retried: (scope, runId, reason, attempt) => {
       metrics.runRetries.labels(reason).inc()

@@ -60,6 +60,8 @@ export interface RunView {
   readonly ranBy?: string
   /** Set by `finish` when its webhook's delivery was written down with the end (a shared store): it is held, ready to send. */
   readonly delivery?: HeldDelivery
+  /** Set by `get`: the `sub` that submitted the run (RUN_ACCESS); undefined: not known (recorded by an older version). */
+  readonly sub?: string | undefined
 }
 
 /** A request kept to run later exactly as the sync call would have run. */
@@ -85,6 +87,8 @@ export interface NewRun {
   readonly urgency?: number
   /** Who submitted it, as waits are shared fairly and CALLER_MAX_INFLIGHT counts (undefined: not known). */
   readonly caller?: string
+  /** The `sub` of the token that submitted it ('' with auth off, undefined taken as ''): under RUN_ACCESS=caller, the one who may read, list and cancel it. */
+  readonly sub?: string
 }
 
 /** A queued run this sidecar took from the queue: no other sidecar takes it unless this one is lost. */

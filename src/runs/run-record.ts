@@ -133,9 +133,9 @@ export function expiredRecord (record: RunRecord, now: number, error: SidecarErr
  * (its finish sets `started_at` to when the app request went out). The handle its events and end go through.
  */
 export function recordedRun (run: NewRun): TakenRun {
-  const { scope, runId, request, webhook, createdAt } = run
+  const { scope, runId, request, webhook, createdAt, sub } = run
   const running = startedRecord(queuedRecord(run), createdAt, createdAt)
-  return { scope, runId, request, webhook, createdAt, entry: '', running, runningJson: JSON.stringify(running) }
+  return { scope, runId, request, webhook, createdAt, sub, entry: '', running, runningJson: JSON.stringify(running) }
 }
 
 /**

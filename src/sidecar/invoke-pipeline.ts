@@ -82,7 +82,9 @@ export function createInvokeHandler (deps: InvokeDeps): (req: IncomingMessage, r
     watchWait: boundedWait.watch,
     cancelAtApp: deps.cancelAtApp
   })
-  const serveRunRoute = createRunRoutes({ store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal, calls: deps.calls, cancels: deps.metrics.cancels, logger: deps.logger })
+  const serveRunRoute = createRunRoutes({
+    store: deps.runs, maxReaders: config.runMaxReaders, heartbeatMs, metrics: deps.metrics, runsTotal: deps.metrics.runsTotal, calls: deps.calls, cancels: deps.metrics.cancels, logger: deps.logger, access: config.runAccess
+  })
   const claimKey = createIdempotency({ store: deps.runs, maxAnswerBytes: config.envelopeMaxBodyBytes, logger: deps.logger, runsTotal: deps.metrics.runsTotal, reportInternal: deps.reportInternal, replica: config.replicaName })
   // an async body no queue could hold is refused before it is read
   const asyncMaxBodyBytes = Math.min(config.maxBodyBytes, config.asyncQueueMaxBytes)

@@ -40,7 +40,17 @@ t.test('defaults match the SPEC table', async t => {
   t.equal(c.runMaxReaders, 1000)
   t.equal(c.asyncQueueMaxBytes, 268435456)
   t.equal(c.runMaxAttempts, 1)
+  t.equal(c.runAccess, 'project')
   t.equal(c.logLevel, 'info')
+})
+
+t.test('RUN_ACCESS: project or caller; anything else refused naming it', async t => {
+  t.equal(loadSidecarConfig({ RUN_ACCESS: 'caller' }).runAccess, 'caller')
+  t.equal(loadSidecarConfig({ RUN_ACCESS: ' project ' }).runAccess, 'project')
+  t.equal(loadSidecarConfig({ RUN_ACCESS: '' }).runAccess, 'project', 'empty counts as unset')
+  for (const raw of ['Caller', 'sub', 'owner', 'project,caller']) {
+    t.throws(() => loadSidecarConfig({ RUN_ACCESS: raw }), { name: 'ConfigError', message: `RUN_ACCESS: expected one of project, caller, got "${raw}"` }, raw)
+  }
 })
 
 t.test('RUN_MAX_ATTEMPTS: 1 to 10; anything else refused naming it', async t => {

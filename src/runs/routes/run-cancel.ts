@@ -6,11 +6,11 @@ import { sendJson } from '../../shared/http-answers.ts'
 import type { CancelCause, LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { CallsByRunId } from '../../call/calls-by-run-id.ts'
 import type { StageCall } from '../../call/stage-call.ts'
-import type { RunRoute } from './run-route.ts'
+import { readable, type RunAccessRule, type RunRoute, subOf } from './run-route.ts'
 import { logRunEnd } from '../run-end-log.ts'
 import type { Logger } from 'pino'
 
-export interface RunCancelDeps {
+export interface RunCancelDeps extends RunAccessRule {
   readonly store: RunStore
   readonly runsTotal: LabelledCounter<RunStatus>
   /** This replica's calls in flight by run id (a plain call has no record: only they know it). */
@@ -40,14 +40,17 @@ export function createRunCancel (deps: RunCancelDeps): (call: StageCall, route: 
    */
   async function cancel (call: StageCall, route: RunRoute): Promise<void> {
     const { scope, runId } = route
-    if (calls.find(scope, runId)?.recording === undefined && calls.cancel(scope, runId)) return canceledPlain(call, runId)
+    // RUN_ACCESS=caller: only the caller's own calls and runs; another's is answered as one never recorded
+    const sub = subOf(deps, call)
+    if (calls.find(scope, runId, sub)?.recording === undefined && calls.cancel(scope, runId, sub)) return canceledPlain(call, runId)
     let view: RunView
     try {
+      if (sub !== undefined) readable(await store.records.get(scope, runId), sub)
       view = await store.records.cancel(scope, runId)
     } catch (error) {
-      if (error instanceof RunNotFoundError && await cancelCall(scope, runId)) return canceledPlain(call, runId)
+      if (error instanceof RunNotFoundError && await cancelCall(scope, runId, sub)) return canceledPlain(call, runId)
       if (!(error instanceof RunNotAsyncError)) throw error
-      view = await cancelRecordedCall(scope, runId)
+      view = await cancelRecordedCall(scope, runId, sub)
     }
     deps.cancels.labels('request').inc()
     // a run canceled before it started is counted here; a running one by the sidecar that ran it
@@ -58,19 +61,19 @@ export function createRunCancel (deps: RunCancelDeps): (call: StageCall, route: 
     if (!call.settled) sendJson(call.out, 200, recordJson(view), { 'x-request-id': call.runId })
   }
 
-  /** A call in flight here, else on another replica sharing the store: true when one was canceled. */
-  async function cancelCall (scope: RunScope, runId: string): Promise<boolean> {
-    return calls.cancel(scope, runId) || await store.cancelCall(scope, runId)
+  /** A call in flight here, else on another replica sharing the store (`sub` given: that caller's): true when one was canceled. */
+  async function cancelCall (scope: RunScope, runId: string, sub: string | undefined): Promise<boolean> {
+    return calls.cancel(scope, runId, sub) || await store.cancelCall(scope, runId, sub)
   }
 
   /**
    * A recorded sync call (its Idempotency-Key) still running: canceled where it runs, which writes
    * its end; answered with that end once written (a GET after the answer reads it), else as it will be.
    */
-  async function cancelRecordedCall (scope: RunScope, runId: string): Promise<RunView> {
+  async function cancelRecordedCall (scope: RunScope, runId: string, sub: string | undefined): Promise<RunView> {
     const running = await store.records.get(scope, runId)
     // not in flight anywhere: it ended meanwhile
-    if (isFinished(running.record) || !await cancelCall(scope, runId)) throw new RunFinishedError()
+    if (isFinished(running.record) || !await cancelCall(scope, runId, sub)) throw new RunFinishedError()
     const until = Date.now() + END_WAIT_MS
     while (Date.now() < until) {
       await delay(END_POLL_MS)

@@ -5,9 +5,9 @@ import { sendJson } from '../../shared/http-answers.ts'
 import type { LabelledCounter } from '../../shared/metric-contracts.ts'
 import type { StageCall } from '../../call/stage-call.ts'
 import { checkPurgeQuery, cursorOf, parseListQuery } from './run-list-query.ts'
-import type { RunRoute } from './run-route.ts'
+import { type RunAccessRule, type RunRoute, subOf } from './run-route.ts'
 
-export interface RunListDeps {
+export interface RunListDeps extends RunAccessRule {
   readonly store: RunStore
   readonly runsTotal: LabelledCounter<RunStatus>
 }
@@ -18,7 +18,7 @@ export function createRunList (deps: RunListDeps): (call: StageCall, route: RunR
 
   async function list (call: StageCall, route: RunRoute): Promise<void> {
     const request = parseListQuery(route.query)
-    const page = await store.listing.list(route.scope, request)
+    const page = await store.listing.list(route.scope, { ...request, sub: subOf(deps, call) })
     let json = '{"runs":['
     for (let i = 0; i < page.records.length; i++) {
       if (i > 0) json += ','
@@ -31,7 +31,7 @@ export function createRunList (deps: RunListDeps): (call: StageCall, route: RunR
 
   async function purge (call: StageCall, route: RunRoute): Promise<void> {
     checkPurgeQuery(route.query)
-    const canceled = await store.listing.cancelQueued(route.scope)
+    const canceled = await store.listing.cancelQueued(route.scope, subOf(deps, call))
     // counted as the cancel of each would count it (none had started)
     if (canceled > 0) deps.runsTotal.labels('canceled').inc(canceled)
     if (!call.settled) sendJson(call.out, 200, `{"canceled":${canceled}}`, { 'x-request-id': call.runId })

@@ -1,7 +1,9 @@
-import { MalformedRequestError, RouteNotFoundError } from '../../errors.ts'
+import { MalformedRequestError, RouteNotFoundError, RunNotFoundError } from '../../errors.ts'
 import type { CallRoute } from '../../call/match-route.ts'
 import { isRunId } from '../../shared/run-id-rule.ts'
-import type { RunScope } from '../run-data.ts'
+import type { RunScope, RunView } from '../run-data.ts'
+import type { RunAccess } from '../../config/sidecar-config.ts'
+import type { StageCall } from '../../call/stage-call.ts'
 
 /** A request for one of the sidecar's own `_runs` routes. */
 export interface RunRoute {
@@ -46,3 +48,22 @@ export function matchRunRoute (route: CallRoute): RunRoute | undefined {
 
 const ESCAPED_UNDERSCORE = /%5f/gi
 const EMPTY_SEGMENTS = /\/{2,}/g
+
+/** RUN_ACCESS, as the `_runs` routes apply it (`caller`: each caller's runs are its own); unset for the operator's console, which sees every run. */
+export interface RunAccessRule {
+  readonly access?: RunAccess | undefined
+}
+
+/** The `sub` whose runs alone the call may read, list and cancel (RUN_ACCESS=caller: the token's); undefined: every run of the app. */
+export const subOf = (rule: RunAccessRule, call: StageCall): string | undefined => rule.access === 'caller' ? call.caller : undefined
+
+/**
+ * The view, when the caller may see it (`sub`: the one submitter whose runs it sees; undefined: it
+ * sees every run of the app), else RunNotFoundError, the answer a run never recorded gets. A run
+ * whose submitter is not known (recorded by an older version) is nobody's (docs/runs.md, "Who may
+ * see a run: `RUN_ACCESS`").
+ */
+export function readable (view: RunView, sub: string | undefined): RunView {
+  if (sub !== undefined && view.sub !== sub) throw new RunNotFoundError()
+  return view
+}

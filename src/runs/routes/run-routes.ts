@@ -9,7 +9,7 @@ import { SseWriter } from '../../stream/sse-writer.ts'
 import { createRunCancel, type RunCancelDeps } from './run-cancel.ts'
 import type { StageCall } from '../../call/stage-call.ts'
 import { createRunList } from './run-list-route.ts'
-import type { RunRoute } from './run-route.ts'
+import { readable, type RunRoute, subOf } from './run-route.ts'
 
 export interface RunRoutesDeps extends RunCancelDeps {
   readonly store: RunStore
@@ -28,7 +28,7 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: StageCall, route: 
   const { store } = deps
 
   async function record (call: StageCall, route: RunRoute): Promise<void> {
-    const view = await store.records.get(route.scope, route.runId)
+    const view = readable(await store.records.get(route.scope, route.runId), subOf(deps, call))
     if (!call.settled) sendJson(call.out, 200, recordJson(view), { 'x-request-id': call.runId })
   }
 
@@ -36,6 +36,9 @@ export function createRunRoutes (deps: RunRoutesDeps): (call: StageCall, route: 
 
   async function events (call: StageCall, route: RunRoute): Promise<void> {
     const after = startAfter(call.req.headers['last-event-id'], route.query)
+    const sub = subOf(deps, call)
+    // another's run is answered as one never recorded, before anything of it is read
+    if (sub !== undefined) readable(await store.records.get(route.scope, route.runId), sub)
     const items = await store.records.follow(route.scope, route.runId, after, call.signal)
     if (call.settled) return
     const { out } = call

@@ -105,7 +105,8 @@ export function createBoundedWait (deps: BoundedWaitDeps): BoundedWait {
       webhook: call.webhook,
       createdAt,
       urgency: call.urgency,
-      caller: call.fairCaller
+      caller: call.fairCaller,
+      sub: call.caller
     }
     const attempt = counted ? 1 : undefined
     const running = startedRecord(queuedRecord(submitted), createdAt, startedAt, attempt)

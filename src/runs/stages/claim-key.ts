@@ -70,7 +70,8 @@ export function createIdempotency (deps: IdempotencyDeps): (call: StageCall) => 
         // a sync run is never run again: its request is not kept
         request: { method: call.req.method as string, path: route.appPath, headers: [], body: null },
         webhook: call.webhook === undefined ? undefined : { url: call.webhook.url, secret: undefined },
-        createdAt: Date.now()
+        createdAt: Date.now(),
+        sub: call.caller
       })
     const held = await deps.store.keys.claim(scope, slot, { runId: call.runId, digest, async }, run)
     if (held === undefined) {

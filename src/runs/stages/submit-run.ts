@@ -47,7 +47,8 @@ export function createRunSubmit (deps: RunSubmitDeps): (call: StageCall, waitRan
       webhook,
       createdAt: Date.now(),
       urgency: call.urgency,
-      caller: call.fairCaller
+      caller: call.fairCaller,
+      sub: call.caller
     })
     // with an Idempotency-Key, the 202 is kept for repeats before the caller has it; a refused run frees the key
     await (call.keySlot === undefined ? submitted : keepAsyncAnswer(deps.store, call, submitted))

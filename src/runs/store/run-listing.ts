@@ -15,6 +15,8 @@ export interface ListRequest {
   readonly after: ListPosition | undefined
   /** Most records in the page. */
   readonly limit: number
+  /** Only the runs this `sub` submitted (RUN_ACCESS=caller; a run whose submitter is not known is nobody's); undefined: every run. */
+  readonly sub?: string | undefined
 }
 
 /** One page of the list: records without their results, and where the next page starts (undefined: nothing follows). */
@@ -37,10 +39,13 @@ export interface RunPriority {
  * rejects with RunStoreUnavailableError while the backend cannot be reached.
  */
 export interface RunListing {
-  /** The app's recorded runs (async and recorded sync calls), newest first; expired ones are gone. */
+  /**
+   * The app's recorded runs (async and recorded sync calls), newest first; expired ones are gone.
+   * A page with `request.sub` holds `limit` runs of that sub's whenever as many follow (never fewer because others' runs came between).
+   */
   list: (scope: RunScope, request: ListRequest) => Promise<RunPage>
-  /** Cancels every queued async run of the app, each as a cancel would (never run, no webhook); resolves with how many. */
-  cancelQueued: (scope: RunScope) => Promise<number>
+  /** Cancels every queued async run of the app (`sub` given: of that sub's alone), each as a cancel would (never run, no webhook); resolves with how many. */
+  cancelQueued: (scope: RunScope, sub?: string) => Promise<number>
   /** The urgency and caller of each of these runs, in their order (one gone meanwhile: as if it kept none); the console's runs list. */
   priorities: (scope: RunScope, runIds: readonly string[]) => Promise<RunPriority[]>
 }

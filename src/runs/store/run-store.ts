@@ -36,8 +36,8 @@ export interface RunStoreSettings {
 export interface RunStoreListener {
   /** A run this sidecar runs was canceled (by a cancel on any sidecar): abort its app request. */
   canceled: (scope: RunScope, runId: string) => void
-  /** Another sidecar asks for this one's in-flight call with that run id to be canceled: true when this one held it. */
-  cancelCall?: (scope: RunScope, runId: string) => boolean
+  /** Another sidecar asks for this one's in-flight call with that run id (`caller` given: that caller's) to be canceled: true when this one held it. */
+  cancelCall?: (scope: RunScope, runId: string, caller?: string) => boolean
   /** A run whose sidecar was lost was failed ("replica lost") by this one: send its webhook. */
   lost: (run: TakenRun, view: RunView) => void
   /** A run whose attempt was interrupted was put back in the queue by this sidecar, for its next attempt (sidecar_run_retries_total). */
@@ -76,9 +76,10 @@ export interface RunStore {
   readonly deliveries: DurableDeliveries | undefined
   /**
    * Asks every other sidecar sharing the store to cancel its in-flight call with that run id (a
-   * plain call, a recorded sync call): true when one held it and canceled it. Memory: false (no other).
+   * plain call, a recorded sync call; `caller` given: only one whose caller, the token's `sub`, it
+   * is): true when one held it and canceled it. Memory: false (no other).
    */
-  cancelCall: (scope: RunScope, runId: string) => Promise<boolean>
+  cancelCall: (scope: RunScope, runId: string, caller?: string) => Promise<boolean>
   /** Where the store tells the sidecar of cancels, lost runs and its availability. */
   listen: (listener: RunStoreListener) => void
   /** Stops background work and closes connections; pending take() calls reject. */

@@ -95,7 +95,7 @@ export function storeWith (store: RunStore, parts: StoreParts): RunStore {
   }
   const listing: RunListing = {
     list: async (scope, request) => await store.listing.list(scope, request),
-    cancelQueued: async scope => await store.listing.cancelQueued(scope),
+    cancelQueued: async (scope, sub) => await store.listing.cancelQueued(scope, sub),
     priorities: async (scope, runIds) => await store.listing.priorities(scope, runIds),
     ...parts.listing
   }
@@ -107,7 +107,7 @@ export function storeWith (store: RunStore, parts: StoreParts): RunStore {
     keys: store.keys,
     listing,
     deliveries: store.deliveries,
-    cancelCall: parts.cancelCall ?? (async (scope, runId) => await store.cancelCall(scope, runId)),
+    cancelCall: parts.cancelCall ?? (async (scope, runId, caller) => await store.cancelCall(scope, runId, caller)),
     listen: listener => { store.listen(listener) },
     close: async () => { await store.close() }
   }

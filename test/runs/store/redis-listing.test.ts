@@ -2,15 +2,17 @@ import t, { type Test } from 'tap'
 import { RedisRunStore, type RedisStoreSettings } from '../../../src/runs/store/redis/redis-run-store.ts'
 import type { Redis } from 'ioredis'
 import type { NewRun } from '../../../src/runs/run-data.ts'
+import type { RunPage } from '../../../src/runs/store/run-listing.ts'
 import { recordedRun } from '../../../src/runs/run-record.ts'
 import { type PrivateRunStore, privateRunStore } from '../../helpers/redis-server.ts'
 
 // The Redis listing past its bounds: a page's cost whatever the runs kept, pages across statuses,
-// a purge over more entries than one script goes through, a run taken and not started purged.
+// one caller's page read in steps (RUN_ACCESS=caller), a purge over more entries than one script
+// goes through, a run taken and not started purged.
 
 const SCOPE = { projectId: 'p', appName: 'a' }
 const SETTINGS: RedisStoreSettings = { retentionSeconds: 60, maxEvents: 100, maxEventBytes: 1024 * 1024, queueDepth: 2000, queueMaxBytes: 64 * 1024 * 1024, scope: SCOPE }
-const runOf = (runId: string, createdAt: number): NewRun => ({ scope: SCOPE, runId, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: undefined, createdAt })
+const runOf = (runId: string, createdAt: number, sub?: string): NewRun => ({ scope: SCOPE, runId, request: { method: 'POST', path: '/x', headers: [], body: Buffer.from('b') }, webhook: undefined, createdAt, sub })
 
 /** A store of app p/a on a private Redis (reachable, closed at `t`'s teardown), and that Redis. */
 async function storeFor (t: Test): Promise<{ redis: PrivateRunStore, store: RedisRunStore }> {
@@ -21,12 +23,12 @@ async function storeFor (t: Test): Promise<{ redis: PrivateRunStore, store: Redi
   return { redis, store }
 }
 
-/** Runs `from` to `from + count` recorded and ended as the store does (a recorded sync run each: opened, then finished `status`). */
-async function keepRuns (store: RedisRunStore, from: number, count: number, base: number, status: 'succeeded' | 'failed' = 'succeeded'): Promise<void> {
+/** Runs `from` to `from + count` recorded and ended as the store does (a recorded sync run each: opened, then finished `status`), made by `sub`. */
+async function keepRuns (store: RedisRunStore, from: number, count: number, base: number, status: 'succeeded' | 'failed' = 'succeeded', sub?: string): Promise<void> {
   for (let start = from; start < from + count; start += 500) {
     await Promise.all(Array.from({ length: Math.min(500, from + count - start) }, async (_, k) => {
       const i = start + k
-      const run = recordedRun(runOf(`done-${String(i).padStart(5, '0')}`, base + 1_000 + i))
+      const run = recordedRun(runOf(`done-${String(i).padStart(5, '0')}`, base + 1_000 + i, sub))
       await store.records.open(run)
       await store.records.finish(run, { status, statusCode: status === 'succeeded' ? 200 : 500, resultJson: '{}', runTimeMs: 1, error: status === 'failed' ? 'x' : undefined, completedAt: Date.now() })
     }))
@@ -93,6 +95,34 @@ t.test('pages follow one another exactly, across statuses and equal created_at; 
   t.same(all, expected, 'newest first, each once, none gone')
   t.equal(await redis.probe.zscore('as:{p/a}:runs:succeeded', 'done-00003'), null, 'a gone run left its index')
   t.equal(await redis.probe.zscore('as:{p/a}:runs:failed', 'done-00033'), null)
+})
+
+t.test('a caller\'s page among 2,500 runs of another\'s: read in steps, each of at most 1,000 runs; the page full, its cursor right', async t => {
+  const { redis, store } = await storeFor(t)
+  const base = Date.now() - 100_000
+  await keepRuns(store, 0, 2, base, 'succeeded', 'alice')
+  await keepRuns(store, 2, 2500, base, 'succeeded', 'bob')
+  await keepRuns(store, 2502, 1, base, 'failed', 'alice')
+  const steps = async (list: () => Promise<unknown>): Promise<number> => {
+    const calls = async (): Promise<number> => Number(/^cmdstat_evalsha:calls=(\d+)/m.exec(await redis.probe.info('commandstats'))?.[1] ?? 0)
+    const before = await calls()
+    await list()
+    return await calls() - before
+  }
+  const ids = (page: RunPage): string[] => page.records.map(record => record.run_id)
+  let first: RunPage | undefined
+  t.equal(await steps(async () => { first = await store.listing.list(SCOPE, { statuses: undefined, after: undefined, limit: 2, sub: 'alice' }) }), 3,
+    'alice\'s newest, 1,000 of bob\'s, 1,000 more, then the rest and alice\'s two others')
+  t.same(ids(first as RunPage), ['done-02502', 'done-00001'], 'the page full of alice\'s runs')
+  t.same(first?.next, { createdAt: base + 1_001, runId: 'done-00001' })
+  const second = await store.listing.list(SCOPE, { statuses: undefined, after: first?.next, limit: 2, sub: 'alice' })
+  t.same([ids(second), second.next], [['done-00000'], undefined], 'the next page: the one left, and nothing follows')
+  const failed = await store.listing.list(SCOPE, { statuses: ['failed'], after: undefined, limit: 5, sub: 'alice' })
+  t.same([ids(failed), failed.next], [['done-02502'], undefined], 'a filter that matches bob\'s runs alone reads none of them')
+  const bobs = await store.listing.list(SCOPE, { statuses: ['succeeded'], after: undefined, limit: 1000, sub: 'bob' })
+  t.equal(bobs.records.length, 1000)
+  t.equal(bobs.next?.runId, 'done-01502')
+  t.same(ids(await store.listing.list(SCOPE, { statuses: undefined, after: undefined, limit: 5, sub: 'carol' })), [])
 })
 
 t.test('a purge over more entries than one step: every queued run canceled, the running ones (taken: started) left', async t => {

@@ -333,7 +333,7 @@ t.test('redis run store', async t => {
     t.equal(await probe.hget('as:{proj/app}:run:hashed', 'queued_bytes'), '0')
     const ended = await store.records.finish(taken, outcome)
     const raw = await probe.hget('as:{proj/app}:run:hashed', 'record')
-    t.same(Object.keys(await probe.hgetall('as:{proj/app}:run:hashed')).sort(), ['async', 'entry', 'owner', 'record', 'result'], 'what an ended run keeps')
+    t.same(Object.keys(await probe.hgetall('as:{proj/app}:run:hashed')).sort(), ['async', 'entry', 'owner', 'record', 'result', 'sub'], 'what an ended run keeps')
     t.ok(await probe.ttl('as:{proj/app}:run:hashed') > 0, 'for its retention')
     t.equal(await probe.exists('as:{proj/app}:events:hashed'), 0, 'no events: no events key')
 

@@ -17,10 +17,11 @@ export class MemoryListing implements RunListing {
 
   async list (scope: RunScope, request: ListRequest): Promise<RunPage> {
     const records: RunRecord[] = []
-    const { statuses, limit } = request
+    const { statuses, limit, sub } = request
     // one more than the page: whether anything follows it
     for (const run of this.#runs.index.newestFirst(scopeKeyOf(scope), request.after)) {
       if (statuses !== undefined && !statuses.includes(run.record.status)) continue
+      if (sub !== undefined && run.sub !== sub) continue
       records.push(run.record)
       if (records.length > limit) break
     }
@@ -30,9 +31,9 @@ export class MemoryListing implements RunListing {
     return { records, next: { createdAt: Date.parse(last.created_at), runId: last.run_id } }
   }
 
-  async cancelQueued (scope: RunScope): Promise<number> {
+  async cancelQueued (scope: RunScope, sub?: string): Promise<number> {
     const scopeKey = scopeKeyOf(scope)
-    const queued = [...this.#runs.live.values()].filter(run => run.scopeKey === scopeKey && run.async && run.record.status === 'queued')
+    const queued = [...this.#runs.live.values()].filter(run => run.scopeKey === scopeKey && run.async && run.record.status === 'queued' && (sub === undefined || run.sub === sub))
     for (const run of queued) await this.#records.cancel(scope, run.record.run_id)
     return queued.length
   }

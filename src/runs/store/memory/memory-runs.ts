@@ -18,6 +18,8 @@ export interface MemoryRun {
   /** Its `Priority` urgency (0–7) and caller: its place in the queue. */
   readonly urgency: number
   readonly caller: string
+  /** The `sub` that submitted it (RUN_ACCESS). */
+  readonly sub: string
   record: RunRecord
   resultJson: string | undefined
   webhook: WebhookTarget | undefined
@@ -95,7 +97,7 @@ export class MemoryRuns {
     const scopeKey = scopeKeyOf(run.scope)
     const key = `${scopeKey}/${run.runId}`
     const stored: MemoryRun = {
-      key, scopeKey, submitted: run, seq: this.#seq++, urgency: run.urgency ?? DEFAULT_URGENCY, caller: run.caller ?? '', record, resultJson: undefined,
+      key, scopeKey, submitted: run, seq: this.#seq++, urgency: run.urgency ?? DEFAULT_URGENCY, caller: run.caller ?? '', sub: run.sub ?? '', record, resultJson: undefined,
       webhook: run.webhook, taken: !async, async, events: [], dropped: 0, trimmed: 0, eventBytes: 0, queuedBytes: 0, waiters: new Set(), expiry: undefined
     }
     this.live.set(key, stored)
@@ -194,7 +196,7 @@ export const scopeKeyOf = (scope: RunScope): string => `${scope.projectId}/${sco
 export const keyOf = (run: NewRun): string => `${scopeKeyOf(run.scope)}/${run.runId}`
 
 export function viewOf (run: MemoryRun): RunView {
-  return { record: run.record, resultJson: run.resultJson, async: run.async }
+  return { record: run.record, resultJson: run.resultJson, async: run.async, sub: run.sub }
 }
 
 export function wake (run: MemoryRun): void {

@@ -7,6 +7,8 @@ const REPLY_WAIT_MS = 500
 
 /** An ask on the app's cancel channel starts with this; a run's cancel notice is a bare run id (which never holds it). */
 const ASK = '?'
+/** An ask for one caller's call only (RUN_ACCESS=caller) ends with this and the caller, URI-encoded (a `sub` may hold spaces). */
+const BY = '='
 
 /** One cancel asked of the other sidecars, waiting for their replies. */
 interface Asked {
@@ -18,7 +20,7 @@ interface Asked {
 
 /**
  * Cancels of in-flight calls across the sidecars sharing a Redis store: an ask on the app's cancel
- * channel (`?<ask id> <run id> <reply channel>`), heard by every sidecar of the app (the asker
+ * channel (`?<ask id> <run id> <reply channel>[ =<caller>]`), heard by every sidecar of the app (the asker
  * included); each replies on the asker's own channel `<ask id> 1` (it held the call and canceled
  * it) or `<ask id> 0`. PUBLISH's count of receivers says how many replies to wait for: the answer
  * is known as soon as one says 1 or all said 0 (or REPLY_WAIT_MS passed).
@@ -38,15 +40,17 @@ export class RedisCallCancels {
   /** A message on the app's cancel channel: an ask is answered here (true); anything else is a run's cancel notice (false). */
   heard (scope: RunScope, message: string): boolean {
     if (!message.startsWith(ASK)) return false
-    const [askId, runId, replyTo] = message.slice(ASK.length).split(' ')
+    const [askId, runId, replyTo, by] = message.slice(ASK.length).split(' ')
     if (askId === undefined || runId === undefined || replyTo === undefined) return true
-    const found = this.#ctx.listener?.cancelCall?.(scope, runId) === true
+    const caller = by?.startsWith(BY) === true ? callerOf(by.slice(BY.length)) : undefined
+    // an ask for a caller whose name does not decode is nobody's: nothing is canceled
+    const found = caller !== null && this.#ctx.listener?.cancelCall?.(scope, runId, caller) === true
     this.#ctx.publishOn(replyTo, `${askId} ${found ? 1 : 0}`).catch(() => {}) // unanswered: the asker stops waiting after REPLY_WAIT_MS
     return true
   }
 
-  /** Asks every sidecar of the app to cancel its call with that run id: true when one did. */
-  async cancel (runId: string): Promise<boolean> {
+  /** Asks every sidecar of the app to cancel its call with that run id (`caller` given: only that caller's): true when one did. */
+  async cancel (runId: string, caller?: string): Promise<boolean> {
     const askId = randomBytes(8).toString('hex')
     const found = new Promise<boolean>(resolve => {
       const timer = setTimeout(() => { asked.settle(false) }, REPLY_WAIT_MS)
@@ -62,7 +66,8 @@ export class RedisCallCancels {
       this.#asked.set(askId, asked)
     })
     try {
-      const heard = await this.#ctx.publishOn(this.#ctx.own.cancel, `${ASK}${askId} ${runId} ${this.#replies}`)
+      const by = caller === undefined ? '' : ` ${BY}${encodeURIComponent(caller)}`
+      const heard = await this.#ctx.publishOn(this.#ctx.own.cancel, `${ASK}${askId} ${runId} ${this.#replies}${by}`)
       const asked = this.#asked.get(askId)
       if (asked !== undefined) {
         asked.heard = heard
@@ -85,5 +90,14 @@ export class RedisCallCancels {
     }
     asked.replies++
     if (asked.heard !== undefined && asked.replies >= asked.heard) asked.settle(false)
+  }
+}
+
+/** A caller as an ask names it; null when it does not decode (never sent so). */
+function callerOf (encoded: string): string | null {
+  try {
+    return decodeURIComponent(encoded)
+  } catch {
+    return null
   }
 }

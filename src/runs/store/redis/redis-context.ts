@@ -291,7 +291,7 @@ export class RedisContext {
 
   /** A run's view, its record as stored (for a compare-and-set), its queue entry and the sidecar running it ('' none). */
   async readOrMissing (keys: ScopeKeys, runId: string): Promise<[RunView | undefined, string, string, string]> {
-    const [raw, result, async, entry, owner, webhook] = await guard(this.redis.hmget(keys.run(runId), 'record', 'result', 'async', 'entry', 'owner', 'webhook_state'))
+    const [raw, result, async, entry, owner, webhook, sub] = await guard(this.redis.hmget(keys.run(runId), 'record', 'result', 'async', 'entry', 'owner', 'webhook_state', 'sub'))
     if (raw === null || raw === undefined) return [undefined, '', '', '']
     let record = JSON.parse(raw) as RunRecord
     // the webhook's delivery state, kept beside the record (WEBHOOK_STATE): `<status> <attempts>`
@@ -299,7 +299,7 @@ export class RedisContext {
       const [status, attempts] = webhook.split(' ') as [WebhookStatus, string]
       record = withWebhook(record, { status, attempts: Number(attempts) })
     }
-    return [{ record, resultJson: result ?? undefined, async: async === '1' }, raw, entry ?? '', owner ?? '']
+    return [{ record, resultJson: result ?? undefined, async: async === '1', sub: sub ?? undefined }, raw, entry ?? '', owner ?? '']
   }
 
   /** Compare-and-set of the record; a finished record gets its TTL, and its followers the end. */

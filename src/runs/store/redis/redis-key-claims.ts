@@ -62,7 +62,7 @@ export class RedisKeyClaims implements KeyClaims {
         claims: keys.claims, slot: key, run: keys.run(run?.runId ?? claim.runId), index: keys.runs,
         runId: claim.runId, digest: claim.digest, async: claim.async ? '1' : '0', leaseMs: ctx.claimLeaseMs,
         record: run?.runningJson ?? '', owner: ctx.consumer, webhook: run?.webhook === undefined ? '' : JSON.stringify(run.webhook),
-        recordTtlSeconds: ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, createdAtMs: run?.createdAt ?? 0, lostAfterMs: ctx.lostAfterMs
+        recordTtlSeconds: ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, createdAtMs: run?.createdAt ?? 0, lostAfterMs: ctx.lostAfterMs, sub: run?.sub ?? ''
       }))
       if (held.kind !== 'lost' || tries === 2) break
       // the key's run is a lost sidecar's: ended "replica lost" first, and that is the answer this request replays

@@ -14,7 +14,7 @@ const SUBMITTED = { 1: 'queued', '-1': 'run id taken', '-2': 'queue full', '-3':
 export const SUBMIT = defineScript({
   name: 'SUBMIT',
   keys: ['run', 'queue', 'queuedBytes', 'dueSet', 'index', 'turns', 'fair', 'wake'],
-  args: ['record', 'request', 'body', 'webhook', 'depth', 'runId', 'maxBytes', 'expiry', 'createdAtMs', 'urgency', 'caller'],
+  args: ['record', 'request', 'body', 'webhook', 'depth', 'runId', 'maxBytes', 'expiry', 'createdAtMs', 'urgency', 'caller', 'sub'],
   reply: reply => SUBMITTED[codeReply('SUBMIT', reply, [1, -1, -2, -3])]
 })
 

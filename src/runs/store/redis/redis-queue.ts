@@ -64,7 +64,7 @@ export class RedisQueue implements RunQueue {
       run: keys.run(run.runId), queue: keys.queue, queuedBytes: keys.queuedBytes, dueSet: keys.expiry, index: keys.runs, turns: keys.turns, fair: keys.fair, wake: keys.wake,
       record: JSON.stringify(record), request: requestJson(run), body: run.request.body ?? '',
       webhook: run.webhook === undefined ? '' : JSON.stringify(run.webhook), depth: queueDepth, runId: run.runId, maxBytes: queueMaxBytes,
-      expiry: expiry ?? '', createdAtMs: run.createdAt, urgency: run.urgency ?? '', caller: run.caller ?? ''
+      expiry: expiry ?? '', createdAtMs: run.createdAt, urgency: run.urgency ?? '', caller: run.caller ?? '', sub: run.sub ?? ''
     }))
     if (outcome === 'run id taken') throw new RunIdTakenError()
     if (outcome === 'queue full') throw new AsyncQueueFullError()

@@ -58,7 +58,7 @@ export class RedisRecords implements RunRecords {
       run: keys.run(run.runId), index: keys.runs, queue: keys.queue,
       record, owner: ctx.consumer, webhook: run.webhook === undefined ? '' : JSON.stringify(run.webhook),
       ttlSeconds: ctx.settings.retentionSeconds + RECORDED_RUN_GRACE_SECONDS, runId: run.runId, createdAtMs: run.createdAt,
-      request: kept ? requestJson(run) : '', body: kept ? run.request.body ?? '' : '', urgency: run.urgency ?? '', caller: run.caller ?? ''
+      request: kept ? requestJson(run) : '', body: kept ? run.request.body ?? '' : '', urgency: run.urgency ?? '', caller: run.caller ?? '', sub: run.sub ?? ''
     }))
     if (entry === undefined) throw new RunIdTakenError()
     // held as a run this sidecar took: its heartbeat keeps the entry, a reaper finds it should this sidecar be lost

@@ -151,7 +151,7 @@ export class RedisRunStore implements RunStore {
   listen (listener: RunStoreListener): void { this.#ctx.listener = listener }
 
   /** A store serves one app: `_scope` is always its own (the route already refused any other). */
-  async cancelCall (_scope: RunScope, runId: string): Promise<boolean> { return await this.#calls.cancel(runId) }
+  async cancelCall (_scope: RunScope, runId: string, caller?: string): Promise<boolean> { return await this.#calls.cancel(runId, caller) }
 
   /** Once Redis first answers: a warn line for each setting that can lose runs (redis-persistence.ts). */
   async checkPersistence (warn: PersistenceWarn): Promise<void> { await checkPersistence(this.#ctx.redis, warn) }

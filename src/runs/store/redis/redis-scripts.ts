@@ -59,7 +59,7 @@ export type KeyClaimReply =
 export const CLAIM_KEY = defineScript({
   name: 'CLAIM_KEY',
   keys: ['claims', 'slot', 'run', 'index'],
-  args: ['runId', 'digest', 'async', 'leaseMs', 'record', 'owner', 'webhook', 'recordTtlSeconds', 'createdAtMs', 'lostAfterMs'],
+  args: ['runId', 'digest', 'async', 'leaseMs', 'record', 'owner', 'webhook', 'recordTtlSeconds', 'createdAtMs', 'lostAfterMs', 'sub'],
   reply: keyClaimReply,
   batch: { shared: 1 },
   buffers: true
@@ -97,7 +97,7 @@ export const FAIL_LOST_CLAIM = defineScript({
 export const OPEN_RUN = defineScript({
   name: 'OPEN_RUN',
   keys: ['run', 'index', 'queue'],
-  args: ['record', 'owner', 'webhook', 'ttlSeconds', 'runId', 'createdAtMs', 'request', 'body', 'urgency', 'caller'],
+  args: ['record', 'owner', 'webhook', 'ttlSeconds', 'runId', 'createdAtMs', 'request', 'body', 'urgency', 'caller', 'sub'],
   reply: reply => reply === -1 ? undefined : textReply('OPEN_RUN', reply)
 })
 

@@ -23,7 +23,7 @@ t.test('the claim scripts', async t => {
   const claim = (fields: Partial<Parameters<typeof CLAIM_KEY.call>[1]> = {}): ReturnType<typeof CLAIM_KEY.call> => CLAIM_KEY.call(redis, {
     claims: CLAIMS, slot: SLOT, run: RUN, index: INDEX,
     runId: 'r1', digest: 'd1', async: '0', leaseMs: 30_000, record: record('running'), owner: 'sidecar-a', webhook: '',
-    recordTtlSeconds: 3600, createdAtMs: 1_700_000_000_000, lostAfterMs: LOST_AFTER_MS, ...fields
+    recordTtlSeconds: 3600, createdAtMs: 1_700_000_000_000, lostAfterMs: LOST_AFTER_MS, sub: 'alice', ...fields
   })
   /** A slot held by run r0 (sync, no answer), its sidecar's last beat `ago` ms before Redis's now. */
   const heldSlot = async (ago: number, fields: Record<string, string> = {}): Promise<void> => {
@@ -49,7 +49,7 @@ t.test('the claim scripts', async t => {
     const [[member, beat] = ['', 0]] = await zsetOf(redis, CLAIMS)
     t.equal(member, SLOT)
     t.ok(beat >= before && beat <= after, 'its beat is Redis\'s now')
-    t.same(await redis.hgetall(RUN), { record: record('running'), async: '0', owner: 'sidecar-a', webhook: '{"url":"https://hook.example"}' })
+    t.same(await redis.hgetall(RUN), { record: record('running'), async: '0', owner: 'sidecar-a', sub: 'alice', webhook: '{"url":"https://hook.example"}' }, 'the caller\'s sub beside the record')
     const runTtl = await redis.ttl(RUN)
     t.ok(runTtl > 3590 && runTtl <= 3600, `the run's ${runTtl} s`)
     t.same(await zsetOf(redis, `${INDEX}:running`), [['r1', 1_700_000_000_000]], 'in the running index at its created_at')
@@ -102,7 +102,7 @@ t.test('the claim scripts', async t => {
       claim({ async: '1', record: '' }),
       CLAIM_KEY.call(redis, {
         claims: CLAIMS, slot: other, run: 'as:{p/a}:run:r2', index: INDEX, runId: 'r2', digest: 'd2', async: '1', leaseMs: 1000,
-        record: '', owner: 'sidecar-a', webhook: '', recordTtlSeconds: 60, createdAtMs: 0, lostAfterMs: LOST_AFTER_MS
+        record: '', owner: 'sidecar-a', webhook: '', recordTtlSeconds: 60, createdAtMs: 0, lostAfterMs: LOST_AFTER_MS, sub: ''
       })
     ])
     t.same(replies, [{ kind: 'claimed' }, { kind: 'held', entry: { runId: 'r9', digest: 'd9', async: true, answer: undefined } }])
@@ -266,13 +266,13 @@ t.test('the claim scripts', async t => {
 
   const open = (fields: Partial<Parameters<typeof OPEN_RUN.call>[1]> = {}): Promise<string | undefined> => OPEN_RUN.call(redis, {
     run: RUN, index: INDEX, queue: QUEUE, record: record('running'), owner: 'sidecar-a', webhook: '', ttlSeconds: 900, runId: 'r1', createdAtMs: 42,
-    request: '', body: '', urgency: '', caller: '', ...fields
+    request: '', body: '', urgency: '', caller: '', sub: 'bob', ...fields
   })
 
   t.test('OPEN_RUN records a sync call running, owned and indexed, its queue entry in its sidecar\'s pending list; refuses a run id taken', async t => {
     const entry = await open()
     t.match(entry, /^\d+-\d+$/)
-    t.same(await redis.hgetall(RUN), { record: record('running'), async: '0', owner: 'sidecar-a', entry, at: '42' })
+    t.same(await redis.hgetall(RUN), { record: record('running'), async: '0', owner: 'sidecar-a', sub: 'bob', entry, at: '42' })
     const ttl = await redis.ttl(RUN)
     t.ok(ttl > 890 && ttl <= 900)
     t.same(await zsetOf(redis, `${INDEX}:running`), [['r1', 42]])
@@ -289,7 +289,7 @@ t.test('the claim scripts', async t => {
     const webhook = '{"url":"https://hook.example/","secret":"s"}'
     const entry = await open({ request: '{"method":"POST"}', body: Buffer.from('in'), urgency: '1', caller: 'alice', webhook })
     t.same(await redis.hgetall(RUN), {
-      record: record('running'), async: '0', owner: 'sidecar-a', webhook, entry, at: '42', request: '{"method":"POST"}', body: 'in', urgency: '1', caller: 'alice'
+      record: record('running'), async: '0', owner: 'sidecar-a', sub: 'bob', webhook, entry, at: '42', request: '{"method":"POST"}', body: 'in', urgency: '1', caller: 'alice'
     })
     await redis.del(RUN, QUEUE, `${INDEX}:running`)
   })

@@ -25,8 +25,8 @@ t.test('the queue scripts', async t => {
     t.same(fields, { run: 'r1', turn: '1' }, 'its entry names it and says it has a turn')
     const turn = memberOf(entry, 'r1')
     t.same(await redis.hgetall(run('r1')), {
-      record: JSON.stringify(queuedOf('r1')), request: REQUEST, body: 'hello', async: '1', entry, queued_bytes: '5', turn, turn_at: String(3 * SPAN), at: String(CREATED)
-    }, 'no expires, webhook, urgency or caller when none is given')
+      record: JSON.stringify(queuedOf('r1')), request: REQUEST, body: 'hello', async: '1', entry, queued_bytes: '5', turn, turn_at: String(3 * SPAN), at: String(CREATED), sub: ''
+    }, 'no expires, webhook, urgency or caller when none is given; its sub as given (\'\': auth off)')
     t.same(await zsetOf(redis, K.turns), [[turn, 3 * SPAN]], 'urgency 3\'s turn, at the virtual time (0)')
     t.same(await zsetOf(redis, K.fair), [['3 ', 3 * SPAN + 1]], 'caller \'\'\'s finish tag: its start + 1')
     t.same(await redis.lrange(K.wake, 0, -1), ['3'], 'a wake-up naming its urgency')
@@ -36,11 +36,11 @@ t.test('the queue scripts', async t => {
   })
 
   t.test('SUBMIT with an expiry, a webhook, an urgency and a caller; callers take turns by their finish tags', async t => {
-    t.equal(await submit('a1', { expiry: 9_000, webhook: '{"url":"https://hook.example"}', urgency: 1, caller: 'alice' }), 'queued')
+    t.equal(await submit('a1', { expiry: 9_000, webhook: '{"url":"https://hook.example"}', urgency: 1, caller: 'alice', sub: 'alice-sub' }), 'queued')
     const a1 = await entryOf('a1')
     t.same(await redis.hgetall(run('a1')), {
       record: JSON.stringify(queuedOf('a1')), request: REQUEST, body: 'hello', async: '1', entry: a1, queued_bytes: '5',
-      turn: memberOf(a1, 'a1', 'alice'), turn_at: String(SPAN), at: String(CREATED),
+      turn: memberOf(a1, 'a1', 'alice'), turn_at: String(SPAN), at: String(CREATED), sub: 'alice-sub',
       expires: '9000', webhook: '{"url":"https://hook.example"}', urgency: '1', caller: 'alice'
     })
     t.same(await zsetOf(redis, K.dueSet), [['a1', 9_000]], 'in the due set at its expiry')
@@ -148,7 +148,7 @@ t.test('the queue scripts', async t => {
     })
     t.same(await redis.hgetall(run('r1')), {
       record: started, request: REQUEST, body: 'hello', async: '1', entry, queued_bytes: '0', turn, turn_at: String(3 * SPAN), at: String(CREATED),
-      expires: '9000', webhook: '{"url":"https://hook.example"}', owner: 'sidecar-a'
+      expires: '9000', webhook: '{"url":"https://hook.example"}', owner: 'sidecar-a', sub: ''
     }, 'its record started (queue_time_ms: started at less created at), owned by the taker')
     t.same(await pendingOf(redis, K.queue, GROUP), [[entry, 'sidecar-a', 1]], 'its entry in the taker\'s pending list (the group made)')
     t.same(await zsetOf(redis, `${K.index}:queued`), [['r2', CREATED]])

@@ -164,7 +164,7 @@ t.test('the transition scripts', async t => {
       await SUBMIT.call(redis, {
         run: `${P}:run:${id}`, queue: K.queue, queuedBytes: K.queuedBytes, dueSet: K.expiry, index: K.index, turns: K.turns, fair: K.fair, wake: K.wake,
         record: record('queued').replace('r1', id), request: '{}', body: 'hello', webhook: '', depth: 10, runId: id, maxBytes: 100, expiry: '', createdAtMs: 1000,
-        urgency: '', caller: ''
+        urgency: '', caller: '', sub: ''
       })
     }
     const taken = await TAKE.call(redis, takeFields('sidecar-a'))

@@ -42,7 +42,7 @@ export function queueCalls (redis: Redis, queuedOf: (id: string) => RunRecord, s
     submit: (id, fields = {}) => SUBMIT.call(redis, {
       run: runKey(id), queue: K.queue, queuedBytes: K.queuedBytes, dueSet: K.dueSet, index: K.index, turns: K.turns, fair: K.fair, wake: K.wake,
       record: JSON.stringify(queuedOf(id)), request: REQUEST, body: 'hello', webhook: '', depth: 100, runId: id, maxBytes: 1000,
-      expiry: '', createdAtMs: CREATED, urgency: '', caller: '', ...submitted, ...fields
+      expiry: '', createdAtMs: CREATED, urgency: '', caller: '', sub: '', ...submitted, ...fields
     }),
     take,
     takeId: async fields => {

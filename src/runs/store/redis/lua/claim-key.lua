@@ -1,6 +1,6 @@
 -- CLAIM_KEY: claims an Idempotency-Key's slot unless a request holds it.
 -- KEYS: claims, slot, run, index
--- ARGV: run id, digest, async, lease ms, record, owner, webhook, record ttl seconds, created at ms, lost after ms
+-- ARGV: run id, digest, async, lease ms, record, owner, webhook, record ttl seconds, created at ms, lost after ms, sub
 -- Returns: nil claimed; -1 the run id is taken (not claimed); {'lost', run id} the slot is a lost sidecar's sync run's; else what the slot holds: run id, digest, async, then status, content type and body once answered
 --
 -- async: '1' or '0'; record: '' none (an async submit); webhook: '' none.
@@ -20,7 +20,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   if not held[4] and beat and tonumber(beat) < now - tonumber(ARGV[10]) then return { 'lost', held[1] } end
   return held
 end
-if ARGV[5] ~= '' and not recordSyncRun(KEYS[3], KEYS[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[1], ARGV[9]) then return -1 end
+if ARGV[5] ~= '' and not recordSyncRun(KEYS[3], KEYS[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[1], ARGV[9], ARGV[11]) then return -1 end
 redis.call('HSET', KEYS[2], 'run', ARGV[1], 'digest', ARGV[2], 'async', ARGV[3])
 if ARGV[5] == '' then
   redis.call('PEXPIRE', KEYS[2], ARGV[4])

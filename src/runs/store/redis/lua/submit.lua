@@ -1,6 +1,6 @@
 -- SUBMIT: records a queued run and queues it, in one step.
 -- KEYS: run, queue, queued bytes, due set, index, turns, fair, wake
--- ARGV: record, request, body, webhook, depth, run id, max bytes, expiry, created at ms, urgency, caller
+-- ARGV: record, request, body, webhook, depth, run id, max bytes, expiry, created at ms, urgency, caller, sub
 -- Returns: 1 queued; -1 the run id is taken; -2 `depth` runs wait already (ASYNC_QUEUE_DEPTH); -3 its body would pass `max bytes` (ASYNC_QUEUE_MAX_BYTES)
 --
 -- webhook: '' none; expiry: epoch ms, '' none sooner than the queue's TTL; urgency: '' none.
@@ -18,7 +18,8 @@
 -- which it leaves as it starts or ends, and its hash keeps that time (`expires`: a run given back
 -- finds it). Its created_at (`at`, ms) goes in its hash: a move between indexes reads its score there.
 -- Its `Priority` urgency and caller, when given, go in the record's hash (TAKE hands them to the
--- taker's gate and CALLER_MAX_INFLIGHT); without, its turn is urgency 3's, caller ''.
+-- taker's gate and CALLER_MAX_INFLIGHT); without, its turn is urgency 3's, caller ''. Its `sub` (the
+-- token's that submitted it) goes there too, for RUN_ACCESS: never in the record, whose shape is the API's.
 -- The first write is the bytes' count (a Redis out of memory refuses the whole script there).
 --#include run-index.lua
 --#include turn.lua
@@ -35,7 +36,7 @@ elseif bytes > 0 and redis.call('INCRBY', KEYS[3], bytes) > tonumber(ARGV[7]) th
 end
 local id = redis.call('XADD', KEYS[2], '*', 'run', ARGV[6], 'turn', '1')
 local turn, at = queueTurn(KEYS[6], KEYS[7], tonumber(ARGV[10]) or 3, ARGV[11], id, ARGV[6])
-local fields = { 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes, 'turn', turn, 'turn_at', at, 'at', ARGV[9] }
+local fields = { 'record', ARGV[1], 'request', ARGV[2], 'body', ARGV[3], 'async', '1', 'entry', id, 'queued_bytes', bytes, 'turn', turn, 'turn_at', at, 'at', ARGV[9], 'sub', ARGV[12] }
 if ARGV[8] ~= '' then fields[#fields + 1] = 'expires'; fields[#fields + 1] = ARGV[8] end
 if ARGV[4] ~= '' then fields[#fields + 1] = 'webhook'; fields[#fields + 1] = ARGV[4] end
 if ARGV[10] ~= '' then fields[#fields + 1] = 'urgency'; fields[#fields + 1] = ARGV[10]; fields[#fields + 1] = 'caller'; fields[#fields + 1] = ARGV[11] end
