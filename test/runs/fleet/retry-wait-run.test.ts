@@ -37,47 +37,46 @@ async function waitRunOnA (t: Test, id: string, options: { aEnv?: Record<string,
   return { fleet, a, b, reader }
 }
 
-/** Attempt 1 on `a` (the call), attempt 2 on `b`: one run id, the same path and body. */
-function checkAttempts (t: Test, a: Replica, b: Replica, id: string): void {
+/**
+ * The run retried once for `reason` as the reader on `b` saw it (within `ms`): the retry event and
+ * attempt 2's events; attempt 1 on `a` (the call), attempt 2 on `b`, one run id, the same path and
+ * body; its record and one webhook.
+ */
+async function checkRetried (t: Test, { fleet, a, b, reader }: WaitRunOnA, id: string, reason: string, ms?: number): Promise<void> {
+  const events = await followToEnd(reader, ms)
+  t.same(events.slice(0, -1).map(({ id, event, data }) => ({ id, event, data })), retriedEvents(reason, false))
   t.same(a.app.seen(id), [{ path: '/work', attempt: '1' }], 'a\'s app saw the call as attempt 1')
   t.same(b.app.seen(id), [{ path: '/work', attempt: '2' }], 'b\'s app saw attempt 2 of the same run id')
   t.same([...a.app.bodies(id), ...b.app.bodies(id)], [BODY_SHA, BODY_SHA], 'the same body both times')
+  await checkRetriedOnce(t, fleet, b.sidecar, id, reason)
 }
 
 t.test('replica stopped: the run ends succeeded on the other replica, one webhook', async t => {
   const id = 'wait-stopped'
-  const { fleet, a, b, reader } = await waitRunOnA(t, id, { aEnv: { RESPONSE_GRACE_PERIOD_SECONDS: '1' } })
+  const fleet = await waitRunOnA(t, id, { aEnv: { RESPONSE_GRACE_PERIOD_SECONDS: '1' } })
+  const { a } = fleet
   const requeued = a.sidecar.child.waitForLine(line => line.msg === 'async run interrupted: queued again for its next attempt', 10_000)
   a.sidecar.child.process.kill('SIGTERM')
   t.match(await requeued, { runId: id, attempt: 1, reason: 'replica stopped' })
   t.equal(await a.sidecar.child.exited, 0)
-  const events = await followToEnd(reader)
-  t.same(events.slice(0, -1).map(({ id, event, data }) => ({ id, event, data })), retriedEvents('replica stopped', false))
-  checkAttempts(t, a, b, id)
-  await checkRetriedOnce(t, fleet, b.sidecar, id, 'replica stopped')
+  await checkRetried(t, fleet, id, 'replica stopped')
 })
 
 t.test('replica lost (SIGKILL): the other replica queues it again and runs it, one webhook', async t => {
   const id = 'wait-lost'
-  const { fleet, a, b, reader } = await waitRunOnA(t, id)
-  a.sidecar.child.process.kill('SIGKILL')
-  await a.sidecar.child.exited
-  const events = await followToEnd(reader, 75_000) // lost within RUN_LOST_AFTER_SECONDS (30) + 30 s
-  t.same(events.slice(0, -1).map(({ id, event, data }) => ({ id, event, data })), retriedEvents('replica lost', false))
-  checkAttempts(t, a, b, id)
-  await checkRetriedOnce(t, fleet, b.sidecar, id, 'replica lost')
-  t.equal(await retriesOn(b.sidecar, 'replica lost'), 1, 'counted by the replica that found it lost')
+  const fleet = await waitRunOnA(t, id)
+  fleet.a.sidecar.child.process.kill('SIGKILL')
+  await fleet.a.sidecar.child.exited
+  await checkRetried(t, fleet, id, 'replica lost', 75_000) // lost within RUN_LOST_AFTER_SECONDS (30) + 30 s
+  t.equal(await retriesOn(fleet.b.sidecar, 'replica lost'), 1, 'counted by the replica that found it lost')
 })
 
 t.test('app unreachable (its process killed): queued again by its own replica, run by the other, one webhook', async t => {
   const id = 'wait-crashed'
-  const { fleet, a, b, reader } = await waitRunOnA(t, id)
-  await a.app.kill()
-  const events = await followToEnd(reader)
-  t.same(events.slice(0, -1).map(({ id, event, data }) => ({ id, event, data })), retriedEvents('app unreachable', false))
-  checkAttempts(t, a, b, id)
-  await checkRetriedOnce(t, fleet, b.sidecar, id, 'app unreachable')
-  t.equal(await retriesOn(a.sidecar, 'app unreachable'), 1, 'counted by the replica that put it back')
+  const fleet = await waitRunOnA(t, id)
+  await fleet.a.app.kill()
+  await checkRetried(t, fleet, id, 'app unreachable')
+  t.equal(await retriesOn(fleet.a.sidecar, 'app unreachable'), 1, 'counted by the replica that put it back')
 })
 
 t.test('RUN_MAX_ATTEMPTS=1, replica lost: the run ends failed 502 replica lost (not left running), one webhook, never run again', async t => {
