@@ -108,7 +108,11 @@ t.test('the queue scripts', async t => {
     await submit('b1', { urgency: 3, caller: 'bob' })
     const taken = await take({ cappedCallers: 'alice' })
     t.match(taken, { kind: 'taken', run: { runId: 'b1', urgency: '3', caller: 'bob' }, next: 2 }, 'the next turn: the capped run\'s urgency')
+    await redis.del(K.wake) // as this taker's BLPOP leaves it
     t.same(await take({ cappedCallers: 'carol\nalice' }), { kind: 'capped', urgency: 2 })
+    t.same(await redis.lrange(K.wake, 0, -1), ['2'], 'a wake-up left for a replica that can take it')
+    t.same(await take({ cappedCallers: 'alice' }), { kind: 'capped', urgency: 2 })
+    t.same(await redis.lrange(K.wake, 0, -1), ['2'], 'one, not one per take')
     t.same((await zsetOf(redis, K.turns)).map(([member]) => member), [memberOf(await entryOf('a1'), 'a1', 'alice')], 'its turn kept')
     t.equal(await redis.hget(run('a1'), 'record'), JSON.stringify(queuedOf('a1')))
     t.equal(await takeId(), 'a1', 'taken once alice is no longer capped')

@@ -16,7 +16,7 @@
 -- takes it (a wake-up is left for one: this taker's BLPOP may have used it).
 -- The first of the turn order (turn.lua) whose run is still queued and whose caller is not capped
 -- at the taker (CALLER_MAX_INFLIGHT: their runs keep their place, for replicas that can start
--- them). The run is put in the taker's pending list of group `runners` (GROUP; XCLAIM FORCE: its
+-- them, and a wake-up is left for one, as for a run kept from its loser). The run is put in the taker's pending list of group `runners` (GROUP; XCLAIM FORCE: its
 -- lease, heartbeat, takeover by the reaper and fencing work on it) and its record moves queued →
 -- running, owned by the taker (`started_at` the taker's clock, Redis's behind a BLPOP, `queue_time_ms` from the run's
 -- `at`: started.lua); its request, body and webhook are read in the same HMGET; it leaves the
@@ -157,7 +157,9 @@ if empty or (skipped == 0 and redis.call('EXISTS', KEYS[1]) == 0) then
   return { seen }
 end
 if firstCapped then
-  if keptFrom and redis.call('LLEN', KEYS[3]) == 0 then redis.call('RPUSH', KEYS[3], keptFrom) end
+  -- a wake-up left for a replica that can take them (this taker's BLPOP may have used it: one idle
+  -- elsewhere would else wait out its BLOCK_SECONDS)
+  if redis.call('LLEN', KEYS[3]) == 0 then redis.call('RPUSH', KEYS[3], keptFrom or firstCapped) end
   return { -1, firstCapped }
 end
 return 0
