@@ -9,6 +9,8 @@ import { eventually } from '../../helpers/sidecar-harness.ts'
 // webhook. When the paused one comes back and its app answers, that end stands: no second webhook,
 // the record and its events unchanged.
 t.setTimeout(150_000)
+// each subtest waits out RUN_LOST_AFTER_SECONDS on a fleet of its own: they wait side by side
+t.jobs = 2
 
 t.test('SIGSTOP past RUN_LOST_AFTER_SECONDS, then SIGCONT and the app answers: one webhook, the "replica lost" record and its events unchanged', async t => {
   const { receiver, apps, sidecars, held } = await heldRunFleet(t, '/stream', res => {
