@@ -2,13 +2,17 @@ import t from 'tap'
 import { createTokenIssuer } from '../helpers/demo-token-issuer.ts'
 import { runBin } from '../helpers/child-process.ts'
 import { refusedPort } from '../helpers/ports.ts'
-import { startTestServer } from '../helpers/sidecar-harness.ts'
+import { eventually, startTestServer } from '../helpers/sidecar-harness.ts'
 
 // Failures that say why, read from the real process's output: every answer the sidecar makes
 // itself has its code and cause in the request's log line, and calls waiting for an app that
 // never gets ready are named in a warning every 10 s.
 
 const BASE_ENV = { PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', DISABLE_AUTH: 'true' }
+
+// each subtest has a sidecar of its own; two wait on the sidecar's own clocks (the 10 s warning,
+// the 5.5 s key-set retry): two at a time, those waits overlap the rest
+t.jobs = 2
 
 t.test('a wrong APP_URL: waiting calls are named in a warning with the app URL and the probe\'s error', async t => {
   const nothing = await refusedPort()
@@ -81,10 +85,10 @@ t.test('a key set never fetched: /readyz says why (503), calls get 502 with the 
   const admin = `http://127.0.0.1:${listening.adminPort as number}`
   // first the app's readiness, then the first key-set fetch, must have been tried
   let ready = await fetch(`${admin}/readyz`)
-  for (let i = 0; i < 200 && /app is not ready|not fetched yet/.test(await ready.clone().text()); i++) {
-    await new Promise(resolve => setTimeout(resolve, 10))
+  await eventually(async () => {
     ready = await fetch(`${admin}/readyz`)
-  }
+    return !/app is not ready|not fetched yet/.test(await ready.clone().text())
+  }, 15_000).catch(() => {}) // the checks below say what it was
   t.equal(ready.status, 503, 'not ready while no token could be verified')
   t.same(await ready.json(), { message: `no token keys yet: JWKS fetch failed: ${jwksUrl} answered 500`, run_store: 'up' })
 

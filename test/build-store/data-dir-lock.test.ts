@@ -7,6 +7,7 @@ import t, { type Test } from 'tap'
 import { DataDirInUseError } from '../../src/errors.ts'
 import { lockDataDir } from '../../src/build-store/data-dir-lock.ts'
 import { type Child, runNode } from '../helpers/child-process.ts'
+import { reapOnExit } from '../helpers/child-reaper.ts'
 
 async function freshDir (t: Test): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'data-dir-lock-'))
@@ -31,7 +32,7 @@ const lockText = (pid: number): string => `${pid} ${startTimeOf(pid)}\n`
 
 /** The pid of a process that has exited (its lock is stale). */
 async function deadPid (): Promise<number> {
-  const child = spawn(process.execPath, ['-e', ''], { stdio: 'ignore' })
+  const child = reapOnExit(spawn(process.execPath, ['-e', ''], { stdio: 'ignore' }))
   await new Promise(resolve => child.once('exit', resolve))
   return child.pid as number
 }
@@ -64,7 +65,7 @@ t.test('held by this process: a second lock (even a concurrent one) is refused w
 
 t.test('held by a live process: refused with its pid, its file untouched', async t => {
   const dir = await freshDir(t)
-  const holder = spawn('sleep', ['30'], { stdio: 'ignore' })
+  const holder = reapOnExit(spawn('sleep', ['30'], { stdio: 'ignore' }))
   t.teardown(() => { holder.kill('SIGKILL') })
   const pid = holder.pid as number
   await writeFile(join(dir, FIRST), lockText(pid))
@@ -76,7 +77,7 @@ t.test('held by a live process: refused with its pid, its file untouched', async
 })
 
 t.test('a stale lock whose pid now belongs to another process is taken over: the holder must be the process that wrote it', async t => {
-  const other = spawn('sleep', ['30'], { stdio: 'ignore' })
+  const other = reapOnExit(spawn('sleep', ['30'], { stdio: 'ignore' }))
   t.teardown(() => { other.kill('SIGKILL') })
   const pid = other.pid as number
   const ticks = Number(startTimeOf(pid))

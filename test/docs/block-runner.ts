@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { type Child, runNode } from '../helpers/child-process.ts'
+import { reapOnExit } from '../helpers/child-reaper.ts'
 import { freePort } from '../helpers/ports.ts'
 import { sleep } from '../helpers/timing.ts'
 
@@ -152,12 +153,13 @@ export function createScratch (): Scratch {
 export async function runBlock (code: string, ports: ReadonlyMap<number, number>, env: Record<string, string>, scratch: Scratch, timeoutMs = 30_000): Promise<BlockResult> {
   scratch.clean()
   const moved = new Map([...ports].map(([doc, free]) => [free, doc]))
-  const child = spawn('bash', ['-c', `set -euo pipefail\n${movePorts(code, ports)}`], {
+  // its group goes with the test too, should tap time it out mid-block
+  const child = reapOnExit(spawn('bash', ['-c', `set -euo pipefail\n${movePorts(code, ports)}`], {
     cwd: scratch.folder,
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? scratch.folder, PORT: String(ports.get(8000)), ADMIN_PORT: String(ports.get(9090)), ...env }
-  })
+  }), true)
   const closed = new Promise(resolve => child.once('close', resolve))
   let stdout = ''
   let stderr = ''

@@ -1,12 +1,13 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { startPrivateRedis } from '../helpers/redis-server.ts'
-import { createScratch, type Demo, ensureBuilt, portsFor, ROOT, runBlock, startDemo } from './block-runner.ts'
-import { type BlockSetup, runnableBlocks, outputMismatch } from './doc-blocks.ts'
+import { createScratch, type Demo, ensureBuilt, portsFor, ROOT, runBlock, type Scratch, startDemo } from './block-runner.ts'
+import { type BlockSetup, type RunnableBlock, runnableBlocks, outputMismatch } from './doc-blocks.ts'
 
 // Every runnable block of README.md and docs/*.md runs as written (docs/operations.md, "Runnable
-// examples"), one after the other: exit 0, its stated output, nothing left running.
+// examples"), one after the other on the demo, and the blocks without it one after the other
+// beside them: exit 0, its stated output, nothing left running.
 
 // the demo starts in 3 s (13 s on a busy machine), the blocks take about 20 s
 t.setTimeout(120_000)
@@ -39,39 +40,52 @@ function sharedDemoEnv (setups: BlockSetup[]): Record<string, string> {
   return env
 }
 
+/** Runs `block` in `scratch` (on the demo, when one is given) and checks what it promises. */
+async function runAndCheck (t: Test, block: RunnableBlock, scratch: Scratch, demo: Demo | undefined): Promise<void> {
+  const given = new Map<number, number>()
+  if (demo !== undefined) given.set(8000, demo.port).set(9090, demo.adminPort)
+  if (block.setup.redis) {
+    const redis = await startPrivateRedis(t).catch((error: Error) => error)
+    if (redis instanceof Error) {
+      const why = `no redis-server to start (install Redis): ${redis.message}`
+      if (process.env.CI === 'true') t.fail(why)
+      else t.comment(`skipped: ${why}`)
+      return
+    }
+    given.set(6379, Number(new URL(redis.url).port))
+  }
+  const result = await runBlock(block.code, await portsFor(block.code, given), demo?.env ?? {}, scratch)
+  t.equal(result.exit, 0, 'exits 0', { stdout: result.stdout, stderr: result.stderr })
+  if (block.expected !== undefined) {
+    t.equal(outputMismatch(block.expected, result.stdout), undefined, 'prints the output it states', { stdout: result.stdout, expected: block.expected })
+  }
+  t.equal(result.leftOver, false, 'stops what it started')
+}
+
 t.test('every runnable block runs as written', async t => {
   t.comment(ensureBuilt())
-  const scratch = createScratch()
-  t.teardown(scratch.remove)
-  const onDemo = blocks.filter(block => block.setup.demo !== undefined)
-  const demoEnv = sharedDemoEnv(onDemo.map(block => block.setup))
-  let demo: Demo | undefined
-  t.teardown(async () => { await demo?.stop() })
-  for (const block of [...onDemo, ...blocks.filter(block => block.setup.demo === undefined)]) {
-    await t.test(block.where, async t => {
-      if (block.setup.demo !== undefined) demo ??= await startDemo(demoEnv)
-      else if (demo !== undefined) {
-        await demo.stop() // the blocks without it run alone
-        demo = undefined
-      }
-      const given = new Map<number, number>()
-      if (demo !== undefined) given.set(8000, demo.port).set(9090, demo.adminPort)
-      if (block.setup.redis) {
-        const redis = await startPrivateRedis(t).catch((error: Error) => error)
-        if (redis instanceof Error) {
-          const why = `no redis-server to start (install Redis): ${redis.message}`
-          if (process.env.CI === 'true') t.fail(why)
-          else t.comment(`skipped: ${why}`)
-          return
-        }
-        given.set(6379, Number(new URL(redis.url).port))
-      }
-      const result = await runBlock(block.code, await portsFor(block.code, given), demo?.env ?? {}, scratch)
-      t.equal(result.exit, 0, 'exits 0', { stdout: result.stdout, stderr: result.stderr })
-      if (block.expected !== undefined) {
-        t.equal(outputMismatch(block.expected, result.stdout), undefined, 'prints the output it states', { stdout: result.stdout, expected: block.expected })
-      }
-      t.equal(result.leftOver, false, 'stops what it started')
-    })
-  }
+  // the blocks on the demo run one after another on it; the others, each starting what it needs
+  // on free ports of its own, run one after another beside them, in a scratch folder of their own
+  t.jobs = 2
+  t.test('on the one demo', async t => {
+    const scratch = createScratch()
+    t.teardown(scratch.remove)
+    const onDemo = blocks.filter(block => block.setup.demo !== undefined)
+    const demoEnv = sharedDemoEnv(onDemo.map(block => block.setup))
+    let demo: Demo | undefined
+    t.teardown(async () => { await demo?.stop() })
+    for (const block of onDemo) {
+      await t.test(block.where, async t => {
+        demo ??= await startDemo(demoEnv)
+        await runAndCheck(t, block, scratch, demo)
+      })
+    }
+  })
+  t.test('without the demo', async t => {
+    const scratch = createScratch()
+    t.teardown(scratch.remove)
+    for (const block of blocks.filter(block => block.setup.demo === undefined)) {
+      await t.test(block.where, async t => { await runAndCheck(t, block, scratch, undefined) })
+    }
+  })
 })

@@ -1,4 +1,3 @@
-import { performance } from 'node:perf_hooks'
 import t from 'tap'
 import { scrape } from '../helpers/admin-metrics.ts'
 import { send } from '../helpers/http-client.ts'
@@ -11,6 +10,11 @@ import { assertLeakFree, delta, type Tap } from './fault-kit.ts'
 // "webhook failed" line and the metrics say what happened; nothing stays pending.
 
 const TIMEOUT_MS = 300
+/**
+ * WEBHOOK_TIMEOUT_MS of the forty deliveries at once: a refused or reset attempt among them, on a
+ * loaded machine, can take longer than 300 ms to fail, and would be counted a time-out.
+ */
+const ALL_AT_ONCE_TIMEOUT_MS = 1000
 let app: TestServer
 let h: Harness
 
@@ -30,20 +34,18 @@ t.teardown(async () => {
   await app.close()
 })
 
-/** Makes one call with a webhook to `endpoint` and checks that the caller's answer is the plain, prompt 200. */
+/** Makes one call with a webhook to `endpoint` and checks that the caller's answer is the plain 200, given before its webhook is over. */
 async function callWith (t: Tap, endpoint: string, id: string): Promise<{ pendingAtAnswer: number }> {
-  const started = performance.now()
   const answer = await send(`${h.base}/v4/proj/app/run?webhookEndpoint=${encodeURIComponent(endpoint)}`, {
     method: 'POST', headers: { 'x-request-id': id, 'x-webhook-secret': 'whsec_faults' }, body: '{}'
   })
   const pendingAtAnswer = h.sidecar.webhooks.pending
-  const ms = performance.now() - started
   t.equal(answer.status, 200, 'the caller gets 200')
   t.equal(answer.headers['x-request-id'], id)
   const body = answer.json() as Record<string, unknown>
   t.same(Object.keys(body), ['run_id', 'result', 'run_time_ms', 'timestamp'])
   t.match(body, { run_id: id, result: { answer: 42 } })
-  t.ok(ms < 1000, `promptly (${ms.toFixed(0)} ms)`)
+  t.equal(pendingAtAnswer, 1, 'promptly: answered while its webhook is still under way')
   return { pendingAtAnswer }
 }
 
@@ -160,7 +162,7 @@ t.test('hang, then reset, then 200: the last attempt delivers it', async t => {
 
 t.test('all four faults at once, ten calls each: every caller answered promptly, every delivery accounted for', async t => {
   const h = await startHarness(app.url, {
-    DISABLE_AUTH: 'true', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', WEBHOOK_ATTEMPTS: '3', WEBHOOK_MAX_DELAY_MS: '50', WEBHOOK_TIMEOUT_MS: String(TIMEOUT_MS)
+    DISABLE_AUTH: 'true', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', WEBHOOK_ATTEMPTS: '3', WEBHOOK_MAX_DELAY_MS: '50', WEBHOOK_TIMEOUT_MS: String(ALL_AT_ONCE_TIMEOUT_MS)
   })
   let closed = false
   t.teardown(async () => { if (!closed) await h.close() })
@@ -171,12 +173,10 @@ t.test('all four faults at once, ten calls each: every caller answered promptly,
   t.teardown(async () => { await Promise.all([hanging.close(), resetting.close(), flaky.close()]) })
   const endpoints = [`http://127.0.0.1:${port}/hook`, `${hanging.url}/hook`, `${resetting.url}/hook`, `${flaky.url}/hook`]
   const before = await scrape(h)
-  const started = performance.now()
   const answers = await Promise.all(Array.from({ length: 40 }, async (_x, i) =>
     await send(`${h.base}/v4/proj/app/run?webhookEndpoint=${encodeURIComponent(endpoints[i % 4] as string)}`, { headers: { 'x-request-id': `wh-all-${i}` } })))
-  const ms = performance.now() - started
   t.same(answers.map(a => a.status), Array(40).fill(200))
-  t.ok(ms < 2000, `all 40 answered in ${ms.toFixed(0)} ms`)
+  t.equal(hanging.attempts.filter(a => a.endedAt !== undefined).length, 0, 'all 40 answered before any attempt to the hanging receiver was cut')
   t.ok(h.sidecar.webhooks.pending > 0, 'while deliveries are still under way')
   await eventually(() => h.sidecar.webhooks.pending === 0, 15_000)
   t.equal(hanging.attempts.length, 30)

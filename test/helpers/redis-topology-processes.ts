@@ -84,7 +84,7 @@ export async function topologyWorkspace (t: TestLike, what: string): Promise<Top
 /** Why redis-server cannot be run, or undefined when it can. */
 async function redisServerMissing (): Promise<string | undefined> {
   return await new Promise(resolve => {
-    const child = spawn('redis-server', ['--version'], { stdio: 'ignore' })
+    const child = reapOnExit(spawn('redis-server', ['--version'], { stdio: 'ignore' }))
     child.once('error', error => { resolve(error.message) })
     child.once('exit', code => { resolve(code === 0 ? undefined : `redis-server --version exited with ${code}`) })
   })

@@ -1,4 +1,3 @@
-import { performance } from 'node:perf_hooks'
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core'
 import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace'
 import pino from 'pino'
@@ -57,11 +56,9 @@ t.test('a collector answering 500: every failed export counted, one warn line na
 t.test('a collector that is down (a closed port): the call is not held; the failure is counted and logged once', async t => {
   const port = await closedPort()
   const h = await tracedSidecar(t, `http://127.0.0.1:${port}`)
-  const started = performance.now()
   const r = await send(`${h.base}/v4/proj/app/predict`, { method: 'POST', body: '{}' })
   t.equal(r.status, 200)
-  t.ok(performance.now() - started < 1000, 'answered at once')
-  t.equal(await metric(h, 'sidecar_trace_export_failures_total'), 0, 'answered before the export failed (the exporter retries a refused connection for a few seconds)')
+  t.equal(await metric(h, 'sidecar_trace_export_failures_total'), 0, 'answered at once: before the export failed (the exporter retries a refused connection for a few seconds)')
   await eventually(async () => await metric(h, 'sidecar_trace_export_failures_total') >= 1, 20_000)
   await eventually(() => failureLines(h).length > 0)
   t.match(failureLines(h), [{ level: 40, endpoint: `http://127.0.0.1:${port}/v1/traces`, cause: 'connection refused', failures: 1 }], 'one line: the endpoint and the cause')

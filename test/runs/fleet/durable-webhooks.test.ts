@@ -12,6 +12,8 @@ import { type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from 
 // the default heartbeat (10 s) and lost-after (30 s) times. Every delivery must arrive, signed,
 // with no more attempts than WEBHOOK_ATTEMPTS (3) + 1 in all.
 t.setTimeout(150_000)
+// the first subtest waits out RUN_LOST_AFTER_SECONDS; the others, each on a Redis of its own, run beside it
+t.jobs = 2
 
 const SECRET = 'whsec-durable'
 
@@ -26,7 +28,7 @@ async function fleet (t: Test, env: Record<string, string> = {}): Promise<{ side
   const app = await startTestServer((_req, res) => { res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}') })
   t.teardown(() => app.close())
   const common = { DISABLE_AUTH: 'true', PROJECT_ID: 'p', APP_NAME: 'a', RUN_STORE_URL: redis.url, WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', APP_URL: app.url, ...env }
-  return { sidecars: [await startSidecarProcess(t, common), await startSidecarProcess(t, common)], redis }
+  return { sidecars: await Promise.all([startSidecarProcess(t, common), startSidecarProcess(t, common)]), redis }
 }
 
 /** The W3C trace context each call of `runId` carries: its webhook's every attempt, taken over or not, carries it too. */

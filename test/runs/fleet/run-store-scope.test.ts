@@ -23,6 +23,9 @@ async function startApp (t: Test): Promise<App> {
   return Object.assign(app, { held })
 }
 
+// the two subtests share nothing (a Redis each): the second's wait for the lost window runs beside the first
+t.jobs = 2
+
 const ranIds = (app: App): string[] => app.requests.map(r => r.headers['x-request-id'] as string)
 const consumers = async (admin: Redis, stream: string, group: string): Promise<string[]> =>
   ((await admin.xinfo('CONSUMERS', stream, group)) as string[][]).map(fields => fields[1] as string).sort()
@@ -35,13 +38,13 @@ t.test('two apps, two sidecars each, on one Redis', async t => {
   t.teardown(() => receiver.close())
   const common = { DISABLE_AUTH: 'true', PROJECT_ID: 'p', RUN_STORE_URL: redis.url, WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8' }
   const apps = [await startApp(t), await startApp(t), await startApp(t), await startApp(t)] as const
-  // app a's replicas are named by HOSTNAME, app b's by the random id each picks at start
-  const sidecars: readonly SidecarProcess[] = [
-    await startSidecarProcess(t, { ...common, APP_NAME: 'a', HOSTNAME: 'a-0', APP_URL: apps[0].url, REPLICA_CONCURRENCY: '1' }),
-    await startSidecarProcess(t, { ...common, APP_NAME: 'a', HOSTNAME: 'a-1', APP_URL: apps[1].url, REPLICA_CONCURRENCY: '1' }),
-    await startSidecarProcess(t, { ...common, APP_NAME: 'b', APP_URL: apps[2].url }),
-    await startSidecarProcess(t, { ...common, APP_NAME: 'b', APP_URL: apps[3].url })
-  ]
+  // app a's replicas are named by HOSTNAME, app b's by the random id each picks at start; all four start together
+  const sidecars: readonly SidecarProcess[] = await Promise.all([
+    startSidecarProcess(t, { ...common, APP_NAME: 'a', HOSTNAME: 'a-0', APP_URL: apps[0].url, REPLICA_CONCURRENCY: '1' }),
+    startSidecarProcess(t, { ...common, APP_NAME: 'a', HOSTNAME: 'a-1', APP_URL: apps[1].url, REPLICA_CONCURRENCY: '1' }),
+    startSidecarProcess(t, { ...common, APP_NAME: 'b', APP_URL: apps[2].url }),
+    startSidecarProcess(t, { ...common, APP_NAME: 'b', APP_URL: apps[3].url })
+  ])
   const [a0, a1, b0, b1] = sidecars as [SidecarProcess, SidecarProcess, SidecarProcess, SidecarProcess]
   const hook = encodeURIComponent(receiver.url)
 

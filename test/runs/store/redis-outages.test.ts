@@ -16,6 +16,10 @@ type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 
 const UNAVAILABLE = '{"message":"run store unavailable"}'
 
+// each subtest has a private Redis and a sidecar of its own, and mostly waits (on a paused Redis,
+// a retry once a second): two at a time
+t.jobs = 2
+
 /** `request`'s answer and how long it took, failing (rather than hanging) past 5 s. */
 async function timed (request: Promise<SentResponse>): Promise<{ response: SentResponse, ms: number }> {
   const started = performance.now()

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs'
 import { performance } from 'node:perf_hooks'
 import { Cluster, Redis } from 'ioredis'
 import t from 'tap'
+import { reapOnExit } from '../../helpers/child-reaper.ts'
 import { startRedisCluster, startSentinelRedis } from '../../helpers/redis-topologies.ts'
 import { sleep } from '../../helpers/timing.ts'
 
@@ -16,7 +17,7 @@ t.jobs = 2
 /** `pgrep -af redis-server` lines naming one of `ports` (redis-server titles itself `redis-server 127.0.0.1:<port>`). */
 async function processesOn (ports: readonly number[]): Promise<string[]> {
   const listed = await new Promise<string>(resolve => {
-    execFile('pgrep', ['-af', 'redis-server'], (_error, stdout) => { resolve(stdout) })
+    reapOnExit(execFile('pgrep', ['-af', 'redis-server'], (_error, stdout) => { resolve(stdout) }))
   })
   return listed.split('\n').filter(line => ports.some(port => new RegExp(`:${port}\\b`).test(line)))
 }
