@@ -14,6 +14,13 @@ const RETRY_MIN_MS = 100
 const RETRY_MAX_MS = 1000
 /** Rounds that all failed before the writer gives up (about two minutes, as long as a run's end is retried). */
 const RETRY_ROUNDS = 120
+/**
+ * Bytes of events on their way to Redis at once (at least one event): past it, events wait here
+ * and go in rounds of about this many, each once the one before is answered. A Redis that is slow
+ * to answer then holds back this much of a run's events in the client's buffers, not the run's
+ * whole kept events again and again.
+ */
+export const ROUND_BYTES = 4 * 1024 * 1024
 
 const pause = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms).unref()) }
 
@@ -24,7 +31,8 @@ const pause = async (ms: number): Promise<void> => { await new Promise(resolve =
  * later events, Redis unreachable or stalled) stops the flow: once the writes in flight are
  * answered, the events not written go again, in order, from the first of them, until they are all
  * written. Events waiting here are bounded as the kept ones are (RUN_MAX_EVENTS,
- * RUN_MAX_EVENT_BYTES: the oldest go first, and readers see the gap). Writes that keep failing for
+ * RUN_MAX_EVENT_BYTES: the oldest go first, and readers see the gap), and those on their way by
+ * ROUND_BYTES (a Redis slow to answer). Writes that keep failing for
  * about two minutes are given up and reported (listener.truncated), never dropped in silence.
  */
 export class RunEventWriter {
@@ -37,6 +45,7 @@ export class RunEventWriter {
   #pending: PendingEvent[] = []
   #bytes = 0
   #inFlight = 0
+  #inFlightBytes = 0
   /** A write failed, or Redis is behind: events wait here and go in rounds, in order. */
   #retrying = false
   /** The rounds are under way. */
@@ -58,7 +67,8 @@ export class RunEventWriter {
     const event: PendingEvent = { n, data, bytes: Buffer.byteLength(data) }
     this.#pending.push(event)
     this.#bytes += event.bytes
-    if (!this.#retrying && this.#overBounds(this.#pending.length, this.#bytes)) this.#retrying = true // Redis is behind: hold the rest here, bounded
+    // Redis is behind: hold the rest here, bounded
+    if (!this.#retrying && (this.#overBounds(this.#pending.length, this.#bytes) || this.#inFlightBytes >= ROUND_BYTES)) this.#retrying = true
     if (this.#retrying) {
       this.#unsent++
       this.#unsentBytes += event.bytes
@@ -67,6 +77,7 @@ export class RunEventWriter {
       return
     }
     this.#inFlight++
+    this.#inFlightBytes += event.bytes
     this.#write(event, false).then(result => { this.#settled(event, result !== 'gap') }, () => { this.#settled(event, false) })
   }
 
@@ -78,6 +89,7 @@ export class RunEventWriter {
 
   #settled (event: PendingEvent, written: boolean): void {
     this.#inFlight--
+    this.#inFlightBytes -= event.bytes
     if (written) this.#forget(event)
     else this.#retrying = true
     if (this.#inFlight > 0) return
@@ -85,15 +97,15 @@ export class RunEventWriter {
     else this.#idleIfDone()
   }
 
-  /** Rounds of writes of every event pending, the first allowed to follow a gap (the ones before it are written or dropped). */
+  /** Rounds of writes of the events pending (ROUND_BYTES of them), the first allowed to follow a gap (the ones before it are written or dropped). */
   async #retry (): Promise<void> {
     if (this.#looping) return
     this.#looping = true
     let failedRounds = 0
     while (this.#pending.length > 0 && !this.#ctx.closed) {
-      const round = this.#pending.slice()
-      this.#unsent = 0
-      this.#unsentBytes = 0
+      const round = this.#nextRound()
+      this.#unsent = this.#pending.length - round.length
+      this.#unsentBytes = this.#bytes - round.reduce((sum, event) => sum + event.bytes, 0)
       const results = await Promise.allSettled(round.map(async (event, i) => await this.#write(event, i === 0)))
       let failure: unknown
       const written = new Set<PendingEvent>()
@@ -118,6 +130,18 @@ export class RunEventWriter {
     this.#looping = false
     this.#retrying = false
     this.#idleIfDone()
+  }
+
+  /** The first events pending, ROUND_BYTES of them at most (at least one). */
+  #nextRound (): PendingEvent[] {
+    let bytes = 0
+    let size = 0
+    for (const event of this.#pending) {
+      if (size > 0 && bytes + event.bytes > ROUND_BYTES) break
+      bytes += event.bytes
+      size++
+    }
+    return this.#pending.slice(0, size)
   }
 
   /** Appended, or refused (written already: a retry; or not this writer's); a gap: an event before it is missing. */
