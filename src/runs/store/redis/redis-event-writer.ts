@@ -20,7 +20,7 @@ const RETRY_ROUNDS = 120
  * to answer then holds back this much of a run's events in the client's buffers, not the run's
  * whole kept events again and again.
  */
-export const ROUND_BYTES = 4 * 1024 * 1024
+const ROUND_BYTES = 4 * 1024 * 1024
 
 const pause = async (ms: number): Promise<void> => { await new Promise(resolve => setTimeout(resolve, ms).unref()) }
 
@@ -103,9 +103,9 @@ export class RunEventWriter {
     this.#looping = true
     let failedRounds = 0
     while (this.#pending.length > 0 && !this.#ctx.closed) {
-      const round = this.#nextRound()
+      const { round, bytes } = this.#nextRound()
       this.#unsent = this.#pending.length - round.length
-      this.#unsentBytes = this.#bytes - round.reduce((sum, event) => sum + event.bytes, 0)
+      this.#unsentBytes = this.#bytes - bytes
       const results = await Promise.allSettled(round.map(async (event, i) => await this.#write(event, i === 0)))
       let failure: unknown
       const written = new Set<PendingEvent>()
@@ -132,8 +132,8 @@ export class RunEventWriter {
     this.#idleIfDone()
   }
 
-  /** The first events pending, ROUND_BYTES of them at most (at least one). */
-  #nextRound (): PendingEvent[] {
+  /** The first events pending, ROUND_BYTES of them at most (at least one), and their bytes. */
+  #nextRound (): { round: PendingEvent[], bytes: number } {
     let bytes = 0
     let size = 0
     for (const event of this.#pending) {
@@ -141,7 +141,7 @@ export class RunEventWriter {
       bytes += event.bytes
       size++
     }
-    return this.#pending.slice(0, size)
+    return { round: this.#pending.slice(0, size), bytes }
   }
 
   /** Appended, or refused (written already: a retry; or not this writer's); a gap: an event before it is missing. */
