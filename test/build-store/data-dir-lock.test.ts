@@ -6,8 +6,11 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { DataDirInUseError } from '../../src/errors.ts'
 import { lockDataDir } from '../../src/build-store/data-dir-lock.ts'
-import { type Child, runNode } from '../helpers/child-process.ts'
+import { built, type Child, runNode } from '../helpers/child-process.ts'
 import { reapOnExit } from '../helpers/child-reaper.ts'
+
+/** The module the child processes below lock with: the compiled one, as the build store runs it. */
+const LOCK_MODULE = built('src/build-store/data-dir-lock.ts')
 
 async function freshDir (t: Test): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'data-dir-lock-'))
@@ -158,14 +161,14 @@ t.test('a dead holder\'s lock is taken over; so is a leftover with our own pid (
 
 t.test('released when the process exits normally without release(); SIGKILL leaves a stale lock', async t => {
   const dir = await freshDir(t)
-  const holdAndExit = `import { lockDataDir } from './src/build-store/data-dir-lock.ts'; await lockDataDir(${JSON.stringify(dir)}); console.log(JSON.stringify({ msg: 'locked' }))`
-  const exits = runNode(['--import', 'tsx', '--input-type=module', '-e', holdAndExit], {})
+  const holdAndExit = `import { lockDataDir } from './${LOCK_MODULE}'; await lockDataDir(${JSON.stringify(dir)}); console.log(JSON.stringify({ msg: 'locked' }))`
+  const exits = runNode(['--input-type=module', '-e', holdAndExit], {})
   t.equal(await exits.exited, 0, exits.stderr)
   t.ok(exits.lines.some(line => line.msg === 'locked'))
   t.same(readdirSync(dir), [], 'the exit handler removed the lock')
 
   const hold = `${holdAndExit}; setInterval(() => {}, 1000)`
-  const killed = runNode(['--import', 'tsx', '--input-type=module', '-e', hold], {})
+  const killed = runNode(['--input-type=module', '-e', hold], {})
   t.teardown(() => { killed.process.kill('SIGKILL') })
   await killed.waitForLine(line => line.msg === 'locked')
   await t.rejects(lockDataDir(dir), inUse(dir, killed.process.pid as number))
@@ -182,7 +185,7 @@ t.test('several processes racing over one stale lock: exactly one wins, the othe
   const dir = await freshDir(t)
   await writeFile(join(dir, FIRST), `${await deadPid()}\n`)
   // each child loads the module, says ready, and tries the lock only on SIGUSR2: all start together
-  const racer = `import { lockDataDir } from './src/build-store/data-dir-lock.ts'
+  const racer = `import { lockDataDir } from './${LOCK_MODULE}'
 process.once('SIGUSR2', () => {
   lockDataDir(${JSON.stringify(dir)}).then(
     () => console.log(JSON.stringify({ msg: 'won' })),
@@ -190,7 +193,7 @@ process.once('SIGUSR2', () => {
 })
 setInterval(() => {}, 1000)
 console.log(JSON.stringify({ msg: 'ready' }))`
-  const racers: Child[] = Array.from({ length: 4 }, () => runNode(['--import', 'tsx', '--input-type=module', '-e', racer], {}))
+  const racers: Child[] = Array.from({ length: 4 }, () => runNode(['--input-type=module', '-e', racer], {}))
   t.teardown(() => { for (const child of racers) child.process.kill('SIGKILL') })
   await Promise.all(racers.map(child => child.waitForLine(line => line.msg === 'ready', 20_000)))
   for (const child of racers) child.process.kill('SIGUSR2')

@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { runNode } from '../helpers/child-process.ts'
+import { built, runNode } from '../helpers/child-process.ts'
 import { startTestServer } from '../helpers/sidecar-harness.ts'
 
 // `npm start` as a newcomer meets it: free ports with PORT=0, one clear line when a port is
@@ -15,12 +15,12 @@ function ownTmpdir (t: Test): string {
   return dir
 }
 
-/** The demo's temporary stores in `dir` (tsx keeps its own cache there too). */
+/** The demo's temporary stores in `dir`. */
 const demoFolders = (dir: string): string[] => readdirSync(dir).filter(name => name.startsWith('app-sidecar-demo-'))
 
 t.test('PORT=0 picks free ports for both listeners; SIGTERM stops it and removes its store', async t => {
   const tmp = ownTmpdir(t)
-  const demo = runNode(['--import', 'tsx', 'src/demo/start.ts'], { PORT: '0', TMPDIR: tmp })
+  const demo = runNode([built('src/demo/start.ts')], { PORT: '0', TMPDIR: tmp })
   t.teardown(() => { demo.process.kill('SIGKILL') })
   const line = await demo.waitForLine(line => line.msg === 'sidecar listening', 30_000)
   t.not(line.port, 8000)
@@ -35,7 +35,7 @@ t.test('a port in use: one line naming it, exit 1, and no temporary store left b
   const tmp = ownTmpdir(t)
   const busy = await startTestServer((req, res) => { res.end() })
   t.teardown(() => busy.close())
-  const demo = runNode(['--import', 'tsx', 'src/demo/start.ts'], { PORT: String(busy.port), ADMIN_PORT: '0', TMPDIR: tmp })
+  const demo = runNode([built('src/demo/start.ts')], { PORT: String(busy.port), ADMIN_PORT: '0', TMPDIR: tmp })
   t.teardown(() => { demo.process.kill('SIGKILL') })
   t.equal(await demo.exited, 1)
   t.same(demo.stderr.trim().split('\n'), [

@@ -1,9 +1,9 @@
-import { spawn, spawnSync } from 'node:child_process'
-import { copyFileSync, cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs'
+import { spawn } from 'node:child_process'
+import { copyFileSync, cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { type Child, runNode } from '../helpers/child-process.ts'
+import { built, type Child, runNode } from '../helpers/child-process.ts'
 import { reapOnExit } from '../helpers/child-reaper.ts'
 import { freePort } from '../helpers/ports.ts'
 import { sleep } from '../helpers/timing.ts'
@@ -36,22 +36,6 @@ export async function portsFor (code: string, given: ReadonlyMap<number, number>
   return ports
 }
 
-const newest = (dir: string): number => readdirSync(dir, { withFileTypes: true, recursive: true })
-  .reduce((latest, entry) => Math.max(latest, statSync(join(entry.parentPath, entry.name)).mtimeMs), 0)
-
-/** Compiles src/ into dist/ (and copies the Lua files) when dist/ is missing or older than a file of src/ (`npm run build`, without emptying dist/ first). */
-export function ensureBuilt (): string {
-  let built = 0
-  try { built = newest(join(ROOT, 'dist')) } catch {}
-  if (built >= newest(join(ROOT, 'src'))) return 'dist/ is current'
-  // the test runner gives every child its loaders (NODE_OPTIONS, set again as the child starts), which tsc (an ES module) refuses
-  const tsc = spawnSync('sh', ['-c', 'unset NODE_OPTIONS; exec "$0" node_modules/typescript/bin/tsc -p tsconfig.build.json', process.execPath], { cwd: ROOT, encoding: 'utf8' })
-  if (tsc.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed: ${tsc.stdout}${tsc.stderr}`)
-  // as `npm run build` does: the run store's Lua files beside its compiled scripts
-  cpSync(join(ROOT, 'src/runs/store/redis/lua'), join(ROOT, 'dist/runs/store/redis/lua'), { recursive: true })
-  return 'dist/ compiled from src/'
-}
-
 /** The demo (`npm start` runs `node dist/demo/start.js`) on free ports, and what it printed to export. */
 export interface Demo {
   readonly port: number
@@ -62,7 +46,7 @@ export interface Demo {
 
 export async function startDemo (env: Record<string, string>): Promise<Demo> {
   const dataHome = mkdtempSync(join(tmpdir(), 'docs-demo-'))
-  const demo: Child = runNode(['dist/demo/start.js'], { ...env, PORT: '0', TMPDIR: dataHome })
+  const demo: Child = runNode([built('src/demo/start.ts')], { ...env, PORT: '0', TMPDIR: dataHome })
   const stop = async (): Promise<void> => {
     if (demo.process.exitCode === null && demo.process.signalCode === null) {
       demo.process.kill('SIGTERM')

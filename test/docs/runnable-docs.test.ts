@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { startPrivateRedis } from '../helpers/redis-server.ts'
-import { createScratch, type Demo, ensureBuilt, portsFor, ROOT, runBlock, type Scratch, startDemo } from './block-runner.ts'
+import { createScratch, type Demo, portsFor, ROOT, runBlock, type Scratch, startDemo } from './block-runner.ts'
 import { type BlockSetup, type RunnableBlock, runnableBlocks, outputMismatch } from './doc-blocks.ts'
 
 // Every runnable block of README.md and docs/*.md runs as written (docs/operations.md, "Runnable
@@ -63,7 +63,6 @@ async function runAndCheck (t: Test, block: RunnableBlock, scratch: Scratch, dem
 }
 
 t.test('every runnable block runs as written', async t => {
-  t.comment(ensureBuilt())
   // the blocks on the demo run one after another on it; the others, each starting what it needs
   // on free ports of its own, run one after another beside them, in a scratch folder of their own
   t.jobs = 2

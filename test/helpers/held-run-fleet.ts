@@ -34,7 +34,7 @@ export async function heldRunFleet (t: { teardown: (fn: () => unknown) => void }
     return app
   })) as [TestServer, TestServer]
   const common = { DISABLE_AUTH: 'true', PROJECT_ID: 'p', APP_NAME: 'a', RUN_STORE_URL: redis.url, REPLICA_CONCURRENCY: '1', WEBHOOK_ALLOWED_CIDRS: '127.0.0.0/8', ...env }
-  // started together: each start is mostly waiting (tsx, Redis, its first /readyz)
+  // started together: each start is mostly waiting (Redis, its first /readyz)
   const sidecars = await Promise.all([
     startSidecarProcess(t, { ...common, APP_URL: apps[0].url }),
     startSidecarProcess(t, { ...common, APP_URL: apps[1].url })

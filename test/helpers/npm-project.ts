@@ -5,8 +5,11 @@ import { readdir, stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { reapOnExit } from './child-reaper.ts'
 
-/** Without npm's own variables: under `npm test` they name the repository as the project (npm_config_local_prefix). */
-const childEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_/i.test(name)))
+/**
+ * Without npm's own variables (under `npm test` they name the repository as the project:
+ * npm_config_local_prefix), nor the suite's coverage folder: npm and what it runs are not the package.
+ */
+const childEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_/i.test(name) && name !== 'NODE_V8_COVERAGE'))
 
 export interface Ran { code: number, stdout: string, stderr: string }
 

@@ -18,7 +18,7 @@ export interface SidecarProcess {
 }
 
 /**
- * Runs `src/bin/app-sidecar.ts` with both listeners on loopback port 0 (`env` on top), waits for
+ * Runs the sidecar bin (`dist/bin/app-sidecar.js`) with both listeners on loopback port 0 (`env` on top), waits for
  * its "sidecar listening" line and then, unless `ready` is false, for /readyz 200. It is killed
  * (SIGKILL) at `t`'s teardown if still running.
  */

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { metric } from '../helpers/admin-metrics.ts'
-import { runNode } from '../helpers/child-process.ts'
+import { built, runNode } from '../helpers/child-process.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, startTestServer } from '../helpers/sidecar-harness.ts'
 
@@ -10,14 +10,14 @@ import { eventually, startTestServer } from '../helpers/sidecar-harness.ts'
 
 // the real bin, started as `app-sidecar` starts it; once it listens, the process throws from a
 // timer and leaves a rejection unhandled, as a bug in any background path would
-const SCRIPT = `await import('./src/bin/app-sidecar.ts')
+const SCRIPT = `await import('./${built('src/bin/app-sidecar.ts')}')
 setTimeout(() => { throw new Error('boom in a timer') }, 10)
 void Promise.reject(new Error('boom in a promise'))`
 
 t.test('an uncaught exception and an unhandled rejection: each logged once with its stack and counted; the sidecar serves on', async t => {
   const app = await startTestServer((_req, res) => { res.writeHead(200, { 'content-type': 'text/plain' }).end('still here') })
   t.teardown(() => app.close())
-  const child = runNode(['--import', 'tsx', '--input-type=module', '-e', SCRIPT], {
+  const child = runNode(['--input-type=module', '-e', SCRIPT], {
     PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', APP_URL: app.url, DISABLE_AUTH: 'true', RUNTIME: 'custom'
   })
   t.teardown(() => { child.process.kill('SIGKILL') })
