@@ -5,7 +5,7 @@ import { CallerDisconnectedError, CallerGoneError, DeadlineExceededError, Replic
 import { describeNetworkError } from '../shared/network-errors.ts'
 import { AnswerWriter } from '../shared/answer-writer.ts'
 import type { AnswerTee, ResponseSink, SinkContext } from '../shared/response-sink.ts'
-import type { InterruptionReason } from '../shared/metric-contracts.ts'
+import { attemptInterruption } from '../shared/attempt-interruption.ts'
 import type { TraceSpan } from '../shared/trace-contracts.ts'
 import type { CancelAtApp } from '../call/app-cancel.ts'
 import type { AbortTaker } from '../call/call-record.ts'
@@ -183,7 +183,9 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
       this.answer(reported)
     }
     // a run's attempt interrupted (its replica stopped, its app gone before it answered): a run with attempts left runs again
-    const interrupted = this.#outlived ? interruption(this.#expired, this.#callerGone, sink, cause) : undefined
+    const interrupted = this.#outlived && !this.#callerGone && !(cause instanceof CallerGoneError)
+      ? attemptInterruption(this.#expired, sink !== undefined, cause)
+      : undefined
     if (sink?.streaming === true && !this.#refused && interrupted === undefined) this.#tee?.finish()
     else this.#tee?.finishWith(reported.status, reported.body(), interrupted)
     if (this.#outlived) this.#outlivedOnceWritten()
@@ -198,15 +200,4 @@ export class AppResponseRelay implements Dispatcher.DispatchHandler, SinkContext
     if (written === undefined) this.#call.outlived()
     else void written.then(() => { this.#call.outlived() }, () => { this.#call.outlived() })
   }
-}
-
-/**
- * Why the app request of a call gone on as a run was interrupted (docs/runs.md, "Running on
- * interruptible capacity"): the grace period's end cut it, or the app's connection failed before
- * its response began; undefined: anything else (an answer of the app, a deadline, a cancel).
- */
-function interruption (expired: SidecarError | undefined, callerGone: boolean, sink: ResponseSink | undefined, cause: Error): InterruptionReason | undefined {
-  if (callerGone || cause instanceof CallerGoneError) return undefined
-  if (expired !== undefined) return expired instanceof ReplicaStoppedError ? 'replica stopped' : undefined
-  return sink === undefined && !(cause instanceof SidecarError) ? 'app unreachable' : undefined
 }

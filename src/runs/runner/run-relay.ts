@@ -1,9 +1,10 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Dispatcher } from 'undici'
-import { AppUnreachableError, EventTooLargeError, ReplicaStoppedError, RunCanceledError, SidecarError } from '../../errors.ts'
+import { AppUnreachableError, EventTooLargeError, RunCanceledError, SidecarError } from '../../errors.ts'
 import { CANCELED_MESSAGE, CANCELED_RESULT, CANCELED_STATUS } from '../run-record.ts'
 import type { InterruptionReason, RunOutcome } from '../run-data.ts'
+import { attemptInterruption } from '../../shared/attempt-interruption.ts'
 import { describeNetworkError } from '../../shared/network-errors.ts'
 import { createEventSplitter, type EventSplitter } from '../../stream/event-splitter.ts'
 import { ResultCapture } from '../../webhook/result-capture.ts'
@@ -123,10 +124,7 @@ export class RunRelay implements Dispatcher.DispatchHandler {
       ? cause
       : new AppUnreachableError(this.#splitter === undefined ? describeNetworkError(cause) : `app failed mid-stream: ${describeNetworkError(cause)}`, this.#options.appUrl))
     const resultJson = this.#splitter !== undefined && cut === undefined ? this.#capture.resultJson() : error.body()
-    const interrupted: InterruptionReason | undefined = cut instanceof ReplicaStoppedError
-      ? 'replica stopped'
-      : cut === undefined && this.#status === 0 && !(cause instanceof SidecarError) ? 'app unreachable' : undefined
-    this.#settle('failed', error.status, resultJson, error.message, interrupted)
+    this.#settle('failed', error.status, resultJson, error.message, attemptInterruption(cut, this.#status !== 0, cause))
   }
 
   #settle (status: RunOutcome['status'], statusCode: number, resultJson: string, error: string | undefined, interrupted?: InterruptionReason): void {
