@@ -3,6 +3,7 @@ import { readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { reapOnExit } from './child-reaper.ts'
+import { patient } from './timing.ts'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -61,7 +62,7 @@ export function runNode (nodeArgs: string[], env: Record<string, string>): Child
     waitForLine: (match, ms = 10_000) => new Promise((resolve, reject) => {
       const found = state.lines.find(match)
       if (found !== undefined) { resolve(found); return }
-      const timer = setTimeout(() => { reject(new Error(`no matching log line; stdout: ${state.stdout} stderr: ${state.stderr}`)) }, ms)
+      const timer = setTimeout(() => { reject(new Error(`no matching log line; stdout: ${state.stdout} stderr: ${state.stderr}`)) }, patient(ms))
       const onLine = (line: Record<string, unknown>): void => {
         if (!match(line)) return
         clearTimeout(timer)

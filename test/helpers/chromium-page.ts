@@ -1,6 +1,7 @@
 import WebSocket from 'ws'
 import { openInChromium } from './chromium.ts'
 import { eventually } from './sidecar-harness.ts'
+import { patient } from './timing.ts'
 
 // A headless Chromium driven over its DevTools protocol (the browser's own, on a loopback port it
 // picks): a test loads a page, types and presses keys as a person would, reads the page with
@@ -113,7 +114,7 @@ export async function openChromiumPage (t: TestLike, chromium: string): Promise<
     cspViolations: async () => await evaluate<string[] | undefined>('window.__cspViolations') ?? [],
     async waitFor (expression, what, ms = 10_000) {
       await eventually(async () => await evaluate<unknown>(expression).then(Boolean, () => false), ms)
-        .catch(async () => { throw new Error(`${what}: not seen in ${ms} ms (page problems: ${problems.join('; ') || 'none'})`) })
+        .catch(async () => { throw new Error(`${what}: not seen in ${patient(ms)} ms (page problems: ${problems.join('; ') || 'none'})`) })
     },
     async load (url) {
       const before = loads

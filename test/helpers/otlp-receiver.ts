@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { decodeTraceExport } from './otlp-protobuf.ts'
+import { patient } from './timing.ts'
 
 /** One span as an OTLP/HTTP JSON export carried it, flattened. */
 export interface ReceivedSpan {
@@ -119,7 +120,7 @@ export async function startOtlpReceiver (options: OtlpReceiverOptions = {}): Pro
       const found = (): ReceivedSpan[] => spans.filter(match)
       if (found().length >= count) return found()
       return await new Promise((resolve, reject) => {
-        const timer = setTimeout(() => { reject(new Error(`${found().length} of ${count} spans arrived; seen: ${spans.map(s => s.name).join(', ')}`)) }, ms)
+        const timer = setTimeout(() => { reject(new Error(`${found().length} of ${count} spans arrived; seen: ${spans.map(s => s.name).join(', ')}`)) }, patient(ms))
         changed = () => {
           if (found().length < count) return
           clearTimeout(timer)

@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import { freePort } from './ports.ts'
 import type { TestLike } from './redis-server.ts'
-import { sleep } from './timing.ts'
+import { patient, sleep } from './timing.ts'
 import { reapOnExit } from './child-reaper.ts'
 
 /** The CLIENT SETNAME of the helpers' own short-lived connections (never counted by clientCount). */
@@ -175,7 +175,7 @@ export function fieldsOf (reply: unknown): Record<string, string> {
  * otherwise (or throws), which the error names when time is up.
  */
 export async function waitFor (what: string, check: () => Promise<true | string>, ms = 30_000): Promise<void> {
-  const until = Date.now() + ms
+  const until = Date.now() + patient(ms)
   let seen = 'nothing yet'
   for (;;) {
     try {
@@ -185,7 +185,7 @@ export async function waitFor (what: string, check: () => Promise<true | string>
     } catch (error) {
       seen = (error as Error).message
     }
-    if (Date.now() > until) throw new Error(`${what}: not within ${ms / 1000} s; last seen: ${seen}`)
+    if (Date.now() > until) throw new Error(`${what}: not within ${patient(ms) / 1000} s; last seen: ${seen}`)
     await sleep(50)
   }
 }

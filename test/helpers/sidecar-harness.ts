@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net'
 import { loadSidecarConfig, type SidecarConfig } from '../../src/config/sidecar-config.ts'
 import { createTokenIssuer, serveJwks, type JwksServer, type TokenIssuer } from './demo-token-issuer.ts'
 import { type RunningSidecar, type SidecarOptions, startSidecar } from '../../src/sidecar/sidecar.ts'
-import { sleep } from './timing.ts'
+import { patient, sleep } from './timing.ts'
 
 /** A log line as pino wrote it. */
 export type LogLine = Record<string, unknown>
@@ -123,9 +123,9 @@ export async function sidecarFor (t: { teardown: (fn: () => unknown) => void }, 
   return h
 }
 
-/** Waits until `check` is true, polling every 10 ms, failing after `ms`. */
+/** Waits until `check` is true, polling every 10 ms, failing after `ms` (times PATIENCE). */
 export async function eventually (check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
-  const until = Date.now() + ms
+  const until = Date.now() + patient(ms)
   while (!(await check())) {
     if (Date.now() > until) throw new Error('condition not met in time')
     await sleep(10)

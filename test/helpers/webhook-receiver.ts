@@ -1,6 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
 import { performance } from 'node:perf_hooks'
+import { patient } from './timing.ts'
 
 /**
  * How the receiver answers one attempt:
@@ -132,7 +133,7 @@ export async function startWebhookReceiver (script: readonly ReceiverAction[] = 
       const timer = setTimeout(() => {
         waiters.delete(onAttempt)
         reject(new Error(`expected ${n} webhook attempts, got ${attempts.length}`))
-      }, ms)
+      }, patient(ms))
       waiters.add(onAttempt)
       check()
     }),
