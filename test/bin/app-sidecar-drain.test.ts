@@ -3,7 +3,7 @@ import t from 'tap'
 import { WebSocket } from 'ws'
 import { type SidecarProcess, startSidecarProcess } from '../helpers/sidecar-process.ts'
 import { send } from '../helpers/http-client.ts'
-import { sleep } from '../helpers/timing.ts'
+import { patient, sleep } from '../helpers/timing.ts'
 import { type ReceivedAttempt, type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
 import { openStream, type OpenStream } from '../stream/sse-test-kit.ts'
 import { echo, json, type MixedApp, type SeenRequest, startMixedApp } from '../sidecar/concurrency-kit.ts'
@@ -85,7 +85,8 @@ t.test('SIGTERM with an SSE stream and a WebSocket open: /readyz 503 at once, bo
   ws.close(1000, 'bye')
   t.equal(await child.exited, 0, `exit 0 (stderr: ${child.stderr})`)
   const took = performance.now() - closedAt
-  t.ok(took < 3000, `promptly once both ended (${took.toFixed(0)} ms)`)
+  // after the 500 ms quiet period; patient(3000) = 12 s is far short of the 30 s grace period it excludes
+  t.ok(took < patient(3000), `promptly once both ended, not at the grace period (${took.toFixed(0)} ms)`)
   t.match(child.lines.find(line => line.msg === 'stopped'), { clean: true })
   t.same(child.lines.filter(line => line.msg === 'websocket').map(line => line.status), [101])
 })
@@ -94,7 +95,8 @@ t.test('SIGTERM: a webhook left pending by a stream that ends during the drain i
   const { app, streams } = await startStreamApp(t)
   const receiver: WebhookReceiver = await startWebhookReceiver([{ status: 200, delayMs: 1000 } satisfies ReceiverAction])
   t.teardown(() => receiver.close())
-  const { child, base } = await startChild(t, app.url, { RESPONSE_GRACE_PERIOD_SECONDS: '30' })
+  // a grace period far past patient(6000) = 24 s, which the exit below must come before
+  const { child, base } = await startChild(t, app.url, { RESPONSE_GRACE_PERIOD_SECONDS: '60' })
   const stream = await openSse(t, `${base}/v4/proj/app/stream?webhookEndpoint=${encodeURIComponent(`${receiver.url}/hook`)}`)
 
   child.process.kill('SIGTERM')
@@ -111,7 +113,7 @@ t.test('SIGTERM: a webhook left pending by a stream that ends during the drain i
   t.type(attempt.endedAt, 'number', 'and answered it')
   t.ok((attempt.endedAt as number) <= exitedAt, 'before the process exited')
   t.ok(exitedAt - endedAt >= 800, `the process waited for the slow delivery (${(exitedAt - endedAt).toFixed(0)} ms)`)
-  t.ok(exitedAt - endedAt < 6000, 'but not for the whole grace period')
+  t.ok(exitedAt - endedAt < patient(6000), 'but not for the whole grace period')
   const body = JSON.parse(attempt.body.toString()) as { run_id: string, status_code: number, result: unknown[] }
   t.match(body, { run_id: 'drain-stream', status_code: 200 })
   t.same(body.result, stream.events.map(e => JSON.parse(e.data)), 'with the events the caller got')
@@ -130,12 +132,13 @@ t.test('RESPONSE_GRACE_PERIOD_SECONDS=0.5: an endless stream and an open WebSock
   child.process.kill('SIGTERM')
   await stream.done
   const cutAfter = performance.now() - signalledAt
-  t.ok(cutAfter >= 400 && cutAfter < 4000, `the stream was cut at about the grace period (${cutAfter.toFixed(0)} ms)`)
+  // the stream is endless: only the grace period cuts it, so the upper bound excludes a hang
+  t.ok(cutAfter >= 400 && cutAfter < patient(4000), `the stream was cut at the grace period, not never (${cutAfter.toFixed(0)} ms)`)
   t.equal(stream.res.complete, false, 'cut, not ended')
   t.ok(stream.events.length >= 3, 'it kept flowing until then')
   t.equal(await wsClosed, 1006, 'the WebSocket was cut too')
   t.equal(await child.exited, 0, `exit 0 (stderr: ${child.stderr})`)
-  t.ok(performance.now() - signalledAt < 5000)
+  t.ok(performance.now() - signalledAt < patient(5000), 'and the process exits right after the cut, not never')
   t.match(child.lines.find(line => line.msg === 'stopped'), { clean: false })
   t.ok(child.lines.some(line => line.msg === 'grace period over; cutting what is left'))
 })

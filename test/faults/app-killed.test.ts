@@ -7,6 +7,7 @@ import { startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-r
 import { clientClosed, connectClient, nextMessage } from '../helpers/websocket-app.ts'
 import { doneFrame, openStream } from '../stream/sse-test-kit.ts'
 import { scrape } from '../helpers/admin-metrics.ts'
+import { patient } from '../helpers/timing.ts'
 import { assertLeakFree, type FaultApp, startFaultApp, type Tap, type Teardown } from './fault-kit.ts'
 
 // The app container dies (SIGKILL of a real process) mid-request, mid-stream and mid-WebSocket.
@@ -46,7 +47,8 @@ async function deadThenBack (t: Tap, what: string): Promise<void> {
   t.equal(refused.status, 502, 'a call while the app is gone gets 502')
   t.same(refused.json(), { message: 'app unreachable: connection refused' })
   t.equal(refused.headers['x-request-id'], `${what}-dead`)
-  t.ok(performance.now() - started < 2000, 'at once, not after a time-out')
+  // the sidecar neither retries nor waits for readiness: only a hang could exceed the scaled bound
+  t.ok(performance.now() - started < patient(2000), 'at once, not after a retry or a time-out')
 
   const app = await appUp(t)
   const back = await send(`${h.base}/v4/proj/app/json`)
@@ -63,12 +65,13 @@ t.test('killed mid-request: the caller gets 502 JSON with its run id, the webhoo
   const app = await appUp(t)
   const id = 'killed-mid-request'
   const started = performance.now()
-  const response = send(`${h.base}/v4/proj/app/slow?ms=20000&${hook()}`, { headers: { 'x-request-id': id } })
+  const response = send(`${h.base}/v4/proj/app/slow?ms=60000&${hook()}`, { headers: { 'x-request-id': id } })
   await app.waitForSeen('/slow', id)
   const attemptsBefore = receiver.attempts.length
   await app.signal('SIGKILL')
   const answer = await response
-  t.ok(performance.now() - started < 5000, 'answered as soon as the app died')
+  // the app would have answered after 60 s, far past patient(5000)
+  t.ok(performance.now() - started < patient(5000), 'answered as soon as the app died, not when its answer was due')
   t.equal(answer.status, 502)
   t.equal(answer.headers['x-request-id'], id)
   t.equal(answer.headers['content-type'], 'application/json; charset=utf-8')
@@ -141,7 +144,8 @@ t.test('killed mid-WebSocket: the caller\'s WebSocket closes (1006, no close fra
   const killedAt = performance.now()
   await app.signal('SIGKILL')
   const { code, reason } = await closed
-  t.ok(performance.now() - killedAt < 3000, 'the close reaches the caller at once')
+  // the sidecar has no WebSocket ping timer: a missed close would be a hang, not a later close
+  t.ok(performance.now() - killedAt < patient(3000), 'the close reaches the caller at once, not never')
   t.equal(code, 1006, 'abnormal closure: the app sent no close frame, the sidecar invents none')
   t.equal(reason, '')
   t.equal(ws.readyState, WebSocket.CLOSED)

@@ -6,7 +6,7 @@ import t from 'tap'
 import { scrape } from '../helpers/admin-metrics.ts'
 import { send, type SentResponse } from '../helpers/http-client.ts'
 import { eventually, type Harness, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
-import { sleep } from '../helpers/timing.ts'
+import { patient, sleep } from '../helpers/timing.ts'
 import { loadStoreConfig, type RunningBuildStore, startBuildStore } from '../../src/build-store/index.ts'
 import { assertLeakFree, delta } from './fault-kit.ts'
 
@@ -103,7 +103,8 @@ t.test('store down: /v2 gets 502, cached and known-key tokens keep working, the 
   t.same(read.json(), { message: 'build store unreachable: connection refused' })
   t.equal(read.headers['x-request-id'], 'read-while-down')
   t.equal(read.headers['content-type'], 'application/json; charset=utf-8')
-  t.ok(performance.now() - started < 2000, 'at once')
+  // no time-out or retry on the way to the store: only a hang could exceed the scaled bound
+  t.ok(performance.now() - started < patient(2000), 'at once, not after a retry or a time-out')
 
   // many failed refreshes later… (a failed refresh leaves no log line or metric to wait for: only time)
   await sleep(600)
@@ -151,7 +152,8 @@ t.test('store back on the same port: /v2 reads succeed again, the revocation sti
   await revoke(late.id)
   const revokedAt = performance.now()
   await eventually(async () => (await invoke(late.token)).status === 401, 5000)
-  t.ok(performance.now() - revokedAt < 5000, 'the sidecar fetches the revocation list again')
+  // refreshes every 100 ms (the harness): patient(2000) = 8 s still excludes falling back to the default 10 s
+  t.ok(performance.now() - revokedAt < patient(2000), 'the sidecar fetches the revocation list again, at its interval')
   t.same((await invoke(late.token)).json(), REVOKED)
   t.equal((await invoke(tokens.good.token)).status, 200)
   await assertLeakFree(t, h, 'store back')

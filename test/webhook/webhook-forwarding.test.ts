@@ -59,7 +59,8 @@ function checkEnvelope (t: Tap, trip: Awaited<ReturnType<typeof roundTrip>>, sta
   t.equal(delivery.status_code, status, `${why}: status_code`)
   t.same(delivery.result, result, `${why}: result`)
   t.type(delivery.run_time_ms, 'number', `${why}: run_time_ms is a number`)
-  t.ok((delivery.run_time_ms as number) >= 0 && (delivery.run_time_ms as number) < 10_000, `${why}: run_time_ms in range`)
+  // within the time the test saw the call and its delivery take (+1: Date.now() counts whole ms)
+  t.ok((delivery.run_time_ms as number) >= 0 && (delivery.run_time_ms as number) <= trip.after - trip.before + 1, `${why}: run_time_ms in range`)
   t.match(delivery.timestamp, ISO_UTC, `${why}: timestamp is ISO 8601 UTC`)
   const at = Date.parse(delivery.timestamp as string)
   t.ok(at >= trip.before - 5 && at <= trip.after + 5, `${why}: timestamp is now`)
@@ -216,6 +217,7 @@ t.test('signing: each attempt carries a fresh timestamp and a v1 signature Pytho
   const flaky = await startWebhookReceiver([404, 200])
   t.teardown(() => flaky.close())
   const runId = newRunId()
+  const sentAt = Math.floor(Date.now() / 1000)
   const r = await call(h, '/unicode', hook(flaky), { headers: { 'x-request-id': runId, 'x-webhook-secret': secret } })
   t.equal(r.status, 200)
   const attempts = await deliveriesOf(flaky, runId, 2)
@@ -224,7 +226,8 @@ t.test('signing: each attempt carries a fresh timestamp and a v1 signature Pytho
     const timestamp = attempt.headers['x-service-webhook-timestamp'] as string
     const signature = attempt.headers['x-service-webhook-signature'] as string
     t.match(timestamp, /^\d{10}$/, `attempt ${i + 1}: unix seconds`)
-    t.ok(Math.abs(Number(timestamp) - Date.now() / 1000) < 10, `attempt ${i + 1}: timestamp is now`)
+    // between the call and now, however long the attempts took
+    t.ok(Number(timestamp) >= sentAt && Number(timestamp) <= Math.ceil(Date.now() / 1000), `attempt ${i + 1}: timestamp is now`)
     t.match(signature, /^v1,[0-9a-f]{64}$/, `attempt ${i + 1}: v1,<64 lowercase hex>`)
     t.equal(signature.slice(3), pythonSignature(secret, runId, timestamp, attempt.body), `attempt ${i + 1}: Python's HMAC agrees`)
     t.equal(verifyWebhook(secret, attempt.headers, attempt.body), true, `attempt ${i + 1}: verifyWebhook (Buffer)`)
