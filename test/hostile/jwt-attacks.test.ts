@@ -3,6 +3,7 @@ import t, { type Test } from 'tap'
 import WebSocket from 'ws'
 import { type Harness, startHarness, startTestServer, type TestServer } from '../helpers/sidecar-harness.ts'
 import { send, type SentResponse } from '../helpers/http-client.ts'
+import { patient } from '../helpers/timing.ts'
 import { exchange, livez, UUID } from './hostile-kit.ts'
 
 // Forged, confused and oversized tokens. Each gets the 401 of docs/errors.md, "Answers on the
@@ -69,7 +70,8 @@ async function refused (t: Test, authorization: string | undefined, status: numb
   t.equal(r.text, JSON.stringify({ message }), label)
   t.equal(r.headers['content-type'], 'application/json; charset=utf-8', label)
   t.match(r.headers['x-request-id'], UUID, label)
-  t.ok(r.ms < 1000, `${label}: answered in ${r.ms} ms`)
+  // fast is 1 s on a quiet machine; what it excludes, a wait on a key-set fetch (5 s time-out) or a pathological parse, is longer still
+  t.ok(r.ms < patient(1000), `${label}: answered in ${r.ms} ms`)
   t.same(seen.slice(before), [], `${label}: the app saw nothing`)
 }
 
@@ -195,9 +197,10 @@ t.test('size: a 1 MiB token never reaches a verifier; a 14 KiB forgery is refuse
   const huge = ['GET /v4/proj/app/huge HTTP/1.1\r\nHost: s\r\nAuthorization: Bearer ']
   for (let i = 0; i < 16; i++) huge.push('A'.repeat(64 * 1024))
   huge.push('\r\n\r\n')
-  const x = await exchange(h.sidecar.port, huge, { stopWhenAnswered: true })
+  const x = await exchange(h.sidecar.port, huge, { stopWhenAnswered: true, ms: patient(3000) })
+  // 431 is the parser's answer, before any verifier; the time only excludes a server reading on to the end
   t.equal(x.responses[0]?.status, 431)
-  t.ok(x.elapsedMs < 1000, `${x.elapsedMs} ms`)
+  t.ok(x.elapsedMs < patient(1000), `${x.elapsedMs} ms`)
   t.same(seen.slice(before), [])
   await refused(t, `Bearer ${signed({ alg: 'EdDSA', kid: trustedKid }, claims({ pad: 'p'.repeat(10 * 1024) }), attacker.privateKey)}`, 401,
     'invalid token: bad signature', '14 KiB forged payload')

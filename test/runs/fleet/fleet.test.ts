@@ -5,6 +5,7 @@ import { send } from '../../helpers/http-client.ts'
 import { startPrivateRedis } from '../../helpers/redis-server.ts'
 import { eventually, startTestServer, type TestServer } from '../../helpers/sidecar-harness.ts'
 import { startSidecarProcess, type SidecarProcess } from '../../helpers/sidecar-process.ts'
+import { patient } from '../../helpers/timing.ts'
 import { startWebhookReceiver } from '../../helpers/webhook-receiver.ts'
 
 // Two sidecar processes, each in front of its own app, sharing one private redis-server.
@@ -70,7 +71,8 @@ t.test('a run on one replica is read, followed and canceled on the other', async
   const canceled = await send(`${other.base}/v4/p/a/_runs/cross/cancel`, { method: 'POST' })
   t.equal(canceled.status, 200)
   await appClosed
-  t.ok(performance.now() - canceledAt < 1000, 'the replica running it aborts the app request within 1 s')
+  // 1 s on a quiet machine by the cancel's pub/sub message; the other way it could learn, its next heartbeat, is 10 s away
+  t.ok(performance.now() - canceledAt < patient(1000), 'the replica running it aborts the app request at once, not at its next heartbeat')
   t.match(await events, /^id: cross\.done\nevent: done\ndata: \{"run_id":"cross","status":"canceled"/)
   const [delivery] = await receiver.waitForAttempts(1, 10_000)
   const body = JSON.parse(delivery?.body.toString() ?? '{}') as Record<string, unknown>

@@ -2,6 +2,7 @@ import t from 'tap'
 import { startSentinelRedis } from '../../helpers/redis-topologies.ts'
 import { runsAppFor, runsClient, runsSidecarFor } from '../../helpers/runs-client.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
+import { patient } from '../../helpers/timing.ts'
 
 // A sentinel on a paused host (SIGSTOP: it takes connections and answers nothing) while the primary
 // dies. The sidecar asks the next sentinel after 1 s rather than waiting on it, and the failover's
@@ -26,7 +27,8 @@ t.test('a paused sentinel during a failover: the sidecar follows the new primary
   await topology.failover()
   const named = performance.now()
   await eventually(async () => (await client.submit('/json', 'during')).status === 202, 10_000)
-  t.ok(performance.now() - named < 10_000, `accepted ${Math.round(performance.now() - named)} ms after the other sentinels named the new primary`)
+  // 10 s on a quiet machine; the bug's alternative (waiting on the sentinel paused until resume() below) outlasts any ceiling
+  t.ok(performance.now() - named < patient(10_000), `accepted ${Math.round(performance.now() - named)} ms after the other sentinels named the new primary`)
   t.equal((await client.finished('during')).record.status, 'succeeded', 'and run')
 
   resume()

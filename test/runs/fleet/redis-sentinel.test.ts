@@ -8,6 +8,7 @@ import { startSentinelRedis } from '../../helpers/redis-topologies.ts'
 import { runsClient } from '../../helpers/runs-client.ts'
 import { eventually, startTestServer } from '../../helpers/sidecar-harness.ts'
 import { startSidecarProcess } from '../../helpers/sidecar-process.ts'
+import { patient } from '../../helpers/timing.ts'
 import { startWebhookReceiver } from '../../helpers/webhook-receiver.ts'
 
 // A primary, a replica and three sentinels started here; two sidecar processes given
@@ -117,7 +118,8 @@ t.test('Sentinel: failovers under traffic keep every promise', async t => {
     await failover()
     const named = performance.now()
     await eventually(async () => (await c1.submit('/work', `${prefix}-probe`)).status === 202, 10_000)
-    t.ok(performance.now() - named < 10_000, `accepted again ${Math.round(performance.now() - named)} ms after the sentinels named the new primary`)
+    // docs/runs.md's 10 s on a quiet machine; the alternative, never without a restart, outlasts any ceiling
+    t.ok(performance.now() - named < patient(10_000), `accepted again ${Math.round(performance.now() - named)} ms after the sentinels named the new primary`)
     await new Promise(resolve => setTimeout(resolve, window + 500))
     const answers = await load.stop()
     t.same([...new Set(answers.map(a => a.status))].filter(status => status !== 202 && status !== 503), [], 'only 202 or 503')

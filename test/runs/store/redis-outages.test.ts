@@ -6,6 +6,7 @@ import { send, type SentResponse } from '../../helpers/http-client.ts'
 import { privateRunStore, startPrivateRedis } from '../../helpers/redis-server.ts'
 import { runsAppFor, runsClient, runsSidecarFor, type RunsClient } from '../../helpers/runs-client.ts'
 import { eventually } from '../../helpers/sidecar-harness.ts'
+import { patient, sleep } from '../../helpers/timing.ts'
 
 // docs/runs.md, "Where runs live": a Redis that is demoted, out of memory or not
 // answering within 2 s gives recorded-run requests 503 {"message":"run store unavailable"} with
@@ -15,6 +16,9 @@ import { eventually } from '../../helpers/sidecar-harness.ts'
 type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 
 const UNAVAILABLE = '{"message":"run store unavailable"}'
+
+/** How an upper bound of the docs is scaled for a loaded machine, as the assertion says. */
+const PATIENCE_NOTE = 'times PATIENCE on a loaded machine'
 
 // each subtest has a private Redis and a sidecar of its own, and mostly waits (on a paused Redis,
 // a retry once a second): two at a time
@@ -76,8 +80,15 @@ t.test('a Redis that stops answering: 503 within 2 s, never a hang; sidecar_run_
   t.equal(plain.response.status, 200, 'a plain call is not affected')
 
   await eventually(async () => await metric(h, 'sidecar_run_store_up') === 0, 5000)
+  // a record read asked first waits on the paused store until its 1.5 s deadline: a scrape asked after it
+  // (past the deadline timer's 100 ms tick) that waited on the store too could not answer first
+  let readAnswered = false
+  const read = timed(send(client.runUrl('before'), { headers: client.headers() })).finally(() => { readAnswered = true })
+  await sleep(200)
   const scrape = await timed(send(`${h.admin}/metrics`))
-  t.ok(scrape.ms < 1000, `/metrics does not wait on the store (${Math.round(scrape.ms)} ms)`)
+  t.equal(scrape.response.status, 200, '/metrics answers while the store does not')
+  t.notOk(readAnswered, `/metrics does not wait on the store: it answers before a read asked earlier (${Math.round(scrape.ms)} ms)`)
+  isUnavailable(t, await read, 'the read asked before the scrape')
   const readyDown = await send(`${h.admin}/readyz`)
   t.equal(readyDown.status, 200, '/readyz stays about the app')
   t.same(readyDown.json(), { status: 'ready', run_store: 'down' })
@@ -85,7 +96,8 @@ t.test('a Redis that stops answering: 503 within 2 s, never a hang; sidecar_run_
   store.resume()
   const back = performance.now()
   await eventually(async () => (await client.submit('/json', 'after')).status === 202, 10_000)
-  t.ok(performance.now() - back < 10_000, 'accepted again within 10 s')
+  // docs/runs.md's 10 s on a quiet machine (a 2 s probe); the alternative, never without a restart, outlasts any ceiling
+  t.ok(performance.now() - back < patient(10_000), `accepted again within 10 s, ${PATIENCE_NOTE}`)
   t.equal((await client.finished('after')).record.status, 'succeeded', 'and it runs')
   t.equal((await client.call('/json', { headers: { 'idempotency-key': 'key-after' } })).status, 200)
   await eventually(async () => await metric(h, 'sidecar_run_store_up') === 1, 5000)
@@ -133,7 +145,8 @@ t.test('a demoted primary (REPLICAOF): 503, never 500, while it is a replica; a 
   await store.probe.replicaof('NO', 'ONE')
   const back = performance.now()
   await eventually(async () => (await client.submit('/json', 'after')).status === 202, 10_000)
-  t.ok(performance.now() - back < 10_000, 'accepted again within 10 s, without a restart')
+  // docs/runs.md's 10 s on a quiet machine (a 2 s probe); the alternative, never without a restart, outlasts any ceiling
+  t.ok(performance.now() - back < patient(10_000), `accepted again within 10 s, ${PATIENCE_NOTE}, without a restart`)
   t.equal((await client.finished('after')).record.status, 'succeeded', 'and it runs')
   await eventually(async () => await metric(h, 'sidecar_run_store_up') === 1, 5000)
 })
@@ -181,7 +194,8 @@ t.test('a queue read that fails at once (the queue key holds another type): trie
   for (let i = 0; i < 4; i++) {
     const answer = await timed(client.call('/json'))
     t.equal(answer.response.status, 200, 'a plain call')
-    t.ok(answer.ms < 500, `answered in ${Math.round(answer.ms)} ms`)
+    // a sidecar starved by a loop of failed reads answers late or not at all (5 s: a hang); the count below proves no loop
+    t.ok(answer.ms < patient(500), `answered in ${Math.round(answer.ms)} ms`)
     await new Promise(resolve => setTimeout(resolve, 500))
   }
   const tries = await xgroups() - from

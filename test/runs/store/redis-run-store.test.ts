@@ -61,10 +61,10 @@ t.test('redis run store', async t => {
     const first = follower.next()
     a.records.appendEvent(taken, 0, 'from a')
     t.same((await first).value, { type: 'event', n: 0, data: 'from a' })
-    const canceledAt = Date.now()
     t.equal((await b.records.cancel(SCOPE, run.runId)).record.status, 'canceled')
     await eventually(() => canceledOnA.length === 1, 1000)
-    t.ok(Date.now() - canceledAt < 1000, 'the owner hears of the cancel within 1 s')
+    // the listener's canceled() is called only from the app's cancel channel: hearing it proves pub/sub carried it
+    t.same(canceledOnA, [run.runId], 'the owner hears of the cancel through its cancel channel')
     t.equal((await follower.next()).value?.type, 'done')
     for (let i = 0; i < 10; i++) await a.queue.submit(newRun())
     const byStore = { a: 0, b: 0 }
@@ -177,7 +177,8 @@ t.test('redis run store', async t => {
     const timing = { heartbeatMs: 200, lostAfterMs: 1000 } // a lease of 1.2 s
     const a = new RedisRunStore(redisUrl, SETTINGS, { ...timing, consumer: 'claimer' })
     const b = new RedisRunStore(redisUrl, SETTINGS, { ...timing, consumer: 'other' })
-    t.teardown(async () => { await a.close(); await b.close() })
+    const probe = new Redis(redisUrl)
+    t.teardown(async () => { await a.close(); await b.close(); probe.disconnect() })
     await Promise.all([a.reachable(5000), b.reachable(5000)])
     t.equal(await a.keys.claim(SCOPE, 'leased', { runId: 'first', digest: 'd', async: false }), undefined)
     t.equal(await a.keys.claim(SCOPE, 'answered', { runId: 'done', digest: 'd', async: false }), undefined)
@@ -185,9 +186,10 @@ t.test('redis run store', async t => {
     await new Promise(resolve => setTimeout(resolve, 2500)) // twice the lease: the heartbeat renewed it
     t.equal((await b.keys.claim(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }))?.runId, 'first', 'still held while its sidecar lives')
     await a.close()
-    const closedAt = Date.now()
+    // what the slot has left once its sidecar is gone is the lease (1.2 s), not a retention: gone already (-2) or at most that
+    const left = await probe.pttl('as:{proj/app}:key:leased')
+    t.ok(left === -2 || (left > 0 && left <= 1200), `free within a lease of its sidecar's end (${left} ms left)`)
     await eventually(async () => await b.keys.claim(SCOPE, 'leased', { runId: 'retry', digest: 'd', async: false }) === undefined, 5000)
-    t.ok(Date.now() - closedAt < 3000, 'free within about a lease of its sidecar\'s end: the retry runs')
     t.equal((await b.keys.claim(SCOPE, 'answered', { runId: 'x', digest: 'd', async: false }))?.answer?.body.toString(), 'ok', 'an answered key is kept RUN_RETENTION_SECONDS, lease or not')
   })
 
@@ -361,10 +363,10 @@ t.test('redis run store', async t => {
     const down = new RedisRunStore(nowhere, SETTINGS)
     t.teardown(() => down.close())
     t.equal(down.available, false)
-    const asked = Date.now()
-    await t.rejects(down.records.get(SCOPE, 'x'), RunStoreUnavailableError)
-    await t.rejects(down.queue.submit(newRun()), RunStoreUnavailableError)
-    t.ok(Date.now() - asked < 1000, 'refused at once')
+    // refused at once by the connection not made ('not connected'), not after the 1.5 s command deadline ('no answer in time')
+    const atOnce = { name: 'RunStoreUnavailableError', reason: 'run store unavailable: not connected' }
+    await t.rejects(down.records.get(SCOPE, 'x'), atOnce, 'a read refused at once')
+    await t.rejects(down.queue.submit(newRun()), atOnce, 'a submit refused at once')
 
     const redis = await startPrivateRedis(t)
     const availability: boolean[] = []

@@ -5,7 +5,7 @@ import { Cluster, Redis } from 'ioredis'
 import t from 'tap'
 import { reapOnExit } from '../../helpers/child-reaper.ts'
 import { startRedisCluster, startSentinelRedis } from '../../helpers/redis-topologies.ts'
-import { sleep } from '../../helpers/timing.ts'
+import { patient, sleep } from '../../helpers/timing.ts'
 
 // The helpers of test/helpers/redis-topologies.ts, checked through ioredis' own Sentinel and
 // Cluster clients: the topologies serve them, a failover and a slot migration happen as they say,
@@ -75,9 +75,10 @@ t.test('Sentinel: ioredis follows failover() and sentinelFailover(); nothing is 
     t.comment(`failover() in ${Math.round(performance.now() - mark)} ms`)
     t.equal(promoted, second, 'the replica is the primary')
     t.equal(await redis.primaryUrl(), second)
-    const ms = await writesAgain(client, 'after', '2', 10_000)
-    t.ok(ms < 10_000, `the client writes again after ${Math.round(ms)} ms`)
-    t.equal(await getOn(second, 'after'), '2', 'on the new primary')
+    // a wait's ceiling (writesAgain throws past it): that the write landed on the new primary is the proof
+    const ms = await writesAgain(client, 'after', '2', patient(10_000))
+    t.comment(`the client writes again after ${Math.round(ms)} ms`)
+    t.equal(await getOn(second, 'after'), '2', 'the client writes again, on the new primary')
     t.equal(await getOn(second, 'before'), '1', 'which has what was written before')
     t.notOk(first in await redis.clientCount('harness-'), 'the killed node is not counted')
     await t.rejects(redis.ready(), { message: `data node ${first} is down: restartOld() first` })
@@ -92,13 +93,13 @@ t.test('Sentinel: ioredis follows failover() and sentinelFailover(); nothing is 
     t.comment(`sentinelFailover() in ${Math.round(performance.now() - mark)} ms`)
     t.equal(await redis.primaryUrl(), first)
     // the old primary is not killed: the client moves when the sentinels publish +switch-master
-    const until = performance.now() + 10_000
+    const until = performance.now() + patient(10_000)
     for (;;) {
-      await writesAgain(client, 'graceful', '3', 10_000)
+      await writesAgain(client, 'graceful', '3', patient(10_000))
       if (await getOn(first, 'graceful') === '3' || performance.now() > until) break
       await sleep(50)
     }
-    t.equal(await getOn(first, 'graceful'), '3', 'the client writes to the new primary within 10 s')
+    t.equal(await getOn(first, 'graceful'), '3', 'the client writes to the new primary')
   })
   t.same(await processesOn(ports), [], 'every process is gone')
   t.equal(existsSync(dir), false, 'the temp directory is gone')
