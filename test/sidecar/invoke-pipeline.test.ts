@@ -56,6 +56,7 @@ const last = () => app.requests[app.requests.length - 1] as TestServer['requests
 t.test('cortex: a 2xx JSON body is wrapped in exactly run_id, result, run_time_ms, timestamp', async t => {
   const before = Date.now()
   const r = await send(`${h.base}/v4/proj/app/json`, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body: '{"x":1}' })
+  const callMs = Date.now() - before
   t.equal(r.status, 200)
   t.equal(r.headers['content-type'], 'application/json; charset=utf-8')
   t.equal(r.headers['x-app'], 'yes', 'app headers are kept')
@@ -67,7 +68,8 @@ t.test('cortex: a 2xx JSON body is wrapped in exactly run_id, result, run_time_m
   t.equal(r.headers['x-request-id'], body.run_id)
   t.same(body.result, { answer: 42, list: [1, 'two'] })
   t.type(body.run_time_ms, 'number')
-  t.ok((body.run_time_ms as number) >= 0 && (body.run_time_ms as number) < 5000)
+  // the app's time falls within the call's, however slow the machine (a ms of rounding)
+  t.ok((body.run_time_ms as number) >= 0 && (body.run_time_ms as number) <= callMs + 1, `run_time_ms ${String(body.run_time_ms)} within the call's ${callMs} ms`)
   t.match(body.timestamp, ISO_UTC)
   t.ok(Date.parse(body.timestamp as string) >= before - 1)
   t.equal(last().headers['x-request-id'], body.run_id, 'the app got the same run id')

@@ -6,6 +6,7 @@ import { send } from '../../helpers/http-client.ts'
 import { privateRunStore } from '../../helpers/redis-server.ts'
 import { receiverFor, runsAppFor, runsClient, runsSidecarFor, type RunsApp, type RunRecordBody } from '../../helpers/runs-client.ts'
 import { eventually, type Harness, startHarness, startTestServer } from '../../helpers/sidecar-harness.ts'
+import { patient } from '../../helpers/timing.ts'
 import { openStream } from '../../stream/sse-test-kit.ts'
 
 // Cancel reaches every in-flight /v4 call by its run id, plain calls included, on whichever
@@ -66,8 +67,9 @@ for (const [name, fleetFor] of FLEETS) {
     t.equal(answer.status, 499)
     t.equal(answer.text, CANCELED)
     t.equal(answer.headers['x-request-id'], 'plain-1')
-    t.ok(await held.cut - since < 1000, 'the app request was cut within 1 s')
-    t.ok(await appToldOfCancel(t, app, 'plain-1', since) < 1000, 'the app was told within 1 s')
+    // the app holds the request forever: only the cancel ends it, so a scaled bound excludes a hang
+    t.ok(await held.cut - since < patient(1000), 'the app request was cut as the cancel came, not left to hang')
+    t.ok(await appToldOfCancel(t, app, 'plain-1', since) < patient(1000), 'the app was told as the cancel came')
     const again = await runsClient({ base: canceler.base }).cancel('plain-1')
     t.equal(again.status, 404, 'a finished plain call is in progress nowhere')
     t.equal(again.text, NO_SUCH_RUN)

@@ -4,6 +4,7 @@ import { metric } from '../../helpers/admin-metrics.ts'
 import { send } from '../../helpers/http-client.ts'
 import { type HeldRequest, runsAppFor, runsClient, type RunsApp, type RunsClient, runsSidecarFor } from '../../helpers/runs-client.ts'
 import { eventually, type Harness } from '../../helpers/sidecar-harness.ts'
+import { patient } from '../../helpers/timing.ts'
 import type { OpenStream } from '../../stream/sse-test-kit.ts'
 
 const appFor = runsAppFor
@@ -142,7 +143,7 @@ async function writePaced (held: HeldRequest, readers: OpenStream[], values: str
   return writtenAt
 }
 
-t.test('live events reach every reader as the app writes them, each within 50 ms (200 ms of slack under load)', async t => {
+t.test('live events reach every reader as the app writes them, each before the next is written, not at a keep-alive', async t => {
   const app = await appFor(t)
   const h = await sidecarFor(t, app.url)
   const client = runsClient({ base: h.base })
@@ -155,7 +156,8 @@ t.test('live events reach every reader as the app writes them, each within 50 ms
   const writtenAt = await writePaced(held, readers, values)
   for (const [r, reader] of readers.entries()) {
     const delays = reader.events.map((e, i) => e.at - (writtenAt[i] as number))
-    t.ok(delays.every(d => d >= 0 && d < 200), `reader ${r}: delays ${delays.map(d => d.toFixed(1)).join(', ')} ms`)
+    // writePaced proves each came before the next was written; a flush only at the 15 s keep-alive is far past the scaled bound
+    t.ok(delays.every(d => d >= 0 && d < patient(1000)), `reader ${r}: delays ${delays.map(d => d.toFixed(1)).join(', ')} ms`)
   }
   held.res.end()
   await Promise.all(readers.map(async r => await r.done))
@@ -280,7 +282,9 @@ t.test('DEADLINE_SECONDS on a reader: its stream ends with an error event, not a
   const openFor = performance.now() - openedAt
   t.ok(reader.res.complete, 'the stream ended cleanly')
   t.equal(reader.raw(), 'event: error\ndata: {"message":"request exceeded its deadline of 0.5s"}\n\n')
-  t.ok(openFor >= 400 && openFor < 1500, `ended at the deadline (${Math.round(openFor)} ms)`)
+  t.ok(openFor >= 400, `ended at the deadline, not before (${Math.round(openFor)} ms)`)
+  // the run stays queued (the app not ready): only the 0.5 s deadline ends the stream, not one counted 10x too long
+  t.ok(openFor < patient(1500), `ended at the deadline, not much later (${Math.round(openFor)} ms)`)
   t.equal((await client.read('outlived')).record.status, 'queued', 'the run is not affected')
   app.ready = true
   const held = await app.waitForHeld(1)

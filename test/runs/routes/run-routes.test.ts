@@ -3,6 +3,7 @@ import { verifyWebhook } from '../../../src/webhook/webhook-signature.ts'
 import { metric } from '../../helpers/admin-metrics.ts'
 import { send } from '../../helpers/http-client.ts'
 import { receiverFor, runsAppFor, runsClient, runsSidecarFor, type RunRecordBody } from '../../helpers/runs-client.ts'
+import { patient } from '../../helpers/timing.ts'
 
 const appFor = runsAppFor
 const sidecarFor = runsSidecarFor
@@ -198,7 +199,8 @@ t.test('cancel a running run: the app request is cut within 1 s, the record canc
   t.same(record.error, { message: 'run canceled' })
   t.equal(record.started_at, runningRecord.started_at)
   const cutAt = await held.cut
-  t.ok(cutAt - canceledAt < 1000, `the app request was aborted within 1 s (${Math.round(cutAt - canceledAt)} ms)`)
+  // the app holds the request forever: only the cancel ends it, so a scaled bound excludes a hang
+  t.ok(cutAt - canceledAt < patient(1000), `the app request was aborted as the cancel came (${Math.round(cutAt - canceledAt)} ms)`)
 
   await reader.done
   t.same(reader.events.map(e => [e.id, e.event]), [['0', undefined], ['running.done', 'done']], 'the events end with done')

@@ -12,6 +12,7 @@ import { createRunSubmit } from '../../../src/runs/stages/submit-run.ts'
 import type { AnswerTee } from '../../../src/shared/response-sink.ts'
 import { WebhookTee } from '../../../src/webhook/webhook-tee.ts'
 import { countingCounter, type FakeCall, type FakeCallOptions, fakeCalls } from '../../helpers/fake-call.ts'
+import { patient } from '../../helpers/timing.ts'
 import { keptWebhooks, memoryStore, SCOPE, type StoreParts, storeWith, unavailable, watchedLogger, watchedReports } from './stage-kit.ts'
 
 const call = await fakeCalls(t)
@@ -177,20 +178,21 @@ t.test('startBoundedWait: the wait runs out `seconds` after the call arrived', a
   t.ok(waited >= 990, `ran out after ${Math.round(waited)} ms`) // timers count whole milliseconds of libuv's clock, not performance.now()'s
   t.equal((over.reason as Error).message, 'Prefer: wait ran out')
 
-  const late = await call({ headers: { prefer: 'wait=1' } })
-  Object.defineProperty(late, 'arrivedAt', { value: performance.now() - 900 }) // it arrived 900 ms ago (a slow body, a store round trip)
+  // a wait of a minute, so that one counted from now, not the arrival, is far past the scaled bounds below
+  const late = await call({ headers: { prefer: 'wait=60' } })
+  Object.defineProperty(late, 'arrivedAt', { value: performance.now() - 59_900 }) // it arrived 59.9 s ago (a slow body, a store round trip)
   const started = performance.now()
   startBoundedWait(late)
   await once(late.waitOver as AbortSignal, 'abort')
-  t.ok(performance.now() - started < 900, 'the time it already spent counts')
+  t.ok(performance.now() - started < patient(900), 'the time it already spent counts: not a minute from now')
 
-  const spent = await call({ headers: { prefer: 'wait=1' } })
-  Object.defineProperty(spent, 'arrivedAt', { value: performance.now() - 5000 })
+  const spent = await call({ headers: { prefer: 'wait=60' } })
+  Object.defineProperty(spent, 'arrivedAt', { value: performance.now() - 120_000 })
   startBoundedWait(spent)
   t.equal(spent.waitOver?.aborted, false, 'never synchronously')
   const spentFrom = performance.now()
   await once(spent.waitOver as AbortSignal, 'abort')
-  t.ok(performance.now() - spentFrom < 500, 'a wait already spent runs out at once (its timer set to 0)')
+  t.ok(performance.now() - spentFrom < patient(500), 'a wait already spent runs out at once (its timer set to 0), not a minute from now')
   for (const done of [c, late, spent]) done.close()
 })
 
