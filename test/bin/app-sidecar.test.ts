@@ -14,9 +14,6 @@ const BASE_ENV = { PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1' }
 /** A preload that holds the logger's batch timer (see the file). */
 const NO_LOG_BATCH_TIMER = fileURLToPath(new URL('../helpers/fixtures/no-log-batch-timer.mjs', import.meta.url))
 
-// about 20 processes, those of one check started together (22 s alone one after another; 64 s on a loaded machine passed the 60 s default)
-t.setTimeout(180_000)
-
 t.test('--help lists the variables and exits 0', async t => {
   const child = runBin('app-sidecar', {}, ['--help'])
   t.equal(await child.exited, 0)

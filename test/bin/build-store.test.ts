@@ -7,9 +7,6 @@ import { type Child, runBin } from '../helpers/child-process.ts'
 import { send } from '../helpers/http-client.ts'
 import { refusedPort as closedPort } from '../helpers/ports.ts'
 
-// the file starts the embedded store (PGlite, 3–4 s on a quick machine) several times: on a slow
-// shared 2-core one each start takes 10–15 s, past the default 60 s for the whole file
-t.setTimeout(180_000)
 // the subtests share nothing (each store has a DATA_DIR of its own): two at a time, so that one
 // store's start overlaps the other's waits
 t.jobs = 2

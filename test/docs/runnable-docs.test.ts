@@ -9,9 +9,6 @@ import { type BlockSetup, type RunnableBlock, runnableBlocks, outputMismatch } f
 // examples"), one after the other on the demo, and the blocks without it one after the other
 // beside them: exit 0, its stated output, nothing left running.
 
-// the demo starts in 3 s (13 s on a busy machine), the blocks take about 20 s
-t.setTimeout(120_000)
-
 const FILES = ['README.md', ...readdirSync(join(ROOT, 'docs')).filter(name => name.endsWith('.md')).sort().map(name => `docs/${name}`)]
 const blocks = FILES.flatMap(file => runnableBlocks(readFileSync(join(ROOT, file), 'utf8'), file))
 

@@ -11,7 +11,6 @@ import { type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from 
 // Durable webhook delivery with real processes: two sidecars on one private redis-server, with
 // the default heartbeat (10 s) and lost-after (30 s) times. Every delivery must arrive, signed,
 // with no more attempts than WEBHOOK_ATTEMPTS (3) + 1 in all.
-t.setTimeout(150_000)
 // the first subtest waits out RUN_LOST_AFTER_SECONDS; the others, each on a Redis of its own, run beside it
 t.jobs = 2
 

@@ -12,7 +12,6 @@ import { startWebhookReceiver } from '../../helpers/webhook-receiver.ts'
 // sidecar processes each (RUN_STORE_URL=redis+cluster://…): runs, records, events, keys, cancels and
 // durable deliveries work, each sidecar keeps to 2 connections per node, and a slot moving under
 // traffic gives 503 or success, never 500, never an internal error.
-t.setTimeout(180_000)
 
 interface App extends TestServer { held: Map<string, ServerResponse> }
 

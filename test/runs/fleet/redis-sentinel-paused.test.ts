@@ -10,7 +10,6 @@ import { patient } from '../../helpers/timing.ts'
 // leave it without a run store: it follows the new primary within 10 s, and once the sentinel is
 // back, goes on. Before: it waited on the paused sentinel for as long as it was paused, then
 // answered 503 until restarted.
-t.setTimeout(120_000)
 
 t.test('a paused sentinel during a failover: the sidecar follows the new primary, and goes on once it is back', async t => {
   const topology = await startSentinelRedis(t)

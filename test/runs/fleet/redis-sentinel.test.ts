@@ -17,7 +17,6 @@ import { startWebhookReceiver } from '../../helpers/webhook-receiver.ts'
 // the sentinels naming it, and every promise made before holds: runs accepted run once, webhooks
 // arrive once, a key's answer is replayed. Then a graceful SENTINEL FAILOVER (the old primary
 // demoted, still answering): the same.
-t.setTimeout(180_000)
 
 t.test('Sentinel: failovers under traffic keep every promise', async t => {
   const topology = await startSentinelRedis(t)

@@ -11,7 +11,6 @@ import { eventually } from '../../helpers/sidecar-harness.ts'
 // never runs it again. Fencing: a sidecar paused (SIGSTOP: a GC pause, CPU throttling, a frozen VM)
 // past RUN_LOST_AFTER_SECONDS is taken for dead the same way; when it comes back and its app
 // answers, that end stands: no second webhook, the record and its events unchanged.
-t.setTimeout(150_000)
 // each subtest waits out RUN_LOST_AFTER_SECONDS on a fleet of its own: they wait side by side
 t.jobs = 3
 

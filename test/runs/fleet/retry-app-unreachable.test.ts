@@ -5,7 +5,6 @@ import { checkRetriedOnce, firstAttemptOnA, followToEnd, recordOn, retriedEvents
 // process crashing out of memory) holding an async run before it answered: its sidecar's 502 "app
 // unreachable" interrupts the attempt, the run goes back to the queue and the other replica, which
 // has a free slot, takes it (the one that lost it passes it over), the app told attempt 2.
-t.setTimeout(60_000)
 
 t.test('app unreachable before it answered: the run ends succeeded on the other replica, the retry in its events and record, one webhook', async t => {
   const id = 'crashed-run'

@@ -8,7 +8,6 @@ import { type Replica, retriesOn, retryFleet, submitRun, webhookDelivered, webho
 // nothing but an interrupted attempt is run again: an app's answer (a 500), a deadline, a cancel,
 // a sync call whose app was unreachable (keyed or not, or with a `Prefer: wait` not run out), a
 // deadline of a `Prefer: wait` call gone on as a run, each reach the app once and end as before.
-t.setTimeout(60_000)
 
 type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 

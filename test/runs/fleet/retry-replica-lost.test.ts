@@ -11,7 +11,6 @@ import { checkRetriedOnce, firstAttemptOnA, followToEnd, recordOn, retriedEvents
 // and its run runs again on the other replica; when it resumes and its app ends attempt 1 after
 // all, that late answer and its late event are refused: the record, the events and the one
 // webhook stay as attempt 2 left them.
-t.setTimeout(150_000)
 // each subtest waits out the lost window on a fleet of its own: they wait side by side
 t.jobs = 2
 

@@ -6,7 +6,6 @@ import { checkRetriedOnce, firstAttemptOnA, followToEnd, retriedEvents } from '.
 // 1 s) while an async run streams at its app: the run is cut at the grace period's end, queued
 // again, and runs again on the other replica, the app told attempt 2 of the same run; a reader on
 // the other replica sees attempt 1's event, the retry event and every event of attempt 2.
-t.setTimeout(60_000)
 
 t.test('replica stopped mid-run: the run ends succeeded on the other replica, the retry in its events and record, one webhook', async t => {
   const id = 'stopped-run'

@@ -10,7 +10,6 @@ import { checkRetriedOnce, followToEnd, type Replica, retriedEvents, retriesOn, 
 // a reader follows the run there; then `a` is interrupted one way. The app sees attempt 1 (on the
 // call) and attempt 2 (on `b`) with one run id and the same body, a body too large to have been
 // read whole for a plain call (it streamed), kept whole for the run.
-t.setTimeout(150_000)
 t.jobs = 4
 
 const BODY = Buffer.alloc(100 * 1024, 'checkpointed input ')

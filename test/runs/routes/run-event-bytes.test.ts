@@ -7,7 +7,6 @@ import { startSidecarProcess } from '../../helpers/sidecar-process.ts'
 
 // RUN_MAX_EVENT_BYTES (default 64 MiB): a streamed run's kept events are bounded in bytes, not only
 // in number; a reader asking for events no longer kept is told so, then gets the kept ones.
-t.setTimeout(180_000)
 
 const MIB = 1024 * 1024
 const EVENTS = 600

@@ -16,6 +16,7 @@ import type { Tracer } from '../../../src/shared/trace-contracts.ts'
 import { Pool } from '../../../src/shared/undici-core.ts'
 import type { WebhookJob } from '../../../src/webhook/webhook-delivery.ts'
 import { countingCounter } from '../../helpers/fake-call.ts'
+import { patient } from '../../helpers/timing.ts'
 
 // The async runner's parts built by hand, as src/runs/open-runs.ts and src/sidecar/sidecar.ts wire
 // them, around a real memory run store, a real gate and a real app on loopback that the test drives.
@@ -26,11 +27,11 @@ export const logger = pino({ level: 'silent' })
 /** Every wait in these tests is bounded by this unless told otherwise. */
 export const WAIT_MS = 5000
 
-/** `promise`, or a rejection naming `what` once `ms` pass first. */
+/** `promise`, or a rejection naming `what` once `ms` (times PATIENCE) pass first. */
 export async function within<T> (promise: Promise<T>, what: string, ms = WAIT_MS): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const late = new Promise<never>((_resolve, reject) => {
-    timer = setTimeout(() => { reject(new Error(`not within ${ms} ms: ${what}`)) }, ms)
+    timer = setTimeout(() => { reject(new Error(`not within ${patient(ms)} ms: ${what}`)) }, patient(ms))
   })
   try {
     return await Promise.race([promise, late])
@@ -380,13 +381,13 @@ export async function runnerKit (t: Test, app: TestApp | undefined, options: Kit
 
 /** Holds one of the gate's slots as a sync call would (its caller `caller`); the release frees it. */
 export async function holdSlot (gate: ConcurrencyGate, caller = 'sync-caller', urgency = 3): Promise<() => void> {
-  return await within(gate.acquire(AbortSignal.timeout(WAIT_MS), urgency, caller), 'a slot for a call')
+  return await within(gate.acquire(AbortSignal.timeout(patient(WAIT_MS)), urgency, caller), 'a slot for a call')
 }
 
 /** A taken run as the memory queue hands it out, for the parts that take one. */
 export async function takenRun (store: RunStore, input: RunInput): Promise<TakenRun> {
   await submit(store, input)
-  return await within(store.queue.take(AbortSignal.timeout(WAIT_MS)), `take ${input.runId}`)
+  return await within(store.queue.take(AbortSignal.timeout(patient(WAIT_MS))), `take ${input.runId}`)
 }
 
 /** Writes `status` with `headers` and `body` and ends the app's answer. */
