@@ -86,11 +86,10 @@ t.test(`hanging past WEBHOOK_TIMEOUT_MS (${TIMEOUT_MS}): each attempt is cut at 
   t.equal(receiver.openConnections(), 0, 'no connection is left open to the hung receiver')
   for (const [i, attempt] of receiver.attempts.entries()) {
     t.type(attempt.endedAt, 'number', `attempt ${i + 1}: the sidecar closed it`)
-    // held from the request's arrival at the receiver; the time-out runs from the attempt's start, which
-    // is earlier by the connect and the write (tens of ms on a loaded machine, most for the first attempt)
+    // the outcome "timeout" (counted below) proves the time-out cut it; held runs from the request's
+    // arrival, which a loaded machine delays by any amount, so only a hang is excluded here
     const held = (attempt.endedAt as number) - attempt.arrivedAt
-    // only the time-out ends an attempt at a hung receiver: the upper bound excludes a hang
-    t.ok(held >= TIMEOUT_MS - 150 && held < patient(TIMEOUT_MS + 1500), `attempt ${i + 1}: cut at the time-out, not never (${held.toFixed(0)} ms)`)
+    t.ok(held < patient(TIMEOUT_MS + 1500), `attempt ${i + 1}: cut at the time-out, not never (${held.toFixed(0)} ms)`)
   }
   t.same(receiver.attempts.map(a => a.body.toString()), Array(3).fill(receiver.attempts[0]?.body.toString()), 'the same body each time')
   t.match(failedLines('wh-hang'), [{ runId: 'wh-hang', host: `127.0.0.1:${receiver.port}`, attempts: 3, outcome: 'timeout' }])
