@@ -9,7 +9,10 @@ export interface RedisClusterOptions {
   masters?: number
   /** A replica for each master. Default false. */
   replicas?: boolean
-  /** `cluster-node-timeout`. Default 1000. */
+  /**
+   * `cluster-node-timeout`. Default 15000: no test here fails a node, and on a loaded machine a
+   * shorter one lets a node starved of CPU for a second be flagged as failed (the cluster down).
+   */
   nodeTimeoutMs?: number
 }
 
@@ -46,7 +49,7 @@ export interface RedisCluster {
  * there is no redis-server (see topologyWorkspace).
  */
 export async function startRedisCluster (t: TestLike, options: RedisClusterOptions = {}): Promise<RedisCluster | undefined> {
-  const { masters: count = 3, replicas: withReplicas = false, nodeTimeoutMs = 1000 } = options
+  const { masters: count = 3, replicas: withReplicas = false, nodeTimeoutMs = 15_000 } = options
   const workspace = await topologyWorkspace(t, 'Redis Cluster')
   if (workspace === undefined) return undefined
   const bus = new Map<RedisNode, number>()
