@@ -16,6 +16,11 @@ t.test('nothing else is run again', async t => {
   const replicas: Replica[] = [await fleet.replica(), await fleet.replica()]
   const [a] = replicas as [Replica, Replica]
   const seen = (id: string): Array<{ path: string, attempt: string | null }> => replicas.flatMap(replica => replica.app.seen(id))
+  // what an app saw comes on its stdout, which may reach the test after the answer did (a loaded machine)
+  const seenOnce = async (id: string): Promise<Array<{ path: string, attempt: string | null }>> => {
+    await eventually(() => seen(id).length > 0)
+    return seen(id)
+  }
   const ended = async (id: string): Promise<RunRecordBody> => (await runsClient({ base: a.sidecar.base }).finished(id, 15_000)).record
   /** The run's events once it has ended: its `done` alone, no retry event. */
   const eventsOf = async (id: string): Promise<string> => (await send(runsClient({ base: a.sidecar.base }).runUrl(id, '/events'))).body.toString()
@@ -31,7 +36,7 @@ t.test('nothing else is run again', async t => {
     const record = await ended(id)
     t.match(record, { ...expected, attempt: 1 })
     t.equal(record.interruptions, undefined)
-    t.same(seen(id), [{ path, attempt: '1' }], 'the app saw it once')
+    t.same(await seenOnce(id), [{ path, attempt: '1' }], 'the app saw it once')
     t.notMatch(await eventsOf(id), /event: retry/)
     await webhookDelivered(a.sidecar, id)
     t.match(webhooksOf(fleet.receiver, id), [{ status_code: expected.status_code }])
@@ -58,7 +63,7 @@ t.test('nothing else is run again', async t => {
     const client = runsClient({ base: a.sidecar.base })
     const plain = await client.call('/reset', { headers: { 'x-request-id': 'sync-reset' } })
     t.equal(plain.status, 502)
-    t.same(seen('sync-reset'), [{ path: '/reset', attempt: null }], 'a sync call is no run: no X-Run-Attempt')
+    t.same(await seenOnce('sync-reset'), [{ path: '/reset', attempt: null }], 'a sync call is no run: no X-Run-Attempt')
     const keyed = await client.call('/reset', { headers: { 'x-request-id': 'keyed-reset', 'idempotency-key': 'reset-once' } })
     t.equal(keyed.status, 502)
     const record = await ended('keyed-reset')
@@ -66,7 +71,7 @@ t.test('nothing else is run again', async t => {
     t.same([record.attempt, record.interruptions], [undefined, undefined], 'a recorded sync call counts no attempts')
     const replay = await client.call('/reset', { headers: { 'x-request-id': 'keyed-again', 'idempotency-key': 'reset-once' } })
     t.same([replay.status, replay.headers['idempotent-replayed']], [502, 'true'], 'its retry gets the kept answer')
-    t.same(seen('keyed-reset'), [{ path: '/reset', attempt: null }])
+    t.same(await seenOnce('keyed-reset'), [{ path: '/reset', attempt: null }])
     t.same(seen('keyed-again'), [])
   })
 
@@ -74,14 +79,14 @@ t.test('nothing else is run again', async t => {
     const client = runsClient({ base: a.sidecar.base })
     const reset = await client.call('/reset', { headers: { 'x-request-id': 'wait-reset', prefer: 'wait=5' } })
     t.equal(reset.status, 502)
-    t.same(seen('wait-reset'), [{ path: '/reset', attempt: '1' }], 'sent as attempt 1 (it might have become a run), never again')
+    t.same(await seenOnce('wait-reset'), [{ path: '/reset', attempt: '1' }], 'sent as attempt 1 (it might have become a run), never again')
     t.equal((await send(client.runUrl('wait-reset'))).status, 404, 'never a run')
     const waited = await client.call(`/hold?${fleet.hook}`, { headers: { 'x-request-id': 'wait-deadline', prefer: 'wait=1', 'cancel-after': '2' } })
     t.same([waited.status, waited.json()], [202, { run_id: 'wait-deadline', status: 'running' }])
     const record = await ended('wait-deadline')
     t.match(record, { status: 'failed', status_code: 504, attempt: 1, error: { message: 'request exceeded its deadline of 2s' } })
     t.equal(record.interruptions, undefined)
-    t.same(seen('wait-deadline'), [{ path: '/hold', attempt: '1' }])
+    t.same(await seenOnce('wait-deadline'), [{ path: '/hold', attempt: '1' }])
     t.notMatch(await eventsOf('wait-deadline'), /event: retry/)
     await webhookDelivered(a.sidecar, 'wait-deadline')
     t.match(webhooksOf(fleet.receiver, 'wait-deadline'), [{ status_code: 504 }])
