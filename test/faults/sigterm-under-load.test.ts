@@ -4,7 +4,7 @@ import t from 'tap'
 import { startSidecarProcess } from '../helpers/sidecar-process.ts'
 import { send } from '../helpers/http-client.ts'
 import { eventually, startHarness, startTestServer } from '../helpers/sidecar-harness.ts'
-import { patient, sleep } from '../helpers/timing.ts'
+import { patient, sleep, watchTimers } from '../helpers/timing.ts'
 
 // SIGTERM reaches a real sidecar process while 20 callers keep it busy, in rounds: the in-flight
 // count touches 0 between two rounds, which a drain must not take for "no more traffic". Every
@@ -153,26 +153,10 @@ t.test('in process: drain(0) with nothing in flight is clean and immediate', asy
   t.teardown(() => app.close())
   const h = await startHarness(app.url, { DISABLE_AUTH: 'true' })
   // the drain's own timers but the grace period's never fire: drain(0) must end without its 500 ms quiet period
-  const held = holdDrainTimers(t)
+  const { held } = watchTimers(t, (ms, stack) => ms > 0 && stack().includes('/drain.') ? 'hold' : undefined)
   const drained = await Promise.race([h.sidecar.drain(0), sleep(patient(2000), { ref: false }).then(() => 'still waiting')])
   t.equal(drained, true, 'nothing was cut, and no quiet period beyond the grace period')
   for (const release of held.splice(0)) release()
   await h.jwks.close()
 })
 
-type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
-
-/** Holds back, until `t` ends, every timer drain.ts sets for more than 0 ms (the grace period of drain(0) still fires). */
-function holdDrainTimers (t: Tap): Array<() => void> {
-  const held: Array<() => void> = []
-  const setTimeoutAsGiven = globalThis.setTimeout
-  globalThis.setTimeout = ((callback: (...args: unknown[]) => void, ms?: number, ...args: unknown[]) => {
-    if ((ms ?? 0) > 0 && (new Error().stack ?? '').includes('/drain.')) {
-      held.push(() => { callback(...args) })
-      return setTimeoutAsGiven(() => {}, 0)
-    }
-    return setTimeoutAsGiven(callback, ms, ...args)
-  }) as typeof setTimeout
-  t.teardown(() => { globalThis.setTimeout = setTimeoutAsGiven })
-  return held
-}

@@ -18,3 +18,23 @@ export const patient = (ms: number): number => ms * PATIENCE
 export async function sleep (ms: number, options: { ref?: boolean } = {}): Promise<void> {
   await delay(ms, undefined, options)
 }
+
+/**
+ * Shows `watch` every setTimeout asked while `t` lasts: its delay, and the stack that asked for it
+ * (made only when called). A timer `watch` answers 'hold' for is kept back: `held` runs them.
+ * Restored at `t`'s teardown, or earlier by `restore`.
+ */
+export function watchTimers (t: { teardown: (fn: () => unknown) => void }, watch: (ms: number, stack: () => string) => 'hold' | undefined): { held: Array<() => void>, restore: () => void } {
+  const held: Array<() => void> = []
+  const setTimeoutAsGiven = globalThis.setTimeout
+  globalThis.setTimeout = ((callback: (...args: unknown[]) => void, ms?: number, ...args: unknown[]) => {
+    if (watch(ms ?? 0, () => new Error().stack ?? '') === 'hold') {
+      held.push(() => { callback(...args) })
+      return setTimeoutAsGiven(() => {}, 0)
+    }
+    return setTimeoutAsGiven(callback, ms, ...args)
+  }) as typeof setTimeout
+  const restore = (): void => { globalThis.setTimeout = setTimeoutAsGiven }
+  t.teardown(restore)
+  return { held, restore }
+}

@@ -1,6 +1,7 @@
 import t from 'tap'
 import { RunStoreUnavailableError } from '../../src/errors.ts'
 import { whileUnavailable } from '../../src/runs/while-unavailable.ts'
+import { watchTimers } from '../helpers/timing.ts'
 
 // A run-store write is tried again while the store is unavailable (250 ms, then 500 ms, … at most
 // 1 s apart), and not at all after any other failure.
@@ -17,19 +18,17 @@ t.test('a write the store refused is tried again until it is written, after 250 
   t.teardown(() => { clearInterval(alive) })
   // the pauses the retries ask their timers for (what a loaded machine adds to them is not theirs)
   const asked: number[] = []
-  const setTimeoutAsGiven = globalThis.setTimeout
-  globalThis.setTimeout = ((callback: (...args: unknown[]) => void, ms?: number, ...args: unknown[]) => {
-    if (typeof ms === 'number' && ms > 0) asked.push(ms)
-    return setTimeoutAsGiven(callback, ms, ...args)
-  }) as typeof setTimeout
-  t.teardown(() => { globalThis.setTimeout = setTimeoutAsGiven })
+  const timers = watchTimers(t, ms => {
+    if (ms > 0) asked.push(ms)
+    return undefined
+  })
   const at: number[] = []
   const result = await whileUnavailable(async () => {
     at.push(performance.now())
     if (at.length < 3) throw new RunStoreUnavailableError('down')
     return at.length
   })
-  globalThis.setTimeout = setTimeoutAsGiven
+  timers.restore()
   t.equal(result, 3, 'written at the third try')
   const gaps = [(at[1] as number) - (at[0] as number), (at[2] as number) - (at[1] as number)]
   t.ok(gaps[0] as number >= 245, `the first try again not before 250 ms (${Math.round(gaps[0] as number)})`)

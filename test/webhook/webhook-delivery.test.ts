@@ -7,6 +7,7 @@ import { CONNECTIONS_PER_DESTINATION } from '../../src/webhook/destination-pools
 import { type WebhookJob, WebhookDelivery } from '../../src/webhook/webhook-delivery.ts'
 import { eventually, type Harness, type LogLine, type TestServer } from '../helpers/sidecar-harness.ts'
 import { closedPort, type ReceivedAttempt, type ReceiverAction, startWebhookReceiver, type WebhookReceiver } from '../helpers/webhook-receiver.ts'
+import { watchTimers } from '../helpers/timing.ts'
 import { call, deliveriesFinished, linesWith, LOOPBACK_ENV, sidecarFor, startWebhookApp, wait, webhookCounts, type WebhookCounts } from './webhook-kit.ts'
 
 // The seed's retry table, row by row, through a real sidecar and a real receiver on loopback.
@@ -37,15 +38,13 @@ interface Row {
 /** Records, until `t` ends, the timers the retries (p-retry) and the attempts (webhook-attempt.ts) set. */
 function recordTimers (t: Tap): { pauses: number[], timeouts: number[] } {
   const recorded = { pauses: [] as number[], timeouts: [] as number[] }
-  const setTimeoutAsGiven = globalThis.setTimeout
-  globalThis.setTimeout = ((callback: (...args: unknown[]) => void, ms?: number, ...args: unknown[]) => {
-    const stack = new Error().stack ?? ''
+  watchTimers(t, (ms, stackOf) => {
+    const stack = stackOf()
     // an attempt made by a retry has p-retry below it on its stack too: the attempt's time-out is told apart first
-    if (stack.includes('/webhook-attempt.')) recorded.timeouts.push(ms ?? 0)
-    else if (stack.includes('/p-retry/')) recorded.pauses.push(ms ?? 0)
-    return setTimeoutAsGiven(callback, ms, ...args)
-  }) as typeof setTimeout
-  t.teardown(() => { globalThis.setTimeout = setTimeoutAsGiven })
+    if (stack.includes('/webhook-attempt.')) recorded.timeouts.push(ms)
+    else if (stack.includes('/p-retry/')) recorded.pauses.push(ms)
+    return undefined
+  })
   return recorded
 }
 
